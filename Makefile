@@ -1,0 +1,28 @@
+# The README's commands. `make test` is what CI runs (.ci/run).
+GO ?= go
+
+.PHONY: test deps vet fmt-check bench fuzz
+
+## test: install what is missing, then vet and run every test with the race detector
+test: deps fmt-check vet
+	$(GO) test -race -count=1 ./...
+
+deps:
+	./scripts/install-deps
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+
+## bench: the Go benchmarks of the main module
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## fuzz: each fuzz target for FUZZTIME (default 60s)
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test ./derive -run '^$$' -fuzz '^FuzzKey$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./outbox -run '^$$' -fuzz '^FuzzEncodePayload$$' -fuzztime $(FUZZTIME)

@@ -1,0 +1,133 @@
+package effects
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// State is where an effect is in its life. The values are stored in the
+// state column as they are.
+type State string
+
+// The states of an effect. See the package documentation for the diagram.
+const (
+	// Pending effects wait to be claimed (when next_attempt_at has come).
+	Pending State = "pending"
+	// Fired effects were claimed and recorded before their provider call;
+	// the call may be in flight.
+	Fired State = "fired"
+	// Confirmed effects were accepted by their provider.
+	Confirmed State = "confirmed"
+	// Failed effects were rejected, or ran out of attempts.
+	Failed State = "failed"
+	// Uncertain effects may or may not have happened at a provider that
+	// does not absorb duplicates; they wait for an operator.
+	Uncertain State = "uncertain"
+	// Cancelled effects were withdrawn before they were claimed.
+	Cancelled State = "cancelled"
+)
+
+// States lists every state in diagram order.
+var States = []State{Pending, Fired, Confirmed, Failed, Uncertain, Cancelled}
+
+// Transitions lists, for each state, the states an effect may move to. It is
+// the single statement of the state machine: the Store refuses any other
+// move.
+var Transitions = map[State][]State{
+	Pending:   {Fired, Cancelled},
+	Fired:     {Confirmed, Failed, Pending, Uncertain},
+	Uncertain: {Confirmed, Failed, Pending}, // an operator's resolution; Pending is an explicit re-fire
+	Failed:    {Pending},                    // an operator's retry
+	Confirmed: nil,
+	Cancelled: nil,
+}
+
+// Valid reports whether s is one of the states.
+func (s State) Valid() bool { return slices.Contains(States, s) }
+
+// Terminal reports whether nothing happens to an effect in s without an
+// operator: confirmed, failed and cancelled. Uncertain is not terminal: it
+// waits for a resolution.
+func (s State) Terminal() bool { return s == Confirmed || s == Failed || s == Cancelled }
+
+// CanTransition reports whether an effect may move from one state to another.
+func CanTransition(from, to State) bool { return slices.Contains(Transitions[from], to) }
+
+// ParseState returns the State named s.
+func ParseState(s string) (State, error) {
+	st := State(strings.ToLower(strings.TrimSpace(s)))
+	if !st.Valid() {
+		return "", fmt.Errorf("state %q is not one of %v", s, States)
+	}
+	return st, nil
+}
+
+// Effect is one row of side_effects.
+type Effect struct {
+	ID          int64
+	SourceID    string
+	Kind        string
+	Key         string // the derived idempotency key
+	Payload     json.RawMessage
+	PayloadHash []byte // SHA-256 of the payload's canonical (jsonb) text
+	State       State
+	Attempts    int
+	// MaxAttempts overrides the kind's policy; 0 means the kind's policy.
+	MaxAttempts   int
+	NextAttemptAt time.Time
+	LeaseUntil    time.Time // zero unless fired
+	ClaimedBy     string
+	ProviderRef   string
+	Outcome       json.RawMessage
+	LastError     string
+	CreatedAt     time.Time
+	FiredAt       time.Time
+	ConfirmedAt   time.Time
+	UpdatedAt     time.Time
+}
+
+// Limits on what an effect may hold; the table's CHECK constraints say the
+// same.
+const (
+	MaxSourceIDLen = 255 // characters
+	MaxKindLen     = 128 // characters
+)
+
+var kindRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$`)
+
+// ValidateSourceID returns a *ValidationError when id cannot be a source id:
+// empty, longer than MaxSourceIDLen characters, not UTF-8, or holding a NUL
+// (which PostgreSQL text cannot store).
+func ValidateSourceID(id string) error {
+	switch {
+	case id == "":
+		return invalid("source_id", "is empty")
+	case !utf8.ValidString(id):
+		return invalid("source_id", fmt.Sprintf("%q is not valid UTF-8", id))
+	case strings.IndexByte(id, 0) >= 0:
+		return invalid("source_id", fmt.Sprintf("%q holds a NUL byte", id))
+	case utf8.RuneCountInString(id) > MaxSourceIDLen:
+		return invalid("source_id", fmt.Sprintf("is %d characters, the limit is %d", utf8.RuneCountInString(id), MaxSourceIDLen))
+	}
+	return nil
+}
+
+// ValidateKind returns a *ValidationError unless kind is lowercase words of
+// [a-z0-9_-] joined by dots, starting with a letter, at most MaxKindLen
+// characters: "email.receipt", "stripe.payment_intent.create".
+func ValidateKind(kind string) error {
+	switch {
+	case kind == "":
+		return invalid("kind", "is empty")
+	case len(kind) > MaxKindLen:
+		return invalid("kind", fmt.Sprintf("is %d characters, the limit is %d", len(kind), MaxKindLen))
+	case !kindRE.MatchString(kind):
+		return invalid("kind", fmt.Sprintf("%q is not lowercase words of [a-z0-9_-] joined by dots, starting with a letter", kind))
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package effects_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sidefx/sidefx/effects"
+)
+
+func TestTransitions_MatchTheDiagram(t *testing.T) {
+	t.Parallel()
+	allowed := map[[2]effects.State]bool{
+		{effects.Pending, effects.Fired}:       true,
+		{effects.Pending, effects.Cancelled}:   true,
+		{effects.Fired, effects.Confirmed}:     true,
+		{effects.Fired, effects.Failed}:        true,
+		{effects.Fired, effects.Pending}:       true,
+		{effects.Fired, effects.Uncertain}:     true,
+		{effects.Uncertain, effects.Confirmed}: true,
+		{effects.Uncertain, effects.Failed}:    true,
+		{effects.Uncertain, effects.Pending}:   true,
+		{effects.Failed, effects.Pending}:      true,
+	}
+	for _, from := range effects.States {
+		for _, to := range effects.States {
+			if got, want := effects.CanTransition(from, to), allowed[[2]effects.State{from, to}]; got != want {
+				t.Errorf("CanTransition(%s, %s) = %v, want %v", from, to, got, want)
+			}
+		}
+	}
+	for _, s := range effects.States {
+		if _, ok := effects.Transitions[s]; !ok {
+			t.Errorf("Transitions has no entry for %s", s)
+		}
+	}
+}
+
+func TestState_TerminalAndParse(t *testing.T) {
+	t.Parallel()
+	terminal := map[effects.State]bool{effects.Confirmed: true, effects.Failed: true, effects.Cancelled: true}
+	for _, s := range effects.States {
+		if s.Terminal() != terminal[s] {
+			t.Errorf("%s.Terminal() = %v", s, s.Terminal())
+		}
+		got, err := effects.ParseState(" " + strings.ToUpper(string(s)) + " ")
+		if err != nil || got != s {
+			t.Errorf("ParseState(%s) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := effects.ParseState("done"); err == nil {
+		t.Error("ParseState(done) accepted")
+	}
+	if effects.State("done").Valid() {
+		t.Error(`State("done").Valid()`)
+	}
+}
+
+func TestValidateSourceID(t *testing.T) {
+	t.Parallel()
+	ok := []string{"a", "order-1042", strings.Repeat("x", 255), strings.Repeat("é", 255), "evt_01HZ|x y"}
+	for _, id := range ok {
+		if err := effects.ValidateSourceID(id); err != nil {
+			t.Errorf("ValidateSourceID(%.20q…) = %v", id, err)
+		}
+	}
+	bad := map[string]string{
+		"":                       "empty",
+		strings.Repeat("x", 256): "256 characters",
+		strings.Repeat("é", 256): "256 characters",
+		"bad\xffutf8":            "UTF-8",
+		"nul\x00byte":            "NUL",
+	}
+	for id, want := range bad {
+		err := effects.ValidateSourceID(id)
+		var ve *effects.ValidationError
+		if !errors.As(err, &ve) || !errors.Is(err, effects.ErrInvalid) {
+			t.Errorf("ValidateSourceID(%.20q…) = %v, want a ValidationError", id, err)
+			continue
+		}
+		if ve.Field != "source_id" || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidateSourceID(%.20q…) = %q, want field source_id and %q", id, err, want)
+		}
+	}
+}
+
+func TestValidateKind(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"email.receipt", "stripe.payment_intent.create", "webhook.order-paid", "a", "a.1", strings.Repeat("a", 128)} {
+		if err := effects.ValidateKind(k); err != nil {
+			t.Errorf("ValidateKind(%q) = %v", k, err)
+		}
+	}
+	for _, k := range []string{"", "Email.receipt", "1abc", "email..receipt", "email.", ".email", "email receipt", "émail", strings.Repeat("a", 129), "a;drop table x"} {
+		err := effects.ValidateKind(k)
+		if !errors.Is(err, effects.ErrInvalid) || !strings.Contains(err.Error(), "kind") {
+			t.Errorf("ValidateKind(%q) = %v, want an invalid-kind error", k, err)
+		}
+	}
+}

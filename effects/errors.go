@@ -1,0 +1,144 @@
+package effects
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrNotFound: no effect matches.
+	ErrNotFound = errors.New("effect not found")
+	// ErrPayloadMismatch: an effect with this (source_id, kind) exists with
+	// another payload. Enqueuing once per pair is the contract; a different
+	// payload is a producer bug and is never silently accepted.
+	ErrPayloadMismatch = errors.New("payload differs from the enqueued effect's")
+	// ErrInvalid: the input cannot be an effect (see ValidationError).
+	ErrInvalid = errors.New("invalid effect")
+	// ErrWrongState: the effect is not in the state the operation needs.
+	ErrWrongState = errors.New("effect is not in the expected state")
+)
+
+// ValidationError says which field of which item is wrong, and why.
+type ValidationError struct {
+	Index  int    // the item's position in a batch; -1 for a single item
+	Field  string // "source_id", "kind", "payload", "max_attempts"
+	Reason string
+}
+
+func invalid(field, reason string) *ValidationError {
+	return &ValidationError{Index: -1, Field: field, Reason: reason}
+}
+
+// AtIndex returns a copy of e that names item i of a batch.
+func (e *ValidationError) AtIndex(i int) *ValidationError {
+	c := *e
+	c.Index = i
+	return &c
+}
+
+func (e *ValidationError) Error() string {
+	if e.Index >= 0 {
+		return fmt.Sprintf("invalid effect at index %d: %s %s", e.Index, e.Field, e.Reason)
+	}
+	return fmt.Sprintf("invalid effect: %s %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalid) hold.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+// PayloadMismatchError names the effect whose payload differs and both
+// payload hashes (hex SHA-256 of the canonical jsonb text).
+type PayloadMismatchError struct {
+	Index      int // position in the batch; 0 for a single enqueue
+	SourceID   string
+	Kind       string
+	StoredHash string
+	NewHash    string
+}
+
+func (e *PayloadMismatchError) Error() string {
+	return fmt.Sprintf("enqueue source_id %q kind %q: payload hash %s differs from the enqueued effect's %s: %v",
+		e.SourceID, e.Kind, e.NewHash, e.StoredHash, ErrPayloadMismatch)
+}
+
+// Is makes errors.Is(err, ErrPayloadMismatch) hold.
+func (e *PayloadMismatchError) Is(target error) bool { return target == ErrPayloadMismatch }
+
+// StateError says an operation found an effect in another state than it
+// needs; nothing was changed.
+type StateError struct {
+	ID    int64
+	State State   // the state the effect is in
+	Want  []State // the states the operation accepts
+	Op    string
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("%s effect %d: it is %s, not %v", e.Op, e.ID, e.State, e.Want)
+}
+
+// Is makes errors.Is(err, ErrWrongState) hold.
+func (e *StateError) Is(target error) bool { return target == ErrWrongState }
+
+// SQLSTATEs raised by the sidefx SQL functions.
+const (
+	codePayloadMismatch = "SX001"
+	codeInvalid         = "22023"
+)
+
+// translate turns driver errors into this package's errors, so callers never
+// see pgx.ErrNoRows or parse SQLSTATEs. Other errors pass through wrapped.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Code {
+	case codePayloadMismatch:
+		var d struct {
+			Index      int    `json:"index"`
+			SourceID   string `json:"source_id"`
+			Kind       string `json:"kind"`
+			StoredHash string `json:"stored_hash"`
+			NewHash    string `json:"new_hash"`
+		}
+		if json.Unmarshal([]byte(pe.Detail), &d) == nil {
+			return &PayloadMismatchError{Index: d.Index, SourceID: d.SourceID, Kind: d.Kind, StoredHash: d.StoredHash, NewHash: d.NewHash}
+		}
+		return fmt.Errorf("%s: %w", pe.Message, ErrPayloadMismatch)
+	case codeInvalid:
+		var d struct {
+			Index   int    `json:"index"`
+			Problem string `json:"problem"`
+		}
+		if json.Unmarshal([]byte(pe.Detail), &d) == nil && d.Problem != "" {
+			return &ValidationError{Index: d.Index, Field: "effect", Reason: d.Problem}
+		}
+		return fmt.Errorf("%s: %w", pe.Message, ErrInvalid)
+	case "23514": // check_violation: the table's own guard
+		return fmt.Errorf("%s (constraint %s): %w", pe.Message, pe.ConstraintName, ErrInvalid)
+	}
+	return err
+}
+
+// IsRetryable reports whether err is a transient database condition
+// (serialization failure, deadlock, lost connection) after which the same
+// operation may succeed.
+func IsRetryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err)
+}

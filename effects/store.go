@@ -1,0 +1,312 @@
+package effects
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sidefx/sidefx/internal/sqlname"
+)
+
+// DB is what the Store runs statements on: a *pgxpool.Pool, a *pgx.Conn or
+// a pgx.Tx (the caller's transaction) all satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a Store.
+type Config struct {
+	// Schema holds side_effects. Default "public".
+	Schema string
+}
+
+// Store is the one owner of SQL on side_effects: every statement on the table
+// is written here. A Store is safe for concurrent use.
+type Store struct {
+	db     DB
+	schema string
+	q      *queries
+}
+
+// NewStore returns a Store that runs its statements on db. cfg may be nil.
+func NewStore(db DB, cfg *Config) (*Store, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	schema, err := sqlname.Schema(cfg.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("new effects store: %w", err)
+	}
+	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema))}, nil
+}
+
+// WithDB returns a Store with the same configuration that runs its
+// statements on db, typically the caller's transaction.
+func (s *Store) WithDB(db DB) *Store {
+	c := *s
+	c.db = db
+	return &c
+}
+
+// Schema returns the schema the store works in.
+func (s *Store) Schema() string { return s.schema }
+
+// Channel returns the LISTEN/NOTIFY channel that enqueues notify.
+func (s *Store) Channel() string { return sqlname.Channel(s.schema) }
+
+// The columns every read returns, in scan order.
+const columns = `id, source_id, kind, idempotency_key, payload, payload_hash, state, attempts,
+	coalesce(max_attempts, 0), next_attempt_at, lease_until, claimed_by, provider_ref, outcome,
+	last_error, created_at, fired_at, confirmed_at, updated_at`
+
+type queries struct {
+	table, enqueue, get, getByKey, getBySource, cancel, counts, list string
+}
+
+func buildQueries(q string) *queries {
+	t := q + ".side_effects"
+	return &queries{
+		table: t,
+		enqueue: `SELECT ord, id, idempotency_key, inserted FROM ` + q + `.sidefx_enqueue_many(
+			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
+		get:         `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
+		getByKey:    `SELECT ` + columns + ` FROM ` + t + ` WHERE idempotency_key = $1`,
+		getBySource: `SELECT ` + columns + ` FROM ` + t + ` WHERE source_id = $1 AND kind = $2`,
+		cancel: `UPDATE ` + t + ` SET state = 'cancelled', updated_at = now()
+			WHERE source_id = $1 AND kind = $2 AND state = 'pending' RETURNING ` + columns,
+		counts: `SELECT state, kind, count(*) FROM ` + t + ` GROUP BY state, kind ORDER BY kind, state`,
+		list:   `SELECT ` + columns + ` FROM ` + t,
+	}
+}
+
+func scanEffect(row pgx.Row) (*Effect, error) {
+	var (
+		e                                 Effect
+		state                             string
+		lease, fired, confirmed           pgtype.Timestamptz
+		claimedBy, providerRef, lastError pgtype.Text
+		outcome                           []byte
+		attempts, maxAttempts             int32
+	)
+	err := row.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Key, &e.Payload, &e.PayloadHash, &state, &attempts,
+		&maxAttempts, &e.NextAttemptAt, &lease, &claimedBy, &providerRef, &outcome,
+		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	e.State = State(state)
+	e.Attempts, e.MaxAttempts = int(attempts), int(maxAttempts)
+	e.LeaseUntil, e.FiredAt, e.ConfirmedAt = lease.Time, fired.Time, confirmed.Time
+	e.ClaimedBy, e.ProviderRef, e.LastError = claimedBy.String, providerRef.String, lastError.String
+	if outcome != nil {
+		e.Outcome = json.RawMessage(outcome)
+	}
+	return &e, nil
+}
+
+// NewEffect is an effect to insert. Payload must be a JSON object; the Store
+// checks only what SQL cannot (the outbox package validates before calling).
+type NewEffect struct {
+	SourceID    string
+	Kind        string
+	Payload     json.RawMessage
+	MaxAttempts int       // 0: the kind's policy
+	NotBefore   time.Time // zero: now
+}
+
+// Inserted is the result of inserting one NewEffect.
+type Inserted struct {
+	ID       int64
+	Key      string
+	Inserted bool // false: the same effect existed already
+}
+
+// Insert enqueues effects in one statement, through the schema's
+// sidefx_enqueue_many function, so Go and SQL callers share one
+// implementation of the contract. maxPayloadBytes bounds each payload (0: the
+// database's setting). Results are in input order. A payload that differs
+// from an existing effect's fails the whole call with a *PayloadMismatchError
+// and inserts nothing; inside a transaction, the transaction is then aborted.
+func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes int) ([]Inserted, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	n := len(items)
+	sources, kinds, payloads := make([]string, n), make([]string, n), make([]string, n)
+	attempts := make([]int32, n)
+	notBefore := make([]pgtype.Timestamptz, n)
+	for i, it := range items {
+		sources[i], kinds[i], payloads[i] = it.SourceID, it.Kind, string(it.Payload)
+		attempts[i] = int32(it.MaxAttempts)
+		notBefore[i] = pgtype.Timestamptz{Time: it.NotBefore, Valid: !it.NotBefore.IsZero()}
+	}
+	var limit pgtype.Int4
+	if maxPayloadBytes > 0 {
+		limit = pgtype.Int4{Int32: int32(min(maxPayloadBytes, 1<<31-1)), Valid: true}
+	}
+	rows, err := s.db.Query(ctx, s.q.enqueue, sources, kinds, payloads, attempts, notBefore, limit)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
+	}
+	out := make([]Inserted, n)
+	seen := 0
+	for rows.Next() {
+		var ord int32
+		var r Inserted
+		if err := rows.Scan(&ord, &r.ID, &r.Key, &r.Inserted); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("enqueue effects: %w", err)
+		}
+		if ord < 1 || int(ord) > n {
+			rows.Close()
+			return nil, fmt.Errorf("enqueue effects: result for item %d of %d", ord, n)
+		}
+		out[ord-1] = r
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
+	}
+	if seen != n {
+		return nil, fmt.Errorf("enqueue effects: %d results for %d items", seen, n)
+	}
+	return out, nil
+}
+
+// Get returns the effect with id, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id int64) (*Effect, error) {
+	e, err := scanEffect(s.db.QueryRow(ctx, s.q.get, id))
+	if err != nil {
+		return nil, fmt.Errorf("get effect %d: %w", id, translate(err))
+	}
+	return e, nil
+}
+
+// GetByKey returns the effect whose idempotency key is key, or ErrNotFound.
+func (s *Store) GetByKey(ctx context.Context, key string) (*Effect, error) {
+	e, err := scanEffect(s.db.QueryRow(ctx, s.q.getByKey, key))
+	if err != nil {
+		return nil, fmt.Errorf("get effect by key %q: %w", key, translate(err))
+	}
+	return e, nil
+}
+
+// GetBySource returns the effect of kind caused by sourceID, or ErrNotFound.
+func (s *Store) GetBySource(ctx context.Context, sourceID, kind string) (*Effect, error) {
+	e, err := scanEffect(s.db.QueryRow(ctx, s.q.getBySource, sourceID, kind))
+	if err != nil {
+		return nil, fmt.Errorf("get effect source_id %q kind %q: %w", sourceID, kind, translate(err))
+	}
+	return e, nil
+}
+
+// Filter selects effects for List. Zero fields select everything.
+type Filter struct {
+	States   []State
+	Kinds    []string
+	SourceID string
+	AfterID  int64 // only ids greater than this: pass the last id seen to page
+	Limit    int   // default 100, at most 10,000
+}
+
+// List returns effects matching f in id order.
+func (s *Store) List(ctx context.Context, f Filter) ([]*Effect, error) {
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if len(f.States) > 0 {
+		ss := make([]string, len(f.States))
+		for i, st := range f.States {
+			if !st.Valid() {
+				return nil, fmt.Errorf("list effects: state %q is not one of %v", st, States)
+			}
+			ss[i] = string(st)
+		}
+		where = append(where, "state = ANY("+arg(ss)+"::text[])")
+	}
+	if len(f.Kinds) > 0 {
+		where = append(where, "kind = ANY("+arg(f.Kinds)+"::text[])")
+	}
+	if f.SourceID != "" {
+		where = append(where, "source_id = "+arg(f.SourceID))
+	}
+	if f.AfterID > 0 {
+		where = append(where, "id > "+arg(f.AfterID))
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, 10000)
+	sql := s.q.list
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	sql += " ORDER BY id LIMIT " + arg(limit)
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list effects: %w", translate(err))
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Effect, error) { return scanEffect(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list effects: %w", translate(err))
+	}
+	return list, nil
+}
+
+// Count is the number of effects of one kind in one state.
+type Count struct {
+	State State
+	Kind  string
+	N     int64
+}
+
+// Counts returns the number of effects by state and kind, ordered by kind
+// then state. It reads the whole table: for dashboards, not hot paths.
+func (s *Store) Counts(ctx context.Context) ([]Count, error) {
+	rows, err := s.db.Query(ctx, s.q.counts)
+	if err != nil {
+		return nil, fmt.Errorf("count effects: %w", translate(err))
+	}
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Count, error) {
+		var c Count
+		var st string
+		err := r.Scan(&st, &c.Kind, &c.N)
+		c.State = State(st)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count effects: %w", translate(err))
+	}
+	return cs, nil
+}
+
+// Cancel moves the pending effect of kind caused by sourceID to cancelled
+// and returns it. An effect in any other state is left as it is and reported
+// with a *StateError (errors.Is ErrWrongState); a missing one with
+// ErrNotFound.
+func (s *Store) Cancel(ctx context.Context, sourceID, kind string) (*Effect, error) {
+	e, err := scanEffect(s.db.QueryRow(ctx, s.q.cancel, sourceID, kind))
+	if err == nil {
+		return e, nil
+	}
+	if err = translate(err); err != ErrNotFound {
+		return nil, fmt.Errorf("cancel effect source_id %q kind %q: %w", sourceID, kind, err)
+	}
+	cur, err := s.GetBySource(ctx, sourceID, kind)
+	if err != nil {
+		return nil, fmt.Errorf("cancel: %w", err)
+	}
+	return nil, &StateError{ID: cur.ID, State: cur.State, Want: []State{Pending}, Op: "cancel"}
+}

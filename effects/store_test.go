@@ -1,0 +1,214 @@
+package effects_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type bundle struct {
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	store *effects.Store
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	pool := pgtest.DB(t)
+	store, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{ctx: context.Background(), pool: pool, store: store}
+}
+
+func insert(t *testing.T, b bundle, items ...effects.NewEffect) []effects.Inserted {
+	t.Helper()
+	res, err := b.store.Insert(b.ctx, items, 0)
+	if err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	return res
+}
+
+func TestStore_InsertAndGet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res := insert(t, b, effects.NewEffect{SourceID: "order-1", Kind: "email.receipt", Payload: json.RawMessage(`{"to": "a@example.com", "n": 1}`)})
+	if !res[0].Inserted || res[0].Key != derive.Key("order-1", "email.receipt") {
+		t.Fatalf("insert = %+v", res[0])
+	}
+	byID, err := b.store.Get(b.ctx, res[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey, err := b.store.GetByKey(b.ctx, res[0].Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bySource, err := b.store.GetBySource(b.ctx, "order-1", "email.receipt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*effects.Effect{byID, byKey, bySource} {
+		if e.ID != res[0].ID || e.State != effects.Pending || e.Attempts != 0 || e.MaxAttempts != 0 || e.Key != res[0].Key {
+			t.Errorf("got %+v", e)
+		}
+		// The stored payload is the canonical jsonb text, and the hash is its SHA-256.
+		if string(e.Payload) != `{"n": 1, "to": "a@example.com"}` {
+			t.Errorf("payload = %s", e.Payload)
+		}
+		if h := sha256.Sum256(e.Payload); string(h[:]) != string(e.PayloadHash) {
+			t.Errorf("payload hash is not the SHA-256 of the canonical payload")
+		}
+		if e.CreatedAt.IsZero() || e.NextAttemptAt.IsZero() || !e.LeaseUntil.IsZero() || !e.FiredAt.IsZero() {
+			t.Errorf("times: %+v", e)
+		}
+	}
+	for _, err := range []error{
+		func() error { _, err := b.store.Get(b.ctx, 999999); return err }(),
+		func() error { _, err := b.store.GetByKey(b.ctx, "sfx1_nope"); return err }(),
+		func() error { _, err := b.store.GetBySource(b.ctx, "order-1", "email.other"); return err }(),
+	} {
+		if !errors.Is(err, effects.ErrNotFound) {
+			t.Errorf("missing effect: err = %v, want ErrNotFound", err)
+		}
+	}
+}
+
+func TestStore_ListAndCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var items []effects.NewEffect
+	for _, src := range []string{"a", "b", "c"} {
+		for _, k := range []string{"email.receipt", "webhook.paid"} {
+			items = append(items, effects.NewEffect{SourceID: src, Kind: k, Payload: json.RawMessage(`{}`)})
+		}
+	}
+	insert(t, b, items...)
+	if _, err := b.store.Cancel(b.ctx, "b", "webhook.paid"); err != nil {
+		t.Fatal(err)
+	}
+
+	all, err := b.store.List(b.ctx, effects.Filter{})
+	if err != nil || len(all) != 6 {
+		t.Fatalf("list all = %d, %v", len(all), err)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].ID <= all[i-1].ID {
+			t.Fatal("list is not in id order")
+		}
+	}
+	page, err := b.store.List(b.ctx, effects.Filter{AfterID: all[1].ID, Limit: 2})
+	if err != nil || len(page) != 2 || page[0].ID != all[2].ID {
+		t.Fatalf("page = %v, %v", page, err)
+	}
+	webhooks, err := b.store.List(b.ctx, effects.Filter{Kinds: []string{"webhook.paid"}, States: []effects.State{effects.Pending}})
+	if err != nil || len(webhooks) != 2 {
+		t.Fatalf("pending webhooks = %d, %v", len(webhooks), err)
+	}
+	bs, err := b.store.List(b.ctx, effects.Filter{SourceID: "b"})
+	if err != nil || len(bs) != 2 {
+		t.Fatalf("source b = %d, %v", len(bs), err)
+	}
+	if _, err := b.store.List(b.ctx, effects.Filter{States: []effects.State{"done"}}); err == nil {
+		t.Error("list with an unknown state accepted")
+	}
+
+	counts, err := b.store.Counts(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[effects.Count]bool{}
+	for _, c := range counts {
+		got[c] = true
+	}
+	want := []effects.Count{
+		{State: effects.Pending, Kind: "email.receipt", N: 3},
+		{State: effects.Pending, Kind: "webhook.paid", N: 2},
+		{State: effects.Cancelled, Kind: "webhook.paid", N: 1},
+	}
+	if len(counts) != len(want) {
+		t.Fatalf("counts = %+v", counts)
+	}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("counts lack %+v: %+v", w, counts)
+		}
+	}
+}
+
+func TestStore_CancelOnlyPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert(t, b,
+		effects.NewEffect{SourceID: "s", Kind: "k.pending", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "s", Kind: "k.fired", Payload: json.RawMessage(`{}`)},
+	)
+	e, err := b.store.Cancel(b.ctx, "s", "k.pending")
+	if err != nil || e.State != effects.Cancelled {
+		t.Fatalf("cancel pending = %+v, %v", e, err)
+	}
+	// A claimed effect may be at its provider: cancelling it is refused.
+	// (The dispatcher's claim will own this statement; here the test sets the
+	// state directly.)
+	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET state = 'fired', attempts = 1, lease_until = now() + interval '1 minute' WHERE kind = 'k.fired'`); err != nil {
+		t.Fatal(err)
+	}
+	for kind, want := range map[string]effects.State{"k.pending": effects.Cancelled, "k.fired": effects.Fired} {
+		_, err := b.store.Cancel(b.ctx, "s", kind)
+		var se *effects.StateError
+		if !errors.As(err, &se) || !errors.Is(err, effects.ErrWrongState) || se.State != want {
+			t.Errorf("cancel %s: err = %v, want a StateError in %s", kind, err, want)
+		}
+		cur, _ := b.store.GetBySource(b.ctx, "s", kind)
+		if cur.State != want {
+			t.Errorf("%s is %s after a refused cancel", kind, cur.State)
+		}
+	}
+	if _, err := b.store.Cancel(b.ctx, "nobody", "k.pending"); !errors.Is(err, effects.ErrNotFound) {
+		t.Errorf("cancel missing: %v", err)
+	}
+}
+
+func TestStore_TranslatesSQLErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// The Store checks nothing itself: the SQL function's validation comes back
+	// as a ValidationError naming the item.
+	_, err := b.store.Insert(b.ctx, []effects.NewEffect{
+		{SourceID: "ok", Kind: "k", Payload: json.RawMessage(`{}`)},
+		{SourceID: "ok", Kind: "K", Payload: json.RawMessage(`{}`)},
+	}, 0)
+	var ve *effects.ValidationError
+	if !errors.As(err, &ve) || ve.Index != 1 {
+		t.Fatalf("insert with a bad kind: %v", err)
+	}
+	_, err = b.store.Insert(b.ctx, []effects.NewEffect{{SourceID: "ok", Kind: "k", Payload: json.RawMessage(`{"big": "` + string(make([]byte, 0)) + `xxxxxxxxxx"}`)}}, 10)
+	if !errors.As(err, &ve) || ve.Index != 0 {
+		t.Fatalf("insert over the size limit: %v", err)
+	}
+	n := 0
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM side_effects").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows after refused inserts = %d, %v", n, err)
+	}
+}
+
+func TestNewStore_RejectsBadSchema(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"a-b", `x"; drop table y; --`, "1abc"} {
+		if _, err := effects.NewStore(nil, &effects.Config{Schema: s}); err == nil {
+			t.Errorf("schema %q accepted", s)
+		}
+	}
+}

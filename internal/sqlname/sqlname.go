@@ -1,0 +1,45 @@
+// Package sqlname validates and quotes the schema name sidefx is configured
+// with, and names what hangs off it (the notification channel), for the
+// packages that build SQL: migrations and effects.
+package sqlname
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultSchema is the schema used when none is configured.
+const DefaultSchema = "public"
+
+// MaxSchemaLen leaves room for the channel prefix within PostgreSQL's
+// 63-byte identifier limit.
+const MaxSchemaLen = 48
+
+var schemaRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Schema returns schema, or DefaultSchema when it is empty, after checking
+// that it is a plain identifier.
+func Schema(schema string) (string, error) {
+	if schema == "" {
+		return DefaultSchema, nil
+	}
+	if len(schema) > MaxSchemaLen {
+		return "", fmt.Errorf("schema %q is %d bytes, the limit is %d", schema, len(schema), MaxSchemaLen)
+	}
+	if !schemaRE.MatchString(schema) {
+		return "", fmt.Errorf("schema %q is not a plain identifier (letters, digits and _, not starting with a digit)", schema)
+	}
+	return schema, nil
+}
+
+// Quote returns schema quoted for use in SQL text.
+func Quote(schema string) string {
+	return pgx.Identifier{schema}.Sanitize()
+}
+
+// Channel is the LISTEN/NOTIFY channel enqueues in schema notify on.
+func Channel(schema string) string {
+	return "sidefx_" + schema
+}

@@ -1,0 +1,243 @@
+// Package migrations holds the ordered SQL that creates and upgrades the
+// sidefx schema, embedded in the binary, and Apply, which runs the missing
+// steps once.
+//
+// Each file NNNN_name.sql is one version. Apply runs, in one transaction
+// under an advisory lock, every version the database lacks, and records it in
+// sidefx_migrations. Two processes applying at once serialise on the lock;
+// the second finds nothing to do. Released files never change: a change to
+// the schema is a new file.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sidefx/sidefx/internal/sqlname"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// Beginner is what Apply needs from the database: *pgxpool.Pool and
+// *pgx.Conn satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Config says where and how to apply the migrations.
+type Config struct {
+	// Schema is the PostgreSQL schema that holds the sidefx tables and
+	// functions; Apply creates it if needed. Default "public".
+	Schema string
+
+	// Namespace is mixed into every derived key (see derive.KeyNS) so that
+	// deployments sharing a provider account never send the same key. Empty
+	// leaves the stored namespace as it is (the default is no namespace). It
+	// can be set only while side_effects is empty: once keys have been
+	// derived, changing it would give a retried effect another key, and
+	// Apply returns ErrNamespaceChange instead.
+	Namespace string
+}
+
+// ErrNamespaceChange is returned by Apply when Config.Namespace differs from
+// the namespace the database's keys were derived with.
+var ErrNamespaceChange = errors.New("the key namespace cannot change once effects exist")
+
+// Migration is one embedded schema version.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+var fileRE = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.sql$`)
+
+// All returns the embedded migrations in version order.
+func All() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		return nil, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	var ms []Migration
+	for _, e := range entries {
+		m := fileRE.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("embedded migration %q is not named NNNN_name.sql", e.Name())
+		}
+		v, _ := strconv.Atoi(m[1])
+		b, err := fs.ReadFile(files, e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", e.Name(), err)
+		}
+		if len(ms) > 0 && ms[len(ms)-1].Version >= v {
+			return nil, fmt.Errorf("migration %s repeats version %d", e.Name(), v)
+		}
+		ms = append(ms, Migration{Version: v, Name: m[2], SQL: string(b)})
+	}
+	return ms, nil
+}
+
+// Latest returns the highest embedded version.
+func Latest() int {
+	ms, err := All()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].Version
+}
+
+// Apply applies the migrations db lacks, in order, in one transaction. It is
+// safe to call from several processes at once and does nothing when the
+// schema is current. cfg may be nil for the defaults.
+func Apply(ctx context.Context, db Beginner, cfg *Config) error {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	schema, err := sqlname.Schema(cfg.Schema)
+	if err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	ms, err := All()
+	if err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	q := sqlname.Quote(schema)
+
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("apply migrations: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
+		return fmt.Errorf("apply migrations: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
+		return fmt.Errorf("apply migrations: create schema %s: %w", schema, err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q+`.sidefx_migrations (
+		version integer PRIMARY KEY,
+		name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("apply migrations: create version table: %w", err)
+	}
+	applied, err := appliedVersions(ctx, tx, q)
+	if err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	for _, m := range ms {
+		if slices.Contains(applied, m.Version) {
+			continue
+		}
+		if _, err := tx.Exec(ctx, render(m.SQL, schema)); err != nil {
+			return fmt.Errorf("apply migration %04d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+q+".sidefx_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+			return fmt.Errorf("record migration %04d_%s: %w", m.Version, m.Name, err)
+		}
+	}
+	if cfg.Namespace != "" {
+		if err := setNamespace(ctx, tx, q, cfg.Namespace); err != nil {
+			return fmt.Errorf("apply migrations: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("apply migrations: commit: %w", err)
+	}
+	return nil
+}
+
+// Status reports the versions applied in the schema and those embedded but
+// not yet applied. A database that does not have the schema at all has every
+// version missing.
+func Status(ctx context.Context, db Beginner, cfg *Config) (applied, missing []int, err error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	schema, err := sqlname.Schema(cfg.Schema)
+	if err != nil {
+		return nil, nil, fmt.Errorf("migration status: %w", err)
+	}
+	ms, err := All()
+	if err != nil {
+		return nil, nil, fmt.Errorf("migration status: %w", err)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("migration status: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlname.Quote(schema)+".sidefx_migrations").Scan(&exists); err != nil {
+		return nil, nil, fmt.Errorf("migration status: %w", err)
+	}
+	if exists {
+		if applied, err = appliedVersions(ctx, tx, sqlname.Quote(schema)); err != nil {
+			return nil, nil, fmt.Errorf("migration status: %w", err)
+		}
+	}
+	for _, m := range ms {
+		if !slices.Contains(applied, m.Version) {
+			missing = append(missing, m.Version)
+		}
+	}
+	return applied, missing, nil
+}
+
+func appliedVersions(ctx context.Context, tx pgx.Tx, q string) ([]int, error) {
+	rows, err := tx.Query(ctx, "SELECT version FROM "+q+".sidefx_migrations ORDER BY version")
+	if err != nil {
+		return nil, fmt.Errorf("read applied versions: %w", err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("read applied versions: %w", err)
+	}
+	return vs, nil
+}
+
+func setNamespace(ctx context.Context, tx pgx.Tx, q, ns string) error {
+	var current string
+	var anyRows bool
+	err := tx.QueryRow(ctx, `SELECT s.namespace, EXISTS (SELECT 1 FROM `+q+`.side_effects)
+		FROM `+q+`.sidefx_settings s FOR UPDATE`).Scan(&current, &anyRows)
+	if err != nil {
+		return fmt.Errorf("read key namespace: %w", err)
+	}
+	if current == ns {
+		return nil
+	}
+	if anyRows {
+		return fmt.Errorf("set namespace %q, keys were derived with %q: %w", ns, current, ErrNamespaceChange)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE "+q+".sidefx_settings SET namespace = $1", ns); err != nil {
+		return fmt.Errorf("set key namespace %q: %w", ns, err)
+	}
+	return nil
+}
+
+// render fills a migration's placeholders for schema.
+func render(sql, schema string) string {
+	return strings.NewReplacer(
+		"{{schema}}", sqlname.Quote(schema),
+		"{{channel}}", sqlname.Channel(schema),
+	).Replace(sql)
+}
+
+// lockKey is the advisory lock that serialises Apply per schema.
+func lockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("sidefx/migrations/" + schema))
+	return int64(h.Sum64())
+}

@@ -1,0 +1,210 @@
+package migrations_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fingerprint describes a schema's tables, columns, constraints, indexes,
+// functions and storage options, with the schema's name taken out, so two
+// schemas built the same way compare equal.
+func fingerprint(t *testing.T, pool *pgxpool.Pool, schema string) string {
+	t.Helper()
+	var parts []string
+	queries := []string{
+		`SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')
+		   FROM information_schema.columns WHERE table_schema = $1 ORDER BY 1`,
+		`SELECT conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+		   FROM pg_constraint WHERE connamespace = $1::regnamespace ORDER BY 1`,
+		`SELECT indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY 1`,
+		`SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ') ' || md5(replace(p.prosrc, $1, 'SCHEMA'))
+		   FROM pg_proc p WHERE p.pronamespace = $1::regnamespace ORDER BY 1`,
+		`SELECT c.relname || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
+		   FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r' ORDER BY 1`,
+		`SELECT version::text || ' ' || name FROM ` + schema + `.sidefx_migrations WHERE $1::text IS NOT NULL ORDER BY version`,
+	}
+	for _, q := range queries {
+		rows, err := pool.Query(context.Background(), q, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			parts = append(parts, strings.ReplaceAll(s, schema, "SCHEMA"))
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func TestApply_TwiceAndConcurrentlyGiveTheSameSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+
+	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: "zz_seq_schema"}); err != nil {
+		t.Fatal(err)
+	}
+	once := fingerprint(t, pool, "zz_seq_schema")
+	if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: "zz_seq_schema"}); err != nil {
+		t.Fatalf("second apply: %v", err)
+	}
+	if twice := fingerprint(t, pool, "zz_seq_schema"); twice != once {
+		t.Fatalf("second apply changed the schema:\n%s\n---\n%s", once, twice)
+	}
+
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = migrations.Apply(ctx, pool, &migrations.Config{Schema: "zz_conc_schema"})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent apply %d: %v", i, err)
+		}
+	}
+	if conc := fingerprint(t, pool, "zz_conc_schema"); conc != once {
+		t.Fatalf("concurrent apply built another schema:\n%s\n---\n%s", once, conc)
+	}
+	if !strings.Contains(once, "side_effects_pending_idx") || !strings.Contains(once, "sidefx_enqueue_many") {
+		t.Fatalf("fingerprint misses the schema's objects:\n%s", once)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM zz_conc_schema.sidefx_migrations").Scan(&n); err != nil || n != migrations.Latest() {
+		t.Fatalf("recorded versions = %d, %v; want %d", n, err, migrations.Latest())
+	}
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	applied, missing, err := migrations.Status(ctx, pool, &migrations.Config{Schema: "fresh"})
+	if err != nil || len(applied) != 0 || len(missing) != migrations.Latest() {
+		t.Fatalf("status of a fresh schema = %v, %v, %v", applied, missing, err)
+	}
+	applied, missing, err = migrations.Status(ctx, pool, nil)
+	if err != nil || len(applied) != migrations.Latest() || len(missing) != 0 {
+		t.Fatalf("status of the migrated schema = %v, %v, %v", applied, missing, err)
+	}
+}
+
+func TestApply_RejectsBadSchemaNames(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{`x"; DROP SCHEMA public; --`, "has-dash", strings.Repeat("s", 49)} {
+		if err := migrations.Apply(context.Background(), nil, &migrations.Config{Schema: s}); err == nil || !strings.Contains(err.Error(), "schema") {
+			t.Errorf("schema %q: err = %v", s, err)
+		}
+	}
+}
+
+func TestApply_NamespaceIsSetOnceAndUsedByTheSQLKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	if err := migrations.Apply(ctx, pool, &migrations.Config{Namespace: "staging"}); err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	if err := pool.QueryRow(ctx, "SELECT idempotency_key FROM sidefx_enqueue('order-1', 'email.receipt', '{}')").Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if want := derive.KeyNS("staging", "order-1", "email.receipt"); key != want {
+		t.Fatalf("key = %s, want KeyNS(staging) %s", key, want)
+	}
+	if err := migrations.Apply(ctx, pool, &migrations.Config{Namespace: "staging"}); err != nil {
+		t.Fatalf("re-applying the same namespace: %v", err)
+	}
+	if err := migrations.Apply(ctx, pool, nil); err != nil {
+		t.Fatalf("applying without a namespace: %v", err)
+	}
+	err := migrations.Apply(ctx, pool, &migrations.Config{Namespace: "production"})
+	if !errors.Is(err, migrations.ErrNamespaceChange) {
+		t.Fatalf("changing the namespace with effects present: %v", err)
+	}
+	if err := migrations.Apply(ctx, pool, &migrations.Config{Namespace: "bad namespace!"}); err == nil {
+		t.Fatal("a namespace with spaces was accepted")
+	}
+}
+
+// The SQL functions compute the same values as package derive on every
+// golden vector, so services in other languages derive the released keys.
+func TestSQLFunctions_MatchGoldenVectors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	b, err := os.ReadFile("../derive/testdata/golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs []struct {
+		Func string   `json:"func"`
+		Args []string `json:"args"`
+		Want string   `json:"want"`
+	}
+	if err := json.Unmarshal(b, &vs); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, v := range vs {
+		if strings.ContainsRune(strings.Join(v.Args, ""), 0) {
+			continue // PostgreSQL text cannot hold NUL; such inputs never reach SQL
+		}
+		var q string
+		args := make([]any, len(v.Args))
+		for i, a := range v.Args {
+			args[i] = a
+		}
+		switch v.Func {
+		case "Key":
+			q = "SELECT sidefx_key('', $1, $2)"
+		case "KeyNS":
+			q = "SELECT sidefx_key($1, $2, $3)"
+		case "Child":
+			q = "SELECT sidefx_child_key($1, $2)"
+		case "DomainID":
+			q = "SELECT sidefx_domain_id($1, $2)::text"
+		default:
+			t.Fatalf("vector for unknown function %s", v.Func)
+		}
+		var got string
+		if err := pool.QueryRow(ctx, q, args...).Scan(&got); err != nil {
+			t.Fatalf("%s%q: %v", v.Func, v.Args, err)
+		}
+		if got != v.Want {
+			t.Errorf("SQL %s%q = %s, golden %s", v.Func, v.Args, got, v.Want)
+		}
+		checked++
+	}
+	if checked < len(vs)-1 {
+		t.Fatalf("checked %d of %d vectors", checked, len(vs))
+	}
+	// The two-argument key uses the stored namespace (empty by default).
+	var got string
+	if err := pool.QueryRow(ctx, "SELECT sidefx_key('order-1042', 'stripe.payment_intent.create')").Scan(&got); err != nil || got != derive.Key("order-1042", "stripe.payment_intent.create") {
+		t.Fatalf("sidefx_key(source, kind) = %s, %v", got, err)
+	}
+}

@@ -1,0 +1,55 @@
+// Package outbox is what a domain service links to enqueue side effects in
+// the same transaction as its business rows.
+//
+//	tx, _ := pool.Begin(ctx)
+//	defer tx.Rollback(ctx)
+//	// ... insert the order ...
+//	res, err := outbox.Enqueue(ctx, tx, outbox.Effect{
+//		SourceID: orderID,
+//		Kind:     "stripe.payment_intent.create",
+//		Payload:  map[string]any{"amount": 4200, "currency": "eur"},
+//	})
+//	// res.Key is the idempotency key the provider will see.
+//	err = tx.Commit(ctx)
+//
+// # The contract
+//
+//   - Atomic with the business rows: the effect exists if and only if the
+//     caller's transaction commits. Dispatchers are notified at commit.
+//   - Once per (SourceID, Kind), ever. Enqueuing the same pair again with the
+//     same payload (a redelivered event, a retried request, a consumer
+//     rebalance) is a no-op that reports Inserted false and returns the
+//     existing id and key. With a different payload it is an error,
+//     ErrPayloadMismatch, naming source, kind and both payload hashes:
+//     a producer bug, never silently accepted. Payloads are compared in
+//     their canonical jsonb form (see package effects).
+//   - One round trip: the insert is INSERT … ON CONFLICT DO NOTHING inside
+//     the schema's sidefx_enqueue_many function, never check-then-insert.
+//     Concurrent enqueues of one pair leave one row: one caller sees
+//     Inserted true, the others false (or ErrPayloadMismatch).
+//   - Invalid input is refused before any SQL with an *effects.ValidationError
+//     that names the field and the problem: an empty or over-long source id,
+//     a kind that is not lowercase dotted words, a payload that is not a JSON
+//     object, holds \u0000, or is over the size limit (256 KiB by default).
+//   - The key is derive.KeyNS(namespace, SourceID, Kind), where the
+//     namespace is the one stored in the database (see migrations.Config).
+//
+// A failed statement aborts a PostgreSQL transaction: after
+// ErrPayloadMismatch the caller's transaction must be rolled back. In
+// REPEATABLE READ or SERIALIZABLE transactions, an enqueue racing a
+// concurrent one for the same pair may fail with a serialization error
+// (SQLSTATE 40001); retry the transaction, as for any serialization failure.
+//
+// # Other languages
+//
+// The migrations install the same contract as SQL functions, so a service in
+// any language enqueues inside its own transaction with one call:
+//
+//	SELECT * FROM sidefx_enqueue('order-1042', 'email.receipt', '{"to": "a@example.com"}');
+//	SELECT * FROM sidefx_enqueue_many(ARRAY['o-1','o-2'], ARRAY['email.receipt','email.receipt'],
+//	                                  ARRAY['{}','{}']::jsonb[]);
+//
+// Both derive the same keys as Go, dedupe the same way, raise SQLSTATE SX001
+// on a payload mismatch and 22023 on invalid input. Go's Enqueue calls
+// sidefx_enqueue_many itself, so there is one implementation.
+package outbox

@@ -1,0 +1,278 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sidefx/sidefx/effects"
+)
+
+// Errors callers branch on, shared with package effects so errors.Is works
+// whichever name is used.
+var (
+	// ErrPayloadMismatch: the effect exists with another payload. The error
+	// is an *effects.PayloadMismatchError naming source, kind and both hashes.
+	ErrPayloadMismatch = effects.ErrPayloadMismatch
+	// ErrInvalid: the input cannot be an effect. The error is an
+	// *effects.ValidationError naming the item, the field and the problem.
+	ErrInvalid = effects.ErrInvalid
+	// ErrNotFound: Cancel found no effect for the source and kind.
+	ErrNotFound = effects.ErrNotFound
+	// ErrWrongState: Cancel found the effect claimed or finished already.
+	ErrWrongState = effects.ErrWrongState
+)
+
+// DefaultMaxPayloadBytes is the default limit on one payload's JSON.
+const DefaultMaxPayloadBytes = 256 << 10
+
+// DB is what Enqueue runs on: the caller's pgx.Tx, or a *pgx.Conn or
+// *pgxpool.Pool for an enqueue that is its own transaction.
+type DB = effects.DB
+
+// Effect is a side effect to enqueue.
+type Effect struct {
+	// SourceID identifies what caused the effect: the domain event's id, or
+	// the aggregate's id when the effect happens once per aggregate. 1 to 255
+	// characters of UTF-8, no NUL.
+	SourceID string
+	// Kind names the effect and, through the dispatcher's registry, its
+	// provider and policy: "stripe.payment_intent.create", "email.receipt".
+	Kind string
+	// Payload is the provider call's input: a value encoding/json marshals to
+	// a JSON object, or a json.RawMessage (or []byte) holding one, used as it
+	// is.
+	Payload any
+	// MaxAttempts overrides the kind's policy for this effect; 0 keeps it.
+	MaxAttempts int
+	// NotBefore delays the first attempt; zero means as soon as committed.
+	NotBefore time.Time
+}
+
+// Enqueued reports what Enqueue did with one effect.
+type Enqueued struct {
+	ID       int64
+	Key      string // the derived idempotency key sent to the provider
+	Inserted bool   // false: this effect was enqueued before, with the same payload
+}
+
+// Config configures an Outbox.
+type Config struct {
+	// Schema holds side_effects. Default "public".
+	Schema string
+	// MaxPayloadBytes bounds one payload's JSON encoding. Default
+	// DefaultMaxPayloadBytes (256 KiB).
+	MaxPayloadBytes int
+}
+
+// Outbox enqueues effects into one schema. It holds no connection: each call
+// runs on the DB it is given. Safe for concurrent use.
+type Outbox struct {
+	store    *effects.Store
+	maxBytes int
+}
+
+// New returns an Outbox for cfg (nil for the defaults).
+func New(cfg *Config) (*Outbox, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	maxBytes := cfg.MaxPayloadBytes
+	switch {
+	case maxBytes == 0:
+		maxBytes = DefaultMaxPayloadBytes
+	case maxBytes < 0:
+		return nil, fmt.Errorf("new outbox: MaxPayloadBytes is %d, it must be positive", maxBytes)
+	}
+	store, err := effects.NewStore(nil, &effects.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("new outbox: %w", err)
+	}
+	return &Outbox{store: store, maxBytes: maxBytes}, nil
+}
+
+var defaultOutbox, _ = New(nil)
+
+// Enqueue enqueues e with the default Outbox (schema public, 256 KiB
+// payloads). See Outbox.Enqueue.
+func Enqueue(ctx context.Context, db DB, e Effect) (Enqueued, error) {
+	return defaultOutbox.Enqueue(ctx, db, e)
+}
+
+// EnqueueMany enqueues es with the default Outbox. See Outbox.EnqueueMany.
+func EnqueueMany(ctx context.Context, db DB, es []Effect) ([]Enqueued, error) {
+	return defaultOutbox.EnqueueMany(ctx, db, es)
+}
+
+// Cancel cancels a pending effect with the default Outbox. See Outbox.Cancel.
+func Cancel(ctx context.Context, db DB, sourceID, kind string) error {
+	return defaultOutbox.Cancel(ctx, db, sourceID, kind)
+}
+
+// Enqueue records e in db, normally the transaction that writes the business
+// rows e is about, in one round trip. It becomes visible to dispatchers, who
+// are woken by a notification, when that transaction commits; if it rolls
+// back, the effect was never enqueued.
+//
+// Enqueuing the same (SourceID, Kind) again with the same payload is a no-op
+// that returns the existing id and key with Inserted false. With another
+// payload it returns an *effects.PayloadMismatchError (errors.Is
+// ErrPayloadMismatch), writes nothing, and — as any failed statement does —
+// leaves a transaction db aborted. Invalid input returns an
+// *effects.ValidationError (errors.Is ErrInvalid) before any SQL.
+func (o *Outbox) Enqueue(ctx context.Context, db DB, e Effect) (Enqueued, error) {
+	ne, err := o.prepare(e)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	res, err := o.store.WithDB(db).Insert(ctx, []effects.NewEffect{ne}, o.maxBytes)
+	if err != nil {
+		return Enqueued{}, err
+	}
+	return Enqueued(res[0]), nil
+}
+
+// EnqueueMany enqueues es in one statement, with Enqueue's semantics for
+// each; results are in input order. An item repeating an earlier item's
+// (SourceID, Kind) is a duplicate of it. One invalid item, or one payload
+// mismatch, fails the call and inserts none of them; the error names the
+// item's index.
+func (o *Outbox) EnqueueMany(ctx context.Context, db DB, es []Effect) ([]Enqueued, error) {
+	if len(es) == 0 {
+		return nil, nil
+	}
+	items := make([]effects.NewEffect, len(es))
+	for i, e := range es {
+		ne, err := o.prepare(e)
+		if err != nil {
+			if ve, ok := err.(*effects.ValidationError); ok {
+				return nil, ve.AtIndex(i)
+			}
+			return nil, fmt.Errorf("effect at index %d: %w", i, err)
+		}
+		items[i] = ne
+	}
+	res, err := o.store.WithDB(db).Insert(ctx, items, o.maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Enqueued, len(res))
+	for i, r := range res {
+		out[i] = Enqueued(r)
+	}
+	return out, nil
+}
+
+// Cancel moves the pending effect of kind caused by sourceID to cancelled.
+// An effect already claimed or finished is not changed: the error is an
+// *effects.StateError (errors.Is ErrWrongState) naming its state; a missing
+// one is ErrNotFound.
+func (o *Outbox) Cancel(ctx context.Context, db DB, sourceID, kind string) error {
+	if err := effects.ValidateSourceID(sourceID); err != nil {
+		return err
+	}
+	if err := effects.ValidateKind(kind); err != nil {
+		return err
+	}
+	_, err := o.store.WithDB(db).Cancel(ctx, sourceID, kind)
+	return err
+}
+
+// prepare validates e and encodes its payload.
+func (o *Outbox) prepare(e Effect) (effects.NewEffect, error) {
+	if err := effects.ValidateSourceID(e.SourceID); err != nil {
+		return effects.NewEffect{}, err
+	}
+	if err := effects.ValidateKind(e.Kind); err != nil {
+		return effects.NewEffect{}, err
+	}
+	if e.MaxAttempts < 0 {
+		return effects.NewEffect{}, &effects.ValidationError{Index: -1, Field: "max_attempts",
+			Reason: fmt.Sprintf("is %d, it must be positive (or 0 for the kind's policy)", e.MaxAttempts)}
+	}
+	payload, err := EncodePayload(e.Payload, o.maxBytes)
+	if err != nil {
+		return effects.NewEffect{}, err
+	}
+	return effects.NewEffect{SourceID: e.SourceID, Kind: e.Kind, Payload: payload,
+		MaxAttempts: e.MaxAttempts, NotBefore: e.NotBefore}, nil
+}
+
+// EncodePayload returns the JSON of p after checking it is what an effect
+// may carry: a JSON object of at most maxBytes bytes, valid UTF-8, with no
+// \u0000 escape (PostgreSQL's jsonb cannot store one). A json.RawMessage or
+// []byte is used as it is; any other value is marshalled with encoding/json.
+// The error is an *effects.ValidationError for the payload field.
+func EncodePayload(p any, maxBytes int) (json.RawMessage, error) {
+	var b []byte
+	switch v := p.(type) {
+	case nil:
+		return nil, payloadErr("is missing (nil): an effect's payload is a JSON object, {} when empty")
+	case json.RawMessage:
+		b = v
+	case []byte:
+		b = v
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return nil, payloadErr(fmt.Sprintf("cannot be encoded as JSON: %v", err))
+		}
+	}
+	if maxBytes > 0 && len(b) > maxBytes {
+		return nil, payloadErr(fmt.Sprintf("is %d bytes, the limit is %d", len(b), maxBytes))
+	}
+	if !utf8.Valid(b) {
+		return nil, payloadErr("is not valid UTF-8")
+	}
+	if !json.Valid(b) {
+		return nil, payloadErr("is not valid JSON")
+	}
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, payloadErr(fmt.Sprintf("is a JSON %s, not an object", jsonType(t)))
+	}
+	if hasNULEscape(b) {
+		return nil, payloadErr(`holds the escape \u0000, which PostgreSQL's jsonb cannot store`)
+	}
+	return json.RawMessage(b), nil
+}
+
+func payloadErr(reason string) error {
+	return &effects.ValidationError{Index: -1, Field: "payload", Reason: reason}
+}
+
+func jsonType(b []byte) string {
+	if len(b) == 0 {
+		return "nothing"
+	}
+	switch b[0] {
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// hasNULEscape reports whether valid JSON b holds the string escape \u0000.
+// Backslashes occur only inside strings in valid JSON, and an escaped
+// backslash (\\) is skipped whole, so \\u0000 (a literal backslash followed
+// by u0000) is not counted.
+func hasNULEscape(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			continue
+		}
+		if b[i+1] == 'u' && i+5 < len(b) && string(b[i+2:i+6]) == "0000" {
+			return true
+		}
+		i++ // skip the escaped character
+	}
+	return false
+}
