@@ -211,3 +211,27 @@ func newPool(t testing.TB, connString string) *pgxpool.Pool {
 	})
 	return pool
 }
+
+// Open is DB for code that has no testing.TB, such as runnable examples: it
+// returns a pool on a fresh migrated database of the package's server, and a
+// function that closes the pool and drops the database.
+func Open(ctx context.Context) (*pgxpool.Pool, func(), error) {
+	shared.once.Do(func() { shared.c, shared.err = startShared() })
+	if shared.err != nil {
+		return nil, nil, shared.err
+	}
+	c := shared.c
+	name, err := c.db.clone(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := pgxpool.New(ctx, c.db.connString(name))
+	if err != nil {
+		_ = c.db.drop(ctx, name)
+		return nil, nil, fmt.Errorf("pgtest: %w", err)
+	}
+	return pool, func() {
+		pool.Close()
+		_ = c.db.drop(context.Background(), name)
+	}, nil
+}
