@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/time v0.16.0
 )
 
 require (

@@ -34,6 +34,7 @@ type Store struct {
 	db     DB
 	schema string
 	q      *queries
+	dq     *dispatchQueries
 }
 
 // NewStore returns a Store that runs its statements on db. cfg may be nil.
@@ -45,7 +46,8 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new effects store: %w", err)
 	}
-	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema))}, nil
+	dq := buildDispatchQueries(sqlname.Quote(schema) + ".side_effects")
+	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema)), dq: &dq}, nil
 }
 
 // WithDB returns a Store with the same configuration that runs its
@@ -62,10 +64,18 @@ func (s *Store) Schema() string { return s.schema }
 // Channel returns the LISTEN/NOTIFY channel that enqueues notify.
 func (s *Store) Channel() string { return sqlname.Channel(s.schema) }
 
-// The columns every read returns, in scan order.
-const columns = `id, source_id, kind, idempotency_key, payload, payload_hash, state, attempts,
-	coalesce(max_attempts, 0), next_attempt_at, lease_until, claimed_by, provider_ref, outcome,
-	last_error, created_at, fired_at, confirmed_at, updated_at`
+// columnsOf lists the columns every read returns, in scanEffect's order,
+// qualified by alias (such as "e.") or not ("").
+func columnsOf(alias string) string {
+	a := alias
+	return a + "id, " + a + "source_id, " + a + "kind, " + a + "idempotency_key, " + a + "payload, " +
+		a + "payload_hash, " + a + "state, " + a + "attempts, coalesce(" + a + "max_attempts, 0), " +
+		a + "next_attempt_at, " + a + "lease_until, " + a + "claimed_by, " + a + "provider_ref, " +
+		a + "outcome, " + a + "last_error, " + a + "created_at, " + a + "fired_at, " +
+		a + "confirmed_at, " + a + "updated_at"
+}
+
+var columns = columnsOf("")
 
 type queries struct {
 	table, enqueue, get, getByKey, getBySource, cancel, counts, list string

@@ -1,0 +1,5 @@
+package dispatcher_test
+
+const childEnv = "SIDEFX_DISPATCHER_CHILD"
+
+func childMain() int { return 2 }

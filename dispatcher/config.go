@@ -1,0 +1,231 @@
+package dispatcher
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/providers"
+)
+
+// Config configures a Dispatcher. Zero fields take the defaults stated.
+type Config struct {
+	// Schema holds side_effects. Default "public".
+	Schema string
+
+	// Kinds is the registry: the effect kinds this dispatcher serves, each
+	// with its provider and policy. It claims no other kind, so separate
+	// deployments can serve separate kinds from one table. Required.
+	Kinds map[string]Kind
+
+	// Workers bounds the provider calls in flight; the dispatcher never
+	// holds more claimed effects than this. Default 32.
+	Workers int
+
+	// BatchSize bounds the effects one claim statement takes and the
+	// outcomes one statement records. Default 100.
+	BatchSize int
+
+	// Lease is how long a claimed effect stays fired before the rescuer
+	// decides its worker died. It must exceed every kind's Timeout. Default
+	// 60s.
+	Lease time.Duration
+
+	// PollInterval is how often the dispatcher looks for due effects when no
+	// notification wakes it (retries coming due, missed notifications).
+	// Default 1s.
+	PollInterval time.Duration
+
+	// RescueInterval is how often expired leases are rescued (by one replica
+	// at a time). Default Lease/4, at least 1s.
+	RescueInterval time.Duration
+
+	// Retention is how long confirmed, failed and cancelled effects are kept
+	// before the reaper deletes them. Deleting an effect frees its
+	// (source_id, kind): retention must outlast every replay window of the
+	// sources. Default 720h (30 days). Negative disables the reaper.
+	Retention time.Duration
+
+	// ReapInterval is how often the reaper runs (one replica at a time).
+	// Default 1h.
+	ReapInterval time.Duration
+
+	// ShutdownTimeout bounds how long Run waits, after its context ends, for
+	// calls in flight; calls still running then are cancelled and recorded
+	// as unknown. Default 30s.
+	ShutdownTimeout time.Duration
+
+	// Limits bounds calls per provider, by provider name. A provider with no
+	// entry is bounded by Workers alone.
+	Limits map[string]Limit
+
+	// WorkerID is recorded in claimed_by. Default host-pid-random.
+	WorkerID string
+
+	// Logger receives the dispatcher's logs. Default slog.Default().
+	Logger *slog.Logger
+
+	// Observer is told of every outcome, rescue and reap, for metrics.
+	// Default none.
+	Observer Observer
+}
+
+// Kind is the policy of one effect kind.
+type Kind struct {
+	// Provider performs the kind's effects. Required.
+	Provider providers.Provider
+
+	// MaxAttempts bounds the attempts per effect (an effect's own
+	// max_attempts overrides it). A retryable outcome on the last attempt
+	// makes the effect failed; an unknown one makes it uncertain. Default 25.
+	MaxAttempts int
+
+	// Timeout bounds one provider call. Default 30s; must be below Lease.
+	Timeout time.Duration
+
+	// BackoffBase and BackoffMax shape the delay before attempt n+1: a random
+	// duration between half and all of min(BackoffMax, BackoffBase·2^(n-1)),
+	// at least the provider's Retry-After. Defaults 1s and 1h.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+
+	// AtLeastOnce lets a kind whose provider is not idempotent be retried
+	// after an unknown outcome, accepting a possible duplicate (an email
+	// sent twice) over an uncertain effect. Default false: at most once.
+	AtLeastOnce bool
+}
+
+// Limit bounds the calls to one provider.
+type Limit struct {
+	// Concurrency bounds the calls in flight. 0: Workers.
+	Concurrency int
+	// RatePerSecond bounds the calls started per second. 0: unlimited.
+	RatePerSecond float64
+	// Burst is the number of calls that may start at once under the rate.
+	// Default max(1, RatePerSecond).
+	Burst int
+}
+
+// Defaults.
+const (
+	DefaultWorkers         = 32
+	DefaultBatchSize       = 100
+	DefaultLease           = 60 * time.Second
+	DefaultPollInterval    = time.Second
+	DefaultRetention       = 30 * 24 * time.Hour
+	DefaultReapInterval    = time.Hour
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultMaxAttempts     = 25
+	DefaultTimeout         = 30 * time.Second
+	DefaultBackoffBase     = time.Second
+	DefaultBackoffMax      = time.Hour
+)
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("invalid dispatcher configuration")
+
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+}
+
+// withDefaults returns a copy of cfg with defaults filled in, or an error
+// naming the first field that is wrong.
+func withDefaults(cfg *Config) (Config, error) {
+	if cfg == nil {
+		return Config{}, configErr("no config")
+	}
+	c := *cfg
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	def(&c.Lease, DefaultLease)
+	def(&c.PollInterval, DefaultPollInterval)
+	def(&c.RescueInterval, max(c.Lease/4, time.Second))
+	def(&c.Retention, DefaultRetention)
+	def(&c.ReapInterval, DefaultReapInterval)
+	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		c.WorkerID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	switch {
+	case c.Workers < 0:
+		return c, configErr("Workers is %d, it must be positive", c.Workers)
+	case c.BatchSize < 0:
+		return c, configErr("BatchSize is %d, it must be positive", c.BatchSize)
+	case c.Lease < time.Second:
+		return c, configErr("Lease is %s, it must be at least 1s", c.Lease)
+	case c.PollInterval < 0 || c.RescueInterval < 0 || c.ReapInterval < 0 || c.ShutdownTimeout < 0:
+		return c, configErr("intervals and timeouts must not be negative")
+	case len(c.Kinds) == 0:
+		return c, configErr("Kinds is empty: a dispatcher serves at least one kind")
+	}
+	kinds := make(map[string]Kind, len(c.Kinds))
+	for name, k := range c.Kinds {
+		if err := effects.ValidateKind(name); err != nil {
+			return c, configErr("Kinds[%q]: %v", name, err)
+		}
+		if k.Provider == nil {
+			return c, configErr("Kinds[%q].Provider is nil", name)
+		}
+		if k.MaxAttempts == 0 {
+			k.MaxAttempts = DefaultMaxAttempts
+		}
+		def(&k.Timeout, DefaultTimeout)
+		def(&k.BackoffBase, DefaultBackoffBase)
+		def(&k.BackoffMax, DefaultBackoffMax)
+		switch {
+		case k.MaxAttempts < 0:
+			return c, configErr("Kinds[%q].MaxAttempts is %d, it must be positive", name, k.MaxAttempts)
+		case k.Timeout < 0 || k.BackoffBase < 0 || k.BackoffMax < 0:
+			return c, configErr("Kinds[%q]: durations must not be negative", name)
+		case k.Timeout >= c.Lease:
+			return c, configErr("Kinds[%q].Timeout %s is not below Lease %s: a call could outlive its lease and be fired twice", name, k.Timeout, c.Lease)
+		case k.BackoffMax < k.BackoffBase:
+			return c, configErr("Kinds[%q].BackoffMax %s is below BackoffBase %s", name, k.BackoffMax, k.BackoffBase)
+		case k.AtLeastOnce && k.Provider.Idempotent():
+			return c, configErr("Kinds[%q].AtLeastOnce is set but provider %s is idempotent: it is retried with the same key anyway", name, k.Provider.Name())
+		}
+		kinds[name] = k
+	}
+	c.Kinds = kinds
+	for name, l := range c.Limits {
+		if l.Concurrency < 0 || l.RatePerSecond < 0 || l.Burst < 0 || math.IsNaN(l.RatePerSecond) || math.IsInf(l.RatePerSecond, 0) {
+			return c, configErr("Limits[%q]: values must be finite and not negative", name)
+		}
+	}
+	return c, nil
+}
+
+// servedKinds lists the configured kinds in order.
+func (c *Config) servedKinds() []string {
+	ks := make([]string, 0, len(c.Kinds))
+	for k := range c.Kinds {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

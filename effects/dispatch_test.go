@@ -1,0 +1,232 @@
+package effects_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+)
+
+func claim(t *testing.T, b bundle, worker string, lease time.Duration, kinds ...string) []*effects.Effect {
+	t.Helper()
+	got, err := b.store.Claim(b.ctx, effects.ClaimParams{Kinds: kinds, Limit: 100, Lease: lease, Worker: worker})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return got
+}
+
+// waitLeaseExpired waits, with a deadline, until the database's clock has
+// passed every lease.
+func waitLeaseExpired(t *testing.T, b bundle) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var live bool
+		if err := b.pool.QueryRow(b.ctx, "SELECT EXISTS (SELECT 1 FROM side_effects WHERE state = 'fired' AND lease_until >= now())").Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+		if !live {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("leases did not expire within 10s")
+		}
+		<-tick.C
+	}
+}
+
+func TestStore_ClaimTakesDuePendingOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert(t, b,
+		effects.NewEffect{SourceID: "a", Kind: "k.one", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "b", Kind: "k.one", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "c", Kind: "k.two", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "d", Kind: "k.one", Payload: json.RawMessage(`{}`), NotBefore: time.Now().Add(time.Hour)},
+	)
+	got := claim(t, b, "w1", time.Minute, "k.one")
+	if len(got) != 2 {
+		t.Fatalf("claimed %d, want the 2 due k.one effects", len(got))
+	}
+	for _, e := range got {
+		if e.State != effects.Fired || e.Attempts != 1 || e.ClaimedBy != "w1" || e.LeaseUntil.IsZero() || e.FiredAt.IsZero() || e.Kind != "k.one" {
+			t.Errorf("claimed %+v", e)
+		}
+	}
+	if again := claim(t, b, "w2", time.Minute, "k.one"); len(again) != 0 {
+		t.Fatalf("a second claim took %d fired or future effects", len(again))
+	}
+	if lim, err := b.store.Claim(b.ctx, effects.ClaimParams{Kinds: []string{"k.two"}, Limit: 0, Lease: time.Minute}); err != nil || len(lim) != 0 {
+		t.Fatalf("limit 0 claimed %d, %v", len(lim), err)
+	}
+}
+
+func TestStore_CompleteIsFencedByAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert(t, b,
+		effects.NewEffect{SourceID: "idem", Kind: "k.idem", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "once", Kind: "k.once", Payload: json.RawMessage(`{}`)},
+	)
+	stale := claim(t, b, "worker-a", time.Second, "k.idem", "k.once")
+	if len(stale) != 2 {
+		t.Fatalf("claimed %d", len(stale))
+	}
+	waitLeaseExpired(t, b)
+	rescued, err := b.store.Rescue(b.ctx, []effects.RescuePolicy{
+		{Kind: "k.idem", Repeatable: true, MaxAttempts: 5},
+		{Kind: "k.once", Repeatable: false, MaxAttempts: 5},
+	}, 100)
+	if err != nil || len(rescued) != 2 {
+		t.Fatalf("rescue = %+v, %v", rescued, err)
+	}
+	for _, r := range rescued {
+		want := map[string]effects.State{"k.idem": effects.Pending, "k.once": effects.Uncertain}[r.Kind]
+		if r.State != want || r.Attempt != 1 {
+			t.Errorf("rescued %+v, want %s", r, want)
+		}
+	}
+	// Worker B claims the idempotent effect again: attempt 2 owns it now.
+	fresh := claim(t, b, "worker-b", time.Minute, "k.idem")
+	if len(fresh) != 1 || fresh[0].Attempts != 2 {
+		t.Fatalf("re-claim = %+v", fresh)
+	}
+	var idemID, onceID int64
+	for _, e := range stale {
+		if e.Kind == "k.idem" {
+			idemID = e.ID
+		} else {
+			onceID = e.ID
+		}
+	}
+	// A's late answers: for the idempotent effect it is stale and must not
+	// overwrite attempt 2; for the at-most-once effect, nobody claimed it
+	// again, so A's definite answer resolves the uncertainty.
+	fenced, err := b.store.Complete(b.ctx, []effects.Outcome{
+		{ID: idemID, Attempt: 1, State: effects.Failed, Error: "stale worker's answer"},
+		{ID: onceID, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_1", Detail: json.RawMessage(`{"late":true}`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fenced) != 1 || fenced[0] != idemID {
+		t.Fatalf("fenced = %v, want only %d", fenced, idemID)
+	}
+	idem, _ := b.store.Get(b.ctx, idemID)
+	if idem.State != effects.Fired || idem.Attempts != 2 || idem.ClaimedBy != "worker-b" {
+		t.Fatalf("the stale answer changed the newer attempt: %+v", idem)
+	}
+	once, _ := b.store.Get(b.ctx, onceID)
+	if once.State != effects.Confirmed || once.ProviderRef != "msg_1" || once.ConfirmedAt.IsZero() {
+		t.Fatalf("late definite answer not taken: %+v", once)
+	}
+	// B's own answer applies; a duplicate write of it afterwards is fenced.
+	for i, want := range []int{0, 1} {
+		fenced, err := b.store.Complete(b.ctx, []effects.Outcome{{ID: idemID, Attempt: 2, State: effects.Confirmed, ProviderRef: "pi_2"}})
+		if err != nil || len(fenced) != want {
+			t.Fatalf("write %d of attempt 2: fenced %v, %v", i, fenced, err)
+		}
+	}
+	// A retryable (non-definite) late answer never resurrects a rescued effect.
+	insert(t, b, effects.NewEffect{SourceID: "x", Kind: "k.idem", Payload: json.RawMessage(`{}`)})
+	x := claim(t, b, "worker-a", time.Second, "k.idem")[0]
+	waitLeaseExpired(t, b)
+	if _, err := b.store.Rescue(b.ctx, []effects.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 5}}, 100); err != nil {
+		t.Fatal(err)
+	}
+	fenced, err = b.store.Complete(b.ctx, []effects.Outcome{{ID: x.ID, Attempt: 1, State: effects.Pending, RetryIn: time.Hour}})
+	if err != nil || len(fenced) != 1 {
+		t.Fatalf("late retryable answer: fenced %v, %v", fenced, err)
+	}
+}
+
+func TestStore_RescueRespectsAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert(t, b,
+		effects.NewEffect{SourceID: "a", Kind: "k.idem", Payload: json.RawMessage(`{}`), MaxAttempts: 1},
+		effects.NewEffect{SourceID: "b", Kind: "k.idem", Payload: json.RawMessage(`{}`)},
+	)
+	claim(t, b, "w", time.Second, "k.idem")
+	waitLeaseExpired(t, b)
+	got, err := b.store.Rescue(b.ctx, []effects.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 3}}, 100)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("rescue = %v, %v", got, err)
+	}
+	a, _ := b.store.GetBySource(b.ctx, "a", "k.idem")
+	bb, _ := b.store.GetBySource(b.ctx, "b", "k.idem")
+	// Out of attempts after an unknown outcome: it may have happened, so
+	// uncertain, not failed.
+	if a.State != effects.Uncertain || bb.State != effects.Pending || a.LastError == "" || !a.LeaseUntil.IsZero() {
+		t.Fatalf("a = %s (%q), b = %s", a.State, a.LastError, bb.State)
+	}
+}
+
+func TestStore_ReapDeletesOnlyOldTerminal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var items []effects.NewEffect
+	for i := range 5 {
+		items = append(items, effects.NewEffect{SourceID: fmt.Sprint(i), Kind: "k", Payload: json.RawMessage(`{}`)})
+	}
+	insert(t, b, items...)
+	for _, s := range []string{"0", "1"} {
+		if _, err := b.store.Cancel(b.ctx, s, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Age two cancelled effects and one pending one past the retention.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET updated_at = now() - interval '31 days' WHERE source_id IN ('0', '2')`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.store.Reap(b.ctx, 30*24*time.Hour, 100)
+	if err != nil || n != 1 {
+		t.Fatalf("reaped %d, %v; want only the old cancelled one", n, err)
+	}
+	if _, err := b.store.GetBySource(b.ctx, "0", "k"); err == nil {
+		t.Fatal("the old terminal effect is still there")
+	}
+}
+
+func TestStore_ExclusiveRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	inner := make(chan bool, 1)
+	ran, err := b.store.Exclusive(b.ctx, b.pool, "job", func(*effects.Store) error {
+		// While held, another taker is turned away.
+		ran, err := b.store.Exclusive(b.ctx, b.pool, "job", func(*effects.Store) error { return nil })
+		if err != nil {
+			return err
+		}
+		inner <- ran
+		return nil
+	})
+	if err != nil || !ran {
+		t.Fatalf("outer = %v, %v", ran, err)
+	}
+	if <-inner {
+		t.Fatal("a second holder ran while the lock was held")
+	}
+	if ran, err := b.store.Exclusive(b.ctx, b.pool, "job", func(*effects.Store) error { return nil }); err != nil || !ran {
+		t.Fatalf("after release = %v, %v", ran, err)
+	}
+}
+
+func TestStore_CompleteRejectsImpossibleOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, o := range []effects.Outcome{
+		{ID: 1, Attempt: 1, State: effects.Cancelled},
+		{ID: 1, Attempt: 1, State: effects.Fired},
+		{ID: 1, Attempt: 1, State: effects.Confirmed, Detail: json.RawMessage(`{nope`)},
+	} {
+		if _, err := b.store.Complete(b.ctx, []effects.Outcome{o}); err == nil {
+			t.Errorf("Complete accepted %+v", o)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package providers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Call is one attempt at one effect, as the dispatcher hands it to a
+// provider.
+type Call struct {
+	EffectID int64
+	SourceID string
+	Kind     string
+	// Key is the effect's derived idempotency key: the same on every attempt,
+	// so a provider that honours keys performs the effect once.
+	Key     string
+	Payload json.RawMessage
+	// Attempt counts from 1; it is the effect's fencing token.
+	Attempt int
+}
+
+// Class says what a provider's answer means for the effect.
+type Class int
+
+// The classes of a provider's answer.
+const (
+	// Confirmed: the provider accepted the effect, the first time or as a
+	// replay of an earlier attempt with the same key.
+	Confirmed Class = iota + 1
+	// Rejected: a definite no (validation error, card declined, most 4xx).
+	// Retrying would not help.
+	Rejected
+	// Retryable: definitely not done (429, 5xx before acceptance, connection
+	// refused), or safe to repeat. Retried with backoff.
+	Retryable
+	// Unknown: may have happened (a timeout or a connection reset after the
+	// request was sent). Retried with the same key at an idempotent
+	// provider; uncertain at one that is not.
+	Unknown
+)
+
+func (c Class) String() string {
+	switch c {
+	case Confirmed:
+		return "confirmed"
+	case Rejected:
+		return "rejected"
+	case Retryable:
+		return "retryable"
+	case Unknown:
+		return "unknown"
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// Result is a provider's classified answer to one Call. Build one with
+// Confirm, Reject, Retry or Unsure; read it with the predicates.
+type Result struct {
+	Class Class
+	// Ref is the provider's reference for the object it made (pi_…, a
+	// message id); set when confirmed, optional otherwise.
+	Ref string
+	// Replayed: the provider answered from its record of an earlier request
+	// with the same key (a duplicate absorbed).
+	Replayed bool
+	// RetryAfter is the provider's requested minimum wait before the next
+	// attempt (Retry-After); zero leaves the backoff to the policy.
+	RetryAfter time.Duration
+	// Detail is the provider's answer worth keeping, stored in the effect's
+	// outcome column. It must hold no secret.
+	Detail json.RawMessage
+	// Err says why the effect was not confirmed; its message is stored as
+	// the effect's last_error. It must hold no secret.
+	Err error
+}
+
+// Confirm returns a Confirmed result.
+func Confirm(ref string, replayed bool, detail json.RawMessage) Result {
+	return Result{Class: Confirmed, Ref: ref, Replayed: replayed, Detail: detail}
+}
+
+// Reject returns a Rejected result.
+func Reject(err error, detail json.RawMessage) Result {
+	return Result{Class: Rejected, Err: orUnknown(err, "rejected"), Detail: detail}
+}
+
+// Retry returns a Retryable result; after is the provider's Retry-After, or
+// zero.
+func Retry(err error, after time.Duration) Result {
+	return Result{Class: Retryable, Err: orUnknown(err, "retryable"), RetryAfter: after}
+}
+
+// Unsure returns an Unknown result: the effect may or may not have happened.
+func Unsure(err error) Result {
+	return Result{Class: Unknown, Err: orUnknown(err, "outcome unknown")}
+}
+
+func orUnknown(err error, what string) error {
+	if err == nil {
+		return errors.New(what)
+	}
+	return err
+}
+
+// IsConfirmed reports whether the provider accepted the effect.
+func (r Result) IsConfirmed() bool { return r.Class == Confirmed }
+
+// IsRejected reports whether the provider definitely refused the effect.
+func (r Result) IsRejected() bool { return r.Class == Rejected }
+
+// IsRetryable reports whether the effect definitely did not happen and may be
+// tried again.
+func (r Result) IsRetryable() bool { return r.Class == Retryable }
+
+// IsUnknown reports whether the effect may or may not have happened.
+func (r Result) IsUnknown() bool { return r.Class == Unknown }
+
+// Valid reports whether r has one of the four classes.
+func (r Result) Valid() bool { return r.Class >= Confirmed && r.Class <= Unknown }
+
+// Provider turns one claimed effect into one call and classifies the answer.
+//
+// Call must respect ctx: when it is done, return promptly, with Unknown if
+// the request may have been sent and Retryable if it certainly was not. Call
+// must not panic on any payload; a payload it cannot use is Rejected, before
+// any request. Call is used concurrently.
+type Provider interface {
+	// Name identifies the provider in logs, metrics and limits ("stripe").
+	Name() string
+	// Idempotent reports whether the provider honours idempotency keys: a
+	// repeated call with the same key performs the effect at most once. An
+	// unknown outcome at an idempotent provider is retried with the same
+	// key; at another it makes the effect uncertain.
+	Idempotent() bool
+	// Call performs c once and classifies the answer.
+	Call(ctx context.Context, c Call) Result
+}

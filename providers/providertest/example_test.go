@@ -1,0 +1,63 @@
+package providertest_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/providertest"
+)
+
+// An idempotent fake loses the answer to a key's first call after
+// performing it; the retry with the same key is answered from its record,
+// so the charge happens once.
+func Example() {
+	ctx := context.Background()
+	fake := providertest.New(providertest.Config{
+		Name:       "stripe",
+		Idempotent: true,
+		Faults:     providertest.FailFirst(1, providertest.PerformedThenTimeout),
+	})
+	call := providers.Call{Key: "sfx1_example", Attempt: 1}
+
+	first := fake.Call(ctx, call)
+	call.Attempt++
+	retry := fake.Call(ctx, call)
+
+	fmt.Println("first:", first.Class)
+	fmt.Println("retry:", retry.Class, "replayed:", retry.Replayed, "ref:", retry.Ref)
+	fmt.Println("performed:", fake.Performed(call.Key))
+	fmt.Println(fake.Stats())
+	// Output:
+	// first: unknown
+	// retry: confirmed replayed: true ref: fake_1
+	// performed: 1
+	// calls=2 in_flight=0 performed=1 replays=1 duplicates=0 keys=1 confirmed=1 rejected=0 retryable=0 unknown=1
+}
+
+// Over HTTP, the fake lives in the test's process and a dispatcher in
+// another process reaches it with a Client. A refused connection is
+// Retryable: the request surely was not sent.
+func ExampleNewServer() {
+	ctx := context.Background()
+	fake := providertest.New(providertest.Config{Idempotent: true})
+	srv := providertest.NewServer(fake)
+
+	client, err := providertest.NewClient(providertest.ClientConfig{URL: srv.URL(), Idempotent: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	call := providers.Call{Key: "sfx1_example", Attempt: 1}
+	fmt.Println(client.Call(ctx, call).Class)
+	fmt.Println(client.Call(ctx, call).Replayed)
+
+	srv.Close()
+	client.Close() // drop the pooled connection, so the next call dials
+	fmt.Println(client.Call(ctx, call).Class)
+	// Output:
+	// confirmed
+	// true
+	// retryable
+}
