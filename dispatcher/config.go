@@ -213,6 +213,13 @@ func withDefaults(cfg *Config) (Config, error) {
 	}
 	c.Kinds = kinds
 	for name, l := range c.Limits {
+		used := false
+		for _, k := range c.Kinds {
+			used = used || k.Provider.Name() == name
+		}
+		if !used {
+			return c, configErr("Limits[%q] names no provider of the configured kinds", name)
+		}
 		if l.Concurrency < 0 || l.RatePerSecond < 0 || l.Burst < 0 || math.IsNaN(l.RatePerSecond) || math.IsInf(l.RatePerSecond, 0) {
 			return c, configErr("Limits[%q]: values must be finite and not negative", name)
 		}

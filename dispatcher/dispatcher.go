@@ -227,8 +227,8 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 			continue
 		}
 		failures = 0
-		if more && !blocked {
-			continue
+		if more {
+			continue // a claim came back full: more may be due now
 		}
 		var freed chan struct{}
 		if blocked {

@@ -397,6 +397,7 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 		"backoff inverted":            {Kinds: kinds("k", dispatcher.Kind{Provider: fake, BackoffBase: time.Hour, BackoffMax: time.Second})},
 		"at least once on idempotent": {Kinds: kinds("k", dispatcher.Kind{Provider: fake, AtLeastOnce: true})},
 		"negative limit":              {Kinds: kinds("k", dispatcher.Kind{Provider: mail}), Limits: map[string]dispatcher.Limit{"fake": {Concurrency: -1}}},
+		"limit for nobody":            {Kinds: kinds("k", dispatcher.Kind{Provider: mail}), Limits: map[string]dispatcher.Limit{"stripe": {Concurrency: 1}}},
 		"bad schema":                  {Kinds: kinds("k", dispatcher.Kind{Provider: fake}), Schema: "no-dashes"},
 	}
 	for name, cfg := range cases {

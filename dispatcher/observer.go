@@ -37,8 +37,8 @@ type Dispatch struct {
 	Fenced bool
 	// CallDuration is the provider call's wall time.
 	CallDuration time.Duration
-	// SinceEnqueue is the time from enqueue to this outcome's record
-	// (by this process's clock against the database's created_at).
+	// SinceEnqueue is the time from enqueue to the provider's answer (by
+	// this process's clock against the database's created_at).
 	SinceEnqueue time.Duration
 }
 
