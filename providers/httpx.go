@@ -1,0 +1,85 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// TransportResult classifies an error from sending an HTTP request (an
+// error from http.Client.Do, not an HTTP status). The request certainly did
+// not reach the peer when the connection was refused, the host name did not
+// resolve, or the server closed an idle connection before the request was
+// written: those are retryable. Anything else — a timeout, a reset or EOF
+// after the request may have been written, a cancelled context — may have
+// been acted on, and is unknown. what names the call in the error ("stripe
+// charges.create"); err's own text is kept, so it must hold no secret.
+func TransportResult(what string, err error) Result {
+	if NotSent(err) {
+		return Retry(fmt.Errorf("%s: not sent: %w", what, err), 0)
+	}
+	return Unsure(fmt.Errorf("%s: no answer: %w", what, err))
+}
+
+// NotSent reports whether err, from sending an HTTP request, proves the
+// request never reached the peer.
+func NotSent(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true // a dial that failed or timed out sent nothing
+	}
+	// net/http's own "server closed idle connection" is returned only when
+	// nothing of the request was written; its error value is unexported.
+	return strings.Contains(err.Error(), "http: server closed idle connection")
+}
+
+// RetryAfter reads a Retry-After header: delay-seconds or an HTTP date
+// (relative to now). Absent, malformed or past values give zero.
+func RetryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		if secs <= 0 || secs > 365*24*3600 {
+			return 0
+		}
+		return time.Duration(secs * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// ClassifyStatus gives the class of an HTTP status for a provider without
+// special cases: 2xx confirmed; 408, 409, 425, 429 and 5xx retryable (the
+// peer did not act, or asks to be asked again); other 4xx rejected; 1xx and
+// 3xx unknown (the peer answered something we cannot read as a decision).
+func ClassifyStatus(code int) Class {
+	switch {
+	case code >= 200 && code < 300:
+		return Confirmed
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooEarly, code == http.StatusTooManyRequests, code >= 500:
+		return Retryable
+	case code >= 400 && code < 500:
+		return Rejected
+	}
+	return Unknown
+}
