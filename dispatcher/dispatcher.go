@@ -418,7 +418,14 @@ func (d *Dispatcher) completer(giveUp <-chan struct{}, done chan<- struct{}) {
 				break drain
 			}
 		}
-		if err := d.record(batch); err != nil {
+		err := d.record(batch)
+		if err != nil && effects.IsDataError(err) {
+			// The database refuses the data itself: retrying the same batch
+			// would fail forever and block every outcome behind it.
+			d.recordEach(batch)
+			err = nil
+		}
+		if err != nil {
 			failures++
 			select {
 			case <-giveUp:
@@ -472,6 +479,26 @@ func (d *Dispatcher) record(batch []pending) error {
 	}
 	d.release(batch)
 	return nil
+}
+
+// recordEach records a batch the database refused one outcome at a time;
+// an outcome refused on its own is left to the lease rescue, and said so.
+func (d *Dispatcher) recordEach(batch []pending) {
+	for _, p := range batch {
+		err := d.record([]pending{p})
+		if err == nil {
+			continue
+		}
+		if !effects.IsDataError(err) {
+			// The connection went away meanwhile: keep it simple, the lease
+			// rescue covers what is not recorded.
+			d.log.Error("recording an outcome failed", "effect_id", p.out.ID, "kind", p.rec.Kind, "err", err)
+		} else {
+			d.log.Error("the database refused an outcome; its lease will be rescued",
+				"effect_id", p.out.ID, "kind", p.rec.Kind, "attempt", p.out.Attempt, "err", err)
+		}
+		d.release([]pending{p})
+	}
 }
 
 // release frees the worker and provider slots of batch.

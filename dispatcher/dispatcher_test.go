@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -407,5 +408,29 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 	}
 	if _, err := dispatcher.New(nil, &dispatcher.Config{Kinds: kinds("k", dispatcher.Kind{Provider: fake})}); err == nil {
 		t.Error("nil pool accepted")
+	}
+}
+
+// An outcome the database refuses must not block the others in its batch.
+// A constraint added for the test makes it refuse one effect's answer.
+func TestDispatcher_RefusedOutcomeDoesNotBlockTheBatch(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE side_effects ADD CONSTRAINT test_refuse_poison
+		CHECK (last_error IS NULL OR last_error NOT LIKE '%poison%')`); err != nil {
+		t.Fatal(err)
+	}
+	keys := enqueue(t, pool, "charge.create", "o", 50)
+	fake := providertest.New(providertest.Config{Idempotent: true, Latency: 50 * time.Millisecond,
+		Faults: providertest.ForKeys(keys[:1], providertest.Reject("poison"))})
+	start(t, pool, &dispatcher.Config{Kinds: kinds("charge.create", dispatcher.Kind{Provider: fake}), Workers: 50, BatchSize: 50})
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		got := counts(t, pool)
+		return got[effects.Confirmed] == 49, fmt.Sprint(got)
+	})
+	store, _ := effects.NewStore(pool, nil)
+	poisoned, err := store.GetByKey(context.Background(), keys[0])
+	if err != nil || poisoned.State != effects.Fired {
+		t.Fatalf("the refused effect: %+v, %v; want it left fired for the rescue", poisoned, err)
 	}
 }

@@ -134,7 +134,9 @@ type Outcome struct {
 	RetryIn time.Duration
 }
 
-// Complete records outcomes in one statement. Each is fenced: it applies only
+// Complete records outcomes in one statement. A detail that is not JSON
+// PostgreSQL can store is kept as a JSON string, and texts are made valid
+// UTF-8 without NUL. Each outcome is fenced: it applies only
 // while the effect is still fired with the same attempt (or, for a confirmed
 // or failed outcome, was rescued from that attempt and not claimed again).
 // The ids of outcomes that did not apply are returned as fenced; they are not
@@ -151,13 +153,14 @@ func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []int64, e
 		if !CanTransition(Fired, o.State) {
 			return nil, fmt.Errorf("complete effect %d: %s is not an outcome of a fired effect", o.ID, o.State)
 		}
-		if o.Detail != nil && !json.Valid(o.Detail) {
-			return nil, fmt.Errorf("complete effect %d: the outcome detail is not valid JSON", o.ID)
-		}
+		// What a provider answered is stored in some form, never allowed to
+		// make the batch fail: one unstorable answer would block every
+		// outcome behind it.
+		detail := storableDetail(o.Detail)
 		ids[i], attempts[i], states[i] = o.ID, int32(o.Attempt), string(o.State)
-		refs[i] = pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""}
-		details[i] = pgtype.Text{String: string(o.Detail), Valid: o.Detail != nil}
-		errs[i] = pgtype.Text{String: o.Error, Valid: o.Error != ""}
+		refs[i] = pgtype.Text{String: cleanText(o.ProviderRef), Valid: o.ProviderRef != ""}
+		details[i] = pgtype.Text{String: string(detail), Valid: detail != nil}
+		errs[i] = pgtype.Text{String: cleanText(o.Error), Valid: o.Error != ""}
 		delays[i] = max(o.RetryIn.Milliseconds(), 0)
 	}
 	rows, err := s.db.Query(ctx, s.dq.complete, ids, attempts, states, refs, details, errs, delays)

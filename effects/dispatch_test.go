@@ -3,6 +3,7 @@ package effects_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,10 +224,75 @@ func TestStore_CompleteRejectsImpossibleOutcomes(t *testing.T) {
 	for _, o := range []effects.Outcome{
 		{ID: 1, Attempt: 1, State: effects.Cancelled},
 		{ID: 1, Attempt: 1, State: effects.Fired},
-		{ID: 1, Attempt: 1, State: effects.Confirmed, Detail: json.RawMessage(`{nope`)},
 	} {
 		if _, err := b.store.Complete(b.ctx, []effects.Outcome{o}); err == nil {
 			t.Errorf("Complete accepted %+v", o)
+		}
+	}
+}
+
+// One provider answer that PostgreSQL cannot store must not block the batch
+// it is in: every outcome is recorded, the odd answers kept as text.
+func TestStore_CompleteStoresHostileAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var items []effects.NewEffect
+	for i := range 6 {
+		items = append(items, effects.NewEffect{SourceID: fmt.Sprint(i), Kind: "k", Payload: json.RawMessage(`{}`)})
+	}
+	insert(t, b, items...)
+	claimed := claim(t, b, "w", time.Minute, "k")
+	hostile := []effects.Outcome{
+		{Detail: json.RawMessage(`{"msg":"nul \u0000 inside"}`), Error: "boom"},
+		{Detail: json.RawMessage(`{"msg":"lone \ud800 surrogate"}`), Error: "nul byte \x00 \x00 in error"},
+		{Detail: json.RawMessage(`{not json`), Error: "bad utf8 \xff\xfe"},
+		{Detail: json.RawMessage("{\"raw\":\"\xff\"}"), ProviderRef: "ref\x00x"},
+		{Detail: json.RawMessage(`{"pair":"\ud83d\ude00"}`)},
+		{Detail: json.RawMessage(`{"fine":true}`)},
+	}
+	var outs []effects.Outcome
+	for i, e := range claimed {
+		o := hostile[i]
+		o.ID, o.Attempt, o.State = e.ID, e.Attempts, effects.Failed
+		outs = append(outs, o)
+	}
+	fenced, err := b.store.Complete(b.ctx, outs)
+	if err != nil || len(fenced) != 0 {
+		t.Fatalf("complete = fenced %v, %v", fenced, err)
+	}
+	list, err := b.store.List(b.ctx, effects.Filter{States: []effects.State{effects.Failed}})
+	if err != nil || len(list) != 6 {
+		t.Fatalf("failed effects = %d, %v", len(list), err)
+	}
+	for _, e := range list {
+		if e.Outcome == nil {
+			t.Errorf("effect %d lost its answer", e.ID)
+		}
+	}
+	pair, _ := b.store.Get(b.ctx, claimed[4].ID)
+	if !strings.Contains(string(pair.Outcome), "😀") {
+		t.Errorf("a valid surrogate pair was not kept as JSON: %s", pair.Outcome)
+	}
+}
+
+func TestJSONProblem(t *testing.T) {
+	t.Parallel()
+	ok := []string{`{}`, `{"a":"\\u0000"}`, `{"a":"\ud83d\ude00"}`, `{"a":"\u00e9"}`, `{"a":"\n\t"}`}
+	for _, s := range ok {
+		if p := effects.JSONProblem([]byte(s)); p != "" {
+			t.Errorf("JSONProblem(%s) = %q", s, p)
+		}
+	}
+	bad := map[string]string{
+		`{"a":"\u0000"}`:       `\u0000`,
+		`{"a":"x\ud800"}`:      "surrogate",
+		`{"a":"\udc00x"}`:      "surrogate",
+		`{"a":"\ud800\u0041"}`: "surrogate",
+		"{\"a\":\"\xff\"}":     "UTF-8",
+	}
+	for s, want := range bad {
+		if p := effects.JSONProblem([]byte(s)); !strings.Contains(p, want) {
+			t.Errorf("JSONProblem(%q) = %q, want %q", s, p, want)
 		}
 	}
 }

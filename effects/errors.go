@@ -127,7 +127,7 @@ func translate(err error) error {
 		}
 		return fmt.Errorf("%s: %w", pe.Message, ErrInvalid)
 	case "23514": // check_violation: the table's own guard
-		return fmt.Errorf("%s (constraint %s): %w", pe.Message, pe.ConstraintName, ErrInvalid)
+		return fmt.Errorf("constraint %s: %w: %w", pe.ConstraintName, ErrInvalid, pe)
 	}
 	return err
 }
@@ -141,4 +141,13 @@ func IsRetryable(err error) bool {
 		return pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
 	}
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err)
+}
+
+// IsDataError reports whether err is PostgreSQL refusing the data of a
+// statement (SQLSTATE classes 22, data exception, and 23, integrity
+// constraint violation): the same statement will fail again, unlike after a
+// lost connection.
+func IsDataError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && len(pe.Code) == 5 && (pe.Code[:2] == "22" || pe.Code[:2] == "23")
 }

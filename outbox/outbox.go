@@ -233,8 +233,8 @@ func EncodePayload(p any, maxBytes int) (json.RawMessage, error) {
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return nil, payloadErr(fmt.Sprintf("is a JSON %s, not an object", jsonType(t)))
 	}
-	if hasNULEscape(b) {
-		return nil, payloadErr(`holds the escape \u0000, which PostgreSQL's jsonb cannot store`)
+	if problem := effects.JSONProblem(b); problem != "" {
+		return nil, payloadErr(problem)
 	}
 	return json.RawMessage(b), nil
 }
@@ -258,21 +258,4 @@ func jsonType(b []byte) string {
 		return "null"
 	}
 	return "number"
-}
-
-// hasNULEscape reports whether valid JSON b holds the string escape \u0000.
-// Backslashes occur only inside strings in valid JSON, and an escaped
-// backslash (\\) is skipped whole, so \\u0000 (a literal backslash followed
-// by u0000) is not counted.
-func hasNULEscape(b []byte) bool {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' || i+1 >= len(b) {
-			continue
-		}
-		if b[i+1] == 'u' && i+5 < len(b) && string(b[i+2:i+6]) == "0000" {
-			return true
-		}
-		i++ // skip the escaped character
-	}
-	return false
 }

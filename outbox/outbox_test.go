@@ -256,6 +256,7 @@ func TestEnqueue_InvalidInputIsRefusedBeforeSQL(t *testing.T) {
 		{"null payload", with(func(e *outbox.Effect) { e.Payload = json.RawMessage(`null`) }), "payload", "null"},
 		{"broken json", with(func(e *outbox.Effect) { e.Payload = json.RawMessage(`{"a":`) }), "payload", "not valid JSON"},
 		{"nul escape", with(func(e *outbox.Effect) { e.Payload = json.RawMessage(`{"a":"x\u0000y"}`) }), "payload", `\u0000`},
+		{"lone surrogate", with(func(e *outbox.Effect) { e.Payload = json.RawMessage(`{"a":"x\ud800y"}`) }), "payload", "surrogate"},
 		{"bad utf8 payload", with(func(e *outbox.Effect) { e.Payload = []byte("{\"a\":\"\xff\"}") }), "payload", "UTF-8"},
 		{"unmarshalable", with(func(e *outbox.Effect) { e.Payload = map[string]any{"f": func() {}} }), "payload", "cannot be encoded"},
 		{"oversize", with(func(e *outbox.Effect) {

@@ -1,0 +1,217 @@
+package stripe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/sidefx/sidefx/providers"
+)
+
+// DefaultBaseURL is Stripe's API.
+const DefaultBaseURL = "https://api.stripe.com"
+
+// DefaultTimeout bounds one request when Config.Timeout is zero.
+const DefaultTimeout = 30 * time.Second
+
+// MaxKeyLength is the longest idempotency key Stripe accepts.
+const MaxKeyLength = 255
+
+// Errors a Call's Err wraps, for errors.Is.
+var (
+	// ErrIdempotencyMismatch: Stripe refused the request because its
+	// idempotency key was first used with other parameters or another
+	// endpoint (an idempotency_error). The effect is Rejected; something
+	// upstream derived one key for two different requests, or the payload
+	// changed between attempts, so it is worth an alarm: an earlier
+	// request under this key may have performed an effect.
+	ErrIdempotencyMismatch = errors.New("stripe idempotency key reused with different parameters")
+	// ErrUnsupportedOperation: the effect's kind maps to no operation this
+	// provider supports. Rejected before any request.
+	ErrUnsupportedOperation = errors.New("unsupported stripe operation")
+	// ErrInvalidPayload: the effect's payload is not the operation's
+	// parameters (or the call has no usable idempotency key). Rejected
+	// before any request.
+	ErrInvalidPayload = errors.New("invalid stripe payload")
+)
+
+// Config configures a Provider.
+type Config struct {
+	// APIKey is the secret (sk_…) or restricted (rk_…) key requests are
+	// made with. Required. It is never logged and never appears in a
+	// Result or an error.
+	APIKey string
+	// BaseURL is the address of Stripe's API. Default DefaultBaseURL; set
+	// it to a stripe-mock or a test server. A trailing "/" or "/v1" is
+	// ignored.
+	BaseURL string
+	// Timeout bounds each request, from sending it to reading the answer.
+	// Default DefaultTimeout (30s); negative is an error. The context given
+	// to Call bounds it too, and the earlier deadline wins.
+	Timeout time.Duration
+	// HTTPClient sends the requests. Default a client on
+	// http.DefaultTransport. The provider uses a copy whose transport is
+	// wrapped to see each answer's status; the client given is not
+	// modified. Redirects and cookie jars are the client's; Stripe uses
+	// neither.
+	HTTPClient *http.Client
+	// Name is the provider's name in logs, metrics and limits. Default
+	// "stripe".
+	Name string
+	// Operations maps an effect kind to the Stripe operation it performs,
+	// one of Operations(). A kind not in the map uses DefaultOperation: its
+	// last two dot-separated words. Nil is an empty map.
+	Operations map[string]string
+}
+
+// Provider performs effects as Stripe API calls, each with the effect's
+// derived key as its Idempotency-Key, and classifies Stripe's answers. It is
+// safe for concurrent use. See the package documentation for the
+// classification.
+type Provider struct {
+	name    string
+	apiKey  string
+	timeout time.Duration
+	ops     map[string]string
+	api     *client.API
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New returns a Provider for cfg, or an error saying what in cfg is wrong.
+func New(cfg *Config) (*Provider, error) {
+	return newProvider(cfg, &stripego.LeveledLogger{Level: stripego.LevelNull})
+}
+
+// newProvider is New with the logger stripe-go writes to; tests pass one
+// that records everything, to check it holds no secret.
+func newProvider(cfg *Config, logger stripego.LeveledLoggerInterface) (*Provider, error) {
+	if cfg == nil {
+		return nil, errors.New("stripe: new provider: nil config")
+	}
+	p := &Provider{name: cfg.Name, apiKey: cfg.APIKey, timeout: cfg.Timeout, ops: make(map[string]string, len(cfg.Operations))}
+	switch {
+	case cfg.APIKey == "":
+		return nil, errors.New("stripe: new provider: APIKey is required")
+	case strings.TrimSpace(cfg.APIKey) != cfg.APIKey || strings.ContainsAny(cfg.APIKey, " \t\r\n"):
+		// The key itself is not quoted: it is a secret.
+		return nil, errors.New("stripe: new provider: APIKey holds whitespace")
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("stripe: new provider: Timeout %s is negative", cfg.Timeout)
+	}
+	if p.name == "" {
+		p.name = "stripe"
+	}
+	if p.timeout == 0 {
+		p.timeout = DefaultTimeout
+	}
+	baseURL := cfg.BaseURL
+	if baseURL == "" {
+		baseURL = DefaultBaseURL
+	}
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: new provider: BaseURL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("stripe: new provider: BaseURL %q: want http(s)://host[:port][/path]", u.Redacted())
+	}
+	for kind, op := range cfg.Operations {
+		if kind == "" {
+			return nil, errors.New("stripe: new provider: Operations has an empty kind")
+		}
+		if _, ok := operations[op]; !ok {
+			return nil, fmt.Errorf("stripe: new provider: Operations maps kind %q to %q (supported: %s): %w",
+				kind, op, strings.Join(Operations(), ", "), ErrUnsupportedOperation)
+		}
+		p.ops[kind] = op
+	}
+
+	httpClient := &http.Client{}
+	if cfg.HTTPClient != nil {
+		c := *cfg.HTTPClient
+		httpClient = &c
+	}
+	base := httpClient.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	httpClient.Transport = &observer{base: base}
+
+	backend := stripego.GetBackendWithConfig(stripego.APIBackend, &stripego.BackendConfig{
+		URL:        stripego.String(baseURL),
+		HTTPClient: httpClient,
+		// The dispatcher owns retries: one Call is one request.
+		MaxNetworkRetries: stripego.Int64(0),
+		// No request ids carried from one request into the next.
+		EnableTelemetry: stripego.Bool(false),
+		LeveledLogger:   logger,
+	})
+	p.api = &client.API{}
+	p.api.Init(p.apiKey, &stripego.Backends{API: backend, Connect: backend, Uploads: backend})
+	return p, nil
+}
+
+// Name returns Config.Name, by default "stripe".
+func (p *Provider) Name() string { return p.name }
+
+// Idempotent returns true: Stripe honours Idempotency-Key on every POST, so
+// a repeated call with the same key performs the effect at most once (for
+// as long as Stripe keeps the key: at least 24 hours).
+func (p *Provider) Idempotent() bool { return true }
+
+// Operation returns the Stripe operation an effect kind maps to, and whether
+// the provider supports it.
+func (p *Provider) Operation(kind string) (string, bool) {
+	op, ok := p.ops[kind]
+	if !ok {
+		op = DefaultOperation(kind)
+	}
+	_, ok = operations[op]
+	return op, ok
+}
+
+// Call performs c as the Stripe operation its kind maps to and classifies
+// the answer; see the package documentation for the table.
+func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result {
+	return p.scrub(p.call(ctx, c))
+}
+
+func (p *Provider) call(ctx context.Context, c providers.Call) providers.Result {
+	name, ok := p.Operation(c.Kind)
+	if !ok {
+		return providers.Reject(fmt.Errorf("stripe: kind %q maps to operation %q (supported: %s): %w",
+			c.Kind, name, strings.Join(Operations(), ", "), ErrUnsupportedOperation), nil)
+	}
+	what := "stripe " + name
+	switch {
+	case c.Key == "":
+		// stripe-go would make up a random key: the effect could happen
+		// once per attempt.
+		return providers.Reject(fmt.Errorf("%s: no idempotency key: %w", what, ErrInvalidPayload), nil)
+	case len(c.Key) > MaxKeyLength || strings.TrimSpace(c.Key) != c.Key:
+		return providers.Reject(fmt.Errorf("%s: idempotency key of %d bytes: want 1 to %d, no surrounding space: %w", what, len(c.Key), MaxKeyLength, ErrInvalidPayload), nil)
+	}
+	op := operations[name]
+	params, id, err := op.build(c)
+	if err != nil {
+		return providers.Reject(fmt.Errorf("%s: payload: %s: %w", what, err, ErrInvalidPayload), nil)
+	}
+	if err := ctx.Err(); err != nil {
+		return providers.Retry(fmt.Errorf("%s: not sent: %w", what, err), 0)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	ex := &exchange{}
+	params.GetParams().Context = withExchange(ctx, ex)
+	obj, err := op.send(p.api, id, params)
+	return p.classify(name, obj, err, ex)
+}

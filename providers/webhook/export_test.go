@@ -1,0 +1,11 @@
+package webhook
+
+import "time"
+
+// SetClock makes p sign with timestamps from now.
+func SetClock(p *Provider, now func() time.Time) { p.now = now }
+
+// Settings returns the effective timeout and response bound of p.
+func Settings(p *Provider) (timeout time.Duration, maxResponseBytes int64) {
+	return p.timeout, p.maxBody
+}
