@@ -63,15 +63,11 @@ func counts(t testing.TB, pool *pgxpool.Pool) map[effects.State]int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := store.Counts(context.Background())
+	got, err := store.StateCounts(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[effects.State]int{}
-	for _, c := range cs {
-		out[c.State] += int(c.N)
-	}
-	return out
+	return got
 }
 
 // waitFor polls cond every 20ms until it holds, failing the test at the
@@ -102,13 +98,9 @@ func waitStates(t testing.TB, pool *pgxpool.Pool, timeout time.Duration, want ma
 		t.Fatal(err)
 	}
 	waitFor(t, timeout, func() (bool, string) {
-		cs, err := store.Counts(context.Background())
+		got, err := store.StateCounts(context.Background())
 		if err != nil {
 			return false, err.Error()
-		}
-		got := map[effects.State]int{}
-		for _, c := range cs {
-			got[c.State] += int(c.N)
 		}
 		if fmt.Sprint(got) == fmt.Sprint(want) {
 			return true, ""

@@ -302,6 +302,20 @@ func (s *Store) Counts(ctx context.Context) ([]Count, error) {
 	return cs, nil
 }
 
+// StateCounts returns the number of effects in each state, across kinds.
+// States with no effect are absent.
+func (s *Store) StateCounts(ctx context.Context) (map[State]int, error) {
+	cs, err := s.Counts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[State]int, len(States))
+	for _, c := range cs {
+		out[c.State] += int(c.N)
+	}
+	return out, nil
+}
+
 // Cancel moves the pending effect of kind caused by sourceID to cancelled
 // and returns it. An effect in any other state is left as it is and reported
 // with a *StateError (errors.Is ErrWrongState); a missing one with

@@ -3,60 +3,16 @@ package stripe_test
 import (
 	"bytes"
 	"errors"
-	"go/build"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/sidefx/sidefx/internal/peers"
 	"github.com/sidefx/sidefx/providers/stripe"
 )
-
-// findStripeMock returns the stripe-mock binary: $SIDEFX_STRIPE_MOCK, else
-// the one `go install` put in GOBIN or GOPATH/bin, else one on PATH.
-func findStripeMock(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("SIDEFX_STRIPE_MOCK"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("SIDEFX_STRIPE_MOCK=%s: %v (unset it to use the one `make deps` installs)", p, err)
-		}
-		return p
-	}
-	// Where `go install` puts binaries: GOBIN, else GOPATH's first bin, as
-	// `go env` reports them (it knows `go env -w` settings too).
-	gobin, gopath := os.Getenv("GOBIN"), build.Default.GOPATH
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		if lines := strings.Split(string(out), "\n"); len(lines) >= 2 {
-			gobin, gopath = strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
-		}
-	}
-	var tried []string
-	dirs := []string{gobin}
-	for _, dir := range filepath.SplitList(gopath) {
-		dirs = append(dirs, filepath.Join(dir, "bin"))
-	}
-	for _, dir := range dirs {
-		if dir == "" {
-			continue
-		}
-		p := filepath.Join(dir, "stripe-mock")
-		tried = append(tried, p)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("stripe-mock"); err == nil {
-		return p
-	}
-	t.Fatalf("stripe-mock not found (tried $SIDEFX_STRIPE_MOCK, %s and PATH): run `make deps` to install it", strings.Join(tried, ", "))
-	return ""
-}
 
 // freeAddr returns a loopback address with a port nothing listens on.
 func freeAddr(t *testing.T) string {
@@ -70,53 +26,10 @@ func freeAddr(t *testing.T) string {
 }
 
 // startStripeMock runs stripe-mock on loopback for the test and returns its
-// HTTP base URL. Its output goes to a file, shown if it fails to start.
+// HTTP base URL (see peers.StripeMock).
 func startStripeMock(t *testing.T) string {
 	t.Helper()
-	bin := findStripeMock(t)
-	httpAddr, httpsAddr := freeAddr(t), freeAddr(t)
-	logPath := filepath.Join(t.TempDir(), "stripe-mock.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Both listeners on loopback: left unset, stripe-mock opens its HTTPS
-	// port on every interface.
-	cmd := exec.Command(bin, "-http-addr", httpAddr, "-https-addr", httpsAddr)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("start stripe-mock: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		logFile.Close()
-	})
-
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		conn, err := net.DialTimeout("tcp", httpAddr, time.Second)
-		if err == nil {
-			conn.Close()
-			return "http://" + httpAddr
-		}
-		if time.Now().After(deadline) {
-			out, _ := os.ReadFile(logPath)
-			t.Fatalf("stripe-mock did not listen on %s within 30s: %v\n%s", httpAddr, err, out)
-		}
-		select {
-		case err := <-exited:
-			exited <- err // for the cleanup
-			out, _ := os.ReadFile(logPath)
-			t.Fatalf("stripe-mock exited before listening: %v\n%s", err, out)
-		case <-tick.C:
-		}
-	}
+	return peers.StripeMock(t)
 }
 
 // recorder is a transport that keeps each request's form body and the
