@@ -78,7 +78,7 @@ func columnsOf(alias string) string {
 var columns = columnsOf("")
 
 type queries struct {
-	table, enqueue, get, getByKey, getBySource, cancel, counts, list string
+	table, enqueue, get, getByKey, getBySource, cancel, counts, list, stats string
 }
 
 func buildQueries(q string) *queries {
@@ -94,6 +94,9 @@ func buildQueries(q string) *queries {
 			WHERE source_id = $1 AND kind = $2 AND state = 'pending' RETURNING ` + columns,
 		counts: `SELECT state, kind, count(*) FROM ` + t + ` GROUP BY state, kind ORDER BY kind, state`,
 		list:   `SELECT ` + columns + ` FROM ` + t,
+		stats: `SELECT kind, state, count(*),
+				CASE WHEN state = 'pending' THEN extract(epoch FROM now() - min(created_at)) ELSE 0 END::float8
+			FROM ` + t + ` GROUP BY kind, state ORDER BY kind, state`,
 	}
 }
 
@@ -300,6 +303,48 @@ func (s *Store) Counts(ctx context.Context) ([]Count, error) {
 		return nil, fmt.Errorf("count effects: %w", translate(err))
 	}
 	return cs, nil
+}
+
+// KindStats is what dashboards need of one kind's effects.
+type KindStats struct {
+	Kind string
+	// ByState counts the kind's effects in each state present.
+	ByState map[State]int64
+	// OldestPending is the age of the oldest pending effect (zero if none),
+	// by the database's clock.
+	OldestPending time.Duration
+}
+
+// Stats returns per-kind counts by state and the age of the oldest pending
+// effect, in one statement ordered by kind. It reads the whole table: for
+// dashboards and status, not hot paths.
+func (s *Store) Stats(ctx context.Context) ([]KindStats, error) {
+	rows, err := s.db.Query(ctx, s.q.stats)
+	if err != nil {
+		return nil, fmt.Errorf("effect stats: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []KindStats
+	for rows.Next() {
+		var kind, state string
+		var n int64
+		var oldest float64
+		if err := rows.Scan(&kind, &state, &n, &oldest); err != nil {
+			return nil, fmt.Errorf("effect stats: %w", err)
+		}
+		if len(out) == 0 || out[len(out)-1].Kind != kind {
+			out = append(out, KindStats{Kind: kind, ByState: map[State]int64{}})
+		}
+		ks := &out[len(out)-1]
+		ks.ByState[State(state)] = n
+		if State(state) == Pending {
+			ks.OldestPending = time.Duration(oldest * float64(time.Second))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("effect stats: %w", translate(err))
+	}
+	return out, nil
 }
 
 // StateCounts returns the number of effects in each state, across kinds.

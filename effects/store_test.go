@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -210,5 +211,32 @@ func TestNewStore_RejectsBadSchema(t *testing.T) {
 		if _, err := effects.NewStore(nil, &effects.Config{Schema: s}); err == nil {
 			t.Errorf("schema %q accepted", s)
 		}
+	}
+}
+
+func TestStore_Stats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert(t, b,
+		effects.NewEffect{SourceID: "a", Kind: "email.receipt", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "b", Kind: "email.receipt", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "a", Kind: "webhook.paid", Payload: json.RawMessage(`{}`)},
+	)
+	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET created_at = now() - interval '90 seconds' WHERE source_id = 'a' AND kind = 'email.receipt'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Cancel(b.ctx, "a", "webhook.paid"); err != nil {
+		t.Fatal(err)
+	}
+	stats, err := b.store.Stats(b.ctx)
+	if err != nil || len(stats) != 2 {
+		t.Fatalf("stats = %+v, %v", stats, err)
+	}
+	mail, hook := stats[0], stats[1]
+	if mail.Kind != "email.receipt" || mail.ByState[effects.Pending] != 2 || mail.OldestPending < 89*time.Second || mail.OldestPending > 120*time.Second {
+		t.Fatalf("email stats = %+v", mail)
+	}
+	if hook.ByState[effects.Cancelled] != 1 || hook.OldestPending != 0 {
+		t.Fatalf("webhook stats = %+v", hook)
 	}
 }
