@@ -1,0 +1,144 @@
+package effects
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sidefx/sidefx/internal/sqlname"
+)
+
+// Action says who asks for an operator's transition, and why. Both are
+// recorded in the effect's history.
+type Action struct {
+	Actor string // required: a person or a tool ("ops@host", "reconciler")
+	Note  string // why; up to 4096 characters
+}
+
+func (a Action) validate() error {
+	switch {
+	case strings.TrimSpace(a.Actor) == "":
+		return invalid("actor", "is empty: say who acts")
+	case utf8.RuneCountInString(a.Actor) > 255 || !utf8.ValidString(a.Actor) || strings.IndexByte(a.Actor, 0) >= 0:
+		return invalid("actor", "must be valid UTF-8 without NUL, at most 255 characters")
+	case utf8.RuneCountInString(a.Note) > 4096 || !utf8.ValidString(a.Note) || strings.IndexByte(a.Note, 0) >= 0:
+		return invalid("note", "must be valid UTF-8 without NUL, at most 4096 characters")
+	}
+	return nil
+}
+
+// Event is one operator action in an effect's history.
+type Event struct {
+	ID          int64
+	EffectID    int64
+	At          time.Time
+	Action      string // retry, resolve, refire, cancel
+	From, To    State
+	Actor, Note string
+	ProviderRef string
+}
+
+// transition moves effect id from one state to another with set applied,
+// recording the action in the history, in one statement. An effect in
+// another state is reported with a *StateError and left as it is.
+func (s *Store) transition(ctx context.Context, op string, id int64, from, to State, set string, ref string, a Action, args ...any) (*Effect, error) {
+	if err := a.validate(); err != nil {
+		return nil, err
+	}
+	if !CanTransition(from, to) {
+		return nil, fmt.Errorf("%s effect %d: %s → %s is not a transition", op, id, from, to)
+	}
+	t := s.q.table
+	events := sqlname.Quote(s.schema) + ".side_effect_events"
+	n := 7 // placeholders $1…$7 are taken below
+	for i := range args {
+		set = strings.ReplaceAll(set, fmt.Sprintf("$x%d", i+1), fmt.Sprintf("$%d", n+i+1))
+	}
+	sql := `WITH upd AS (
+			UPDATE ` + t + ` SET state = $3, updated_at = now()` + set + `
+			WHERE id = $1 AND state = $2
+			RETURNING *
+		), ev AS (
+			INSERT INTO ` + events + ` (effect_id, action, from_state, to_state, actor, note, provider_ref)
+			SELECT id, $4, $2, $3, $5, $6, $7 FROM upd
+		)
+		SELECT ` + columns + ` FROM upd`
+	all := append([]any{id, string(from), string(to), op, a.Actor, a.Note, pgtype.Text{String: ref, Valid: ref != ""}}, args...)
+	e, err := scanEffect(s.db.QueryRow(ctx, sql, all...))
+	if err == nil {
+		return e, nil
+	}
+	if err = translate(err); err != ErrNotFound {
+		return nil, fmt.Errorf("%s effect %d: %w", op, id, err)
+	}
+	cur, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return nil, &StateError{ID: id, State: cur.State, Want: []State{from}, Op: op}
+}
+
+// Retry moves a failed effect back to pending, due now, with extra more
+// attempts than it has made. Its key is unchanged.
+func (s *Store) Retry(ctx context.Context, id int64, extra int, a Action) (*Effect, error) {
+	if extra < 1 {
+		return nil, invalid("attempts", "must be at least 1")
+	}
+	return s.transition(ctx, "retry", id, Failed, Pending,
+		`, next_attempt_at = now(), max_attempts = attempts + $x1`, "", a, extra)
+}
+
+// Refire moves an uncertain effect back to pending, due now, with extra more
+// attempts. The effect may have happened already: at a provider without
+// idempotency keys the refire may do it twice. The caller accepts that.
+func (s *Store) Refire(ctx context.Context, id int64, extra int, a Action) (*Effect, error) {
+	if extra < 1 {
+		return nil, invalid("attempts", "must be at least 1")
+	}
+	return s.transition(ctx, "refire", id, Uncertain, Pending,
+		`, next_attempt_at = now(), max_attempts = attempts + $x1`, "", a, extra)
+}
+
+// Resolve settles an uncertain effect as confirmed (it happened; ref, if
+// given, is the provider's reference) or failed (it did not).
+func (s *Store) Resolve(ctx context.Context, id int64, to State, ref string, a Action) (*Effect, error) {
+	switch to {
+	case Confirmed:
+		return s.transition(ctx, "resolve", id, Uncertain, Confirmed,
+			`, confirmed_at = now(), provider_ref = coalesce($7, provider_ref)`, ref, a)
+	case Failed:
+		return s.transition(ctx, "resolve", id, Uncertain, Failed,
+			`, provider_ref = coalesce($7, provider_ref), last_error = 'resolved as failed by ' || $5 || ': ' || $6`, ref, a)
+	}
+	return nil, invalid("as", fmt.Sprintf("%q: an uncertain effect resolves as confirmed or failed", to))
+}
+
+// CancelByID moves the pending effect id to cancelled.
+func (s *Store) CancelByID(ctx context.Context, id int64, a Action) (*Effect, error) {
+	return s.transition(ctx, "cancel", id, Pending, Cancelled, "", "", a)
+}
+
+// History returns the operator actions on effect id, oldest first.
+func (s *Store) History(ctx context.Context, id int64) ([]Event, error) {
+	rows, err := s.db.Query(ctx, `SELECT id, effect_id, at, action, from_state, to_state, actor, note, coalesce(provider_ref, '')
+		FROM `+sqlname.Quote(s.schema)+`.side_effect_events WHERE effect_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("history of effect %d: %w", id, translate(err))
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		var from, to string
+		err := r.Scan(&e.ID, &e.EffectID, &e.At, &e.Action, &from, &to, &e.Actor, &e.Note, &e.ProviderRef)
+		e.From, e.To = State(from), State(to)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history of effect %d: %w", id, translate(err))
+	}
+	return evs, nil
+}
