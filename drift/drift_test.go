@@ -1,0 +1,160 @@
+package drift_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/drift"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/outbox"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// shop makes a domain table of orders, paid ones needing a receipt.
+func shop(t *testing.T, pool *pgxpool.Pool, paid, unpaid int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, paid_at timestamptz)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO orders SELECT g, now() - interval '1 hour' FROM generate_series(1, $1) g`, paid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO orders SELECT g, NULL FROM generate_series($1 + 1, $1 + $2) g`, paid, unpaid); err != nil {
+		t.Fatal(err)
+	}
+	var es []outbox.Effect
+	for i := 1; i <= paid; i++ {
+		es = append(es, outbox.Effect{SourceID: fmt.Sprint(i), Kind: "email.receipt", Payload: map[string]int{"order": i}})
+	}
+	if _, err := outbox.EnqueueMany(ctx, pool, es); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var receipts = drift.Rule{
+	Name: "paid_orders_have_receipts", Kind: "email.receipt",
+	SQL:   `SELECT id FROM orders WHERE paid_at IS NOT NULL AND paid_at < :due_before`,
+	Grace: 10 * time.Minute,
+}
+
+func TestRun_FindsMissingAndExtra(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 50, 5)
+
+	rep := drift.Run(ctx, pool, "", []drift.Rule{receipts}, 0)
+	if f := rep.Findings[0]; f.Err != nil || f.Missing != 0 || f.Extra != 0 {
+		t.Fatalf("clean shop: %+v", f)
+	}
+	// A receipt lost, and one sent for an order that was never paid.
+	if _, err := pool.Exec(ctx, `DELETE FROM side_effects WHERE source_id = '7'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Enqueue(ctx, pool, outbox.Effect{SourceID: "52", Kind: "email.receipt", Payload: map[string]int{"order": 52}}); err != nil {
+		t.Fatal(err)
+	}
+	rep = drift.Run(ctx, pool, "", []drift.Rule{receipts}, 0)
+	f := rep.Findings[0]
+	if f.Err != nil || f.Missing != 1 || f.MissingIDs[0] != "7" || f.Extra != 1 || f.ExtraIDs[0] != "52" {
+		t.Fatalf("findings = %+v", f)
+	}
+}
+
+func TestRun_GraceKeepsFreshSourcesQuiet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 3, 0)
+	// Paid a minute ago, receipt not enqueued yet: inside the grace, neither
+	// missing nor (its effect arriving) extra.
+	if _, err := pool.Exec(ctx, `INSERT INTO orders VALUES (100, now() - interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	rep := drift.Run(ctx, pool, "", []drift.Rule{receipts}, 0)
+	if f := rep.Findings[0]; f.Missing != 0 || f.Extra != 0 {
+		t.Fatalf("fresh source reported: %+v", f)
+	}
+	if _, err := outbox.Enqueue(ctx, pool, outbox.Effect{SourceID: "100", Kind: "email.receipt", Payload: map[string]int{}}); err != nil {
+		t.Fatal(err)
+	}
+	rep = drift.Run(ctx, pool, "", []drift.Rule{receipts}, 0)
+	if f := rep.Findings[0]; f.Missing != 0 || f.Extra != 0 {
+		t.Fatalf("fresh source with its effect reported: %+v", f)
+	}
+	// Past the grace without an effect: missing.
+	if _, err := pool.Exec(ctx, `INSERT INTO orders VALUES (101, now() - interval '11 minutes')`); err != nil {
+		t.Fatal(err)
+	}
+	rep = drift.Run(ctx, pool, "", []drift.Rule{receipts}, 0)
+	if f := rep.Findings[0]; f.Missing != 1 || f.MissingIDs[0] != "101" {
+		t.Fatalf("overdue source: %+v", f)
+	}
+}
+
+func TestRun_StuckEffects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 10, 0)
+	// Shape the rows directly: one of each way of being stuck.
+	for _, q := range []string{
+		`UPDATE side_effects SET created_at = now() - interval '2 hours' WHERE source_id IN ('1', '2')`,
+		`UPDATE side_effects SET state = 'fired', attempts = 1, lease_until = now() - interval '1 minute' WHERE source_id = '3'`,
+		`UPDATE side_effects SET state = 'fired', attempts = 1, lease_until = now() + interval '1 minute' WHERE source_id = '4'`,
+		`UPDATE side_effects SET state = 'uncertain', attempts = 1 WHERE source_id IN ('5', '6')`,
+		`UPDATE side_effects SET state = 'failed', attempts = 1 WHERE source_id = '7'`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := drift.Run(ctx, pool, "", nil, time.Hour)
+	want := drift.Stuck{PendingTooLong: 2, FiredPastLease: 1, Uncertain: 2, Failed: 1}
+	if rep.StuckErr != nil || rep.Stuck != want {
+		t.Fatalf("stuck = %+v (%v), want %+v", rep.Stuck, rep.StuckErr, want)
+	}
+}
+
+func TestValidate_RefusesBrokenRulesAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 3, 0)
+	rules := []drift.Rule{
+		receipts,
+		{Name: "typo", Kind: "email.receipt", SQL: `SELEC id FROM orders`},
+		{Name: "two_columns", Kind: "email.receipt", SQL: `SELECT id, paid_at FROM orders`},
+		{Name: "wrong_type", Kind: "email.receipt", SQL: `SELECT paid_at FROM orders`},
+		{Name: "no_table", Kind: "email.receipt", SQL: `SELECT id FROM nowhere`},
+		{Name: "Bad Name", Kind: "email.receipt", SQL: `SELECT 1`},
+		{Name: "bad_kind", Kind: "Email", SQL: `SELECT 1`},
+		{Name: "empty", Kind: "email.receipt", SQL: ` `},
+	}
+	bad := drift.Validate(ctx, pool, rules)
+	wants := map[string]string{
+		"typo": "syntax error", "two_columns": "2 columns", "wrong_type": "type oid", "no_table": "nowhere",
+		"Bad Name": "name", "bad_kind": "kind", "empty": "sql is empty",
+	}
+	if len(bad) != len(wants) {
+		t.Fatalf("invalid rules = %v", bad)
+	}
+	for name, want := range wants {
+		if err := bad[name]; err == nil || !errors.Is(err, drift.ErrRule) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), name) {
+			t.Errorf("rule %s: %v, want an ErrRule naming it and %q", name, err, want)
+		}
+	}
+	// The broken rules do not stop the good one.
+	rep := drift.Run(ctx, pool, "", rules, 0)
+	if rep.Findings[0].Err != nil || rep.Errors() != 7 {
+		t.Fatalf("good rule %+v; %d errors", rep.Findings[0], rep.Errors())
+	}
+}

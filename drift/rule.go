@@ -1,0 +1,208 @@
+package drift
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/sqlname"
+)
+
+// Rule says what should exist: every source id its SQL returns must have
+// exactly one effect of Kind.
+type Rule struct {
+	// Name identifies the rule in findings, logs and metrics: lowercase
+	// words of [a-z0-9_-] joined by dots or underscores.
+	Name string
+	// Kind is the effect kind each expected source must have.
+	Kind string
+	// SQL returns the expected source ids: one column of a text-compatible
+	// type (text, varchar, uuid, integer types). It may use two
+	// placeholders, each standing for a timestamptz:
+	//   :due_before   sources whose effect is due by then (now − Grace);
+	//                 without it, Grace cannot apply to missing effects
+	//   :window_start the start of the Window, to bound the scan
+	// e.g. SELECT id FROM orders WHERE paid_at < :due_before AND paid_at >= :window_start
+	SQL string
+	// Grace is how long a fresh source has to get its effect before it is
+	// reported missing (a service that enqueues asynchronously needs some).
+	// Default 0.
+	Grace time.Duration
+	// Window bounds the comparison to the recent past: sources the SQL
+	// returns for :window_start, and effects created since window start
+	// plus Grace. 0 compares everything.
+	Window time.Duration
+	// Sample caps the source ids kept per finding. Default 100.
+	Sample int
+}
+
+var ruleNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*([._][a-z0-9_-]+)*$`)
+
+// placeholders the rule SQL may use.
+var placeholderRE = regexp.MustCompile(`:(due_before|window_start)\b`)
+
+// ErrRule is wrapped by every rule validation error.
+var ErrRule = errors.New("invalid drift rule")
+
+// check validates what can be checked without the database.
+func (r *Rule) check() error {
+	var errs []error
+	if !ruleNameRE.MatchString(r.Name) || len(r.Name) > 128 {
+		errs = append(errs, fmt.Errorf("name %q is not lowercase words of [a-z0-9_-] joined by dots or underscores", r.Name))
+	}
+	if err := effects.ValidateKind(r.Kind); err != nil {
+		errs = append(errs, fmt.Errorf("kind: %w", err))
+	}
+	if strings.TrimSpace(r.SQL) == "" {
+		errs = append(errs, errors.New("sql is empty"))
+	}
+	if r.Grace < 0 || r.Window < 0 || r.Sample < 0 {
+		errs = append(errs, errors.New("grace, window and sample must not be negative"))
+	}
+	if r.Window > 0 && r.Grace >= r.Window {
+		errs = append(errs, fmt.Errorf("grace %s is not below window %s: nothing would be compared", r.Grace, r.Window))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w %q: %w", ErrRule, r.Name, err)
+	}
+	return nil
+}
+
+// bind replaces the rule's placeholders with $dueBefore and $windowStart.
+func (r *Rule) bind(dueBefore, windowStart int) string {
+	return placeholderRE.ReplaceAllStringFunc(r.SQL, func(m string) string {
+		if m == ":due_before" {
+			return fmt.Sprintf("$%d::timestamptz", dueBefore)
+		}
+		return fmt.Sprintf("$%d::timestamptz", windowStart)
+	})
+}
+
+// textOIDs are the result column types a rule may return: text, varchar,
+// bpchar, name, uuid, int2, int4, int8.
+var textOIDs = map[uint32]string{25: "text", 1043: "varchar", 1042: "char", 19: "name", 2950: "uuid", 21: "smallint", 23: "integer", 20: "bigint"}
+
+// Validate checks each rule: its fields, and its SQL, which the database
+// prepares (without running it) and must return one text-compatible column.
+// It returns one error per invalid rule, each naming the rule; valid rules
+// are unaffected by the others.
+func Validate(ctx context.Context, pool *pgxpool.Pool, rules []Rule) map[string]error {
+	bad := map[string]error{}
+	seen := map[string]bool{}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		for _, r := range rules {
+			bad[r.Name] = fmt.Errorf("validate drift rule %q: %w", r.Name, err)
+		}
+		return bad
+	}
+	defer conn.Release()
+	for _, r := range rules {
+		if seen[r.Name] {
+			bad[r.Name] = fmt.Errorf("%w %q: the name is used twice", ErrRule, r.Name)
+			continue
+		}
+		seen[r.Name] = true
+		if err := r.check(); err != nil {
+			bad[r.Name] = err
+			continue
+		}
+		desc, err := conn.Conn().PgConn().Prepare(ctx, "", r.bind(1, 2), nil)
+		if err != nil {
+			bad[r.Name] = fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, pgMessage(err))
+			continue
+		}
+		if len(desc.Fields) != 1 {
+			bad[r.Name] = fmt.Errorf("%w %q: its sql returns %d columns, want one (the source id)", ErrRule, r.Name, len(desc.Fields))
+			continue
+		}
+		if _, ok := textOIDs[desc.Fields[0].DataTypeOID]; !ok {
+			bad[r.Name] = fmt.Errorf("%w %q: its sql returns a column of type oid %d, want text, varchar, uuid or an integer", ErrRule, r.Name, desc.Fields[0].DataTypeOID)
+		}
+	}
+	return bad
+}
+
+func pgMessage(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		msg := pe.Message
+		if pe.Position > 0 {
+			msg += fmt.Sprintf(" (at character %d)", pe.Position)
+		}
+		return msg
+	}
+	return err.Error()
+}
+
+// Finding is what one rule's run found.
+type Finding struct {
+	Rule string
+	Kind string
+	// Missing: expected sources, due, with no effect of the kind.
+	Missing    int
+	MissingIDs []string // at most Sample, sorted
+	Extra      int
+	ExtraIDs   []string
+	Duration   time.Duration
+	Err        error // the rule's run failed; the counts are zero
+}
+
+// checkRule runs one rule in one statement, so missing and extra are
+// computed on one snapshot.
+func checkRule(ctx context.Context, db effects.DB, schema string, r Rule) Finding {
+	f := Finding{Rule: r.Name, Kind: r.Kind}
+	sample := r.Sample
+	if sample == 0 {
+		sample = 100
+	}
+	t := sqlname.Quote(schema) + ".side_effects"
+	// $1 due_before for missing, $2 window start, $3 kind, $4 now (every
+	// existing source, for extra), $5 grace, $6 sample.
+	sql := `WITH due AS MATERIALIZED (
+			SELECT DISTINCT x.src::text AS source_id FROM (` + r.bind(1, 2) + `) AS x(src)
+		), known AS MATERIALIZED (
+			SELECT DISTINCT x.src::text AS source_id FROM (` + r.bind(4, 2) + `) AS x(src)
+		), missing AS (
+			SELECT d.source_id FROM due d
+			WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` s WHERE s.source_id = d.source_id AND s.kind = $3)
+		), extra AS (
+			SELECT s.source_id FROM ` + t + ` s
+			WHERE s.kind = $3 AND s.state <> 'cancelled' AND s.created_at >= $2::timestamptz + $5::interval
+				AND NOT EXISTS (SELECT 1 FROM known k WHERE k.source_id = s.source_id)
+		)
+		SELECT (SELECT count(*) FROM missing),
+			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM missing ORDER BY source_id LIMIT $6) m), '{}'),
+			(SELECT count(*) FROM extra),
+			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM extra ORDER BY source_id LIMIT $6) e), '{}')`
+	start := time.Now()
+	windowStart := pgxInfinity()
+	var now time.Time
+	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		f.Err = fmt.Errorf("drift rule %q: %w", r.Name, err)
+		return f
+	}
+	if r.Window > 0 {
+		windowStart = now.Add(-r.Window)
+	}
+	var missing, extra int64
+	err := db.QueryRow(ctx, sql, now.Add(-r.Grace), windowStart, r.Kind, now, r.Grace, sample).
+		Scan(&missing, &f.MissingIDs, &extra, &f.ExtraIDs)
+	f.Duration = time.Since(start)
+	if err != nil {
+		f.Err = fmt.Errorf("drift rule %q: %s", r.Name, pgMessage(err))
+		return f
+	}
+	f.Missing, f.Extra = int(missing), int(extra)
+	return f
+}
+
+// pgxInfinity is a time far enough in the past to stand for "no window".
+func pgxInfinity() time.Time { return time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC) }

@@ -1,0 +1,91 @@
+package drift
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/sqlname"
+)
+
+// Stuck counts effects that are not moving, across the whole table.
+type Stuck struct {
+	// PendingTooLong: pending, created longer ago than the threshold.
+	PendingTooLong int
+	// FiredPastLease: fired, lease expired, not yet rescued (no dispatcher
+	// serving the kind is running, or the rescuer is failing).
+	FiredPastLease int
+	// Uncertain and Failed wait for an operator.
+	Uncertain int
+	Failed    int
+}
+
+// Reasons lists the stuck counts by reason, as metrics and alerts name them.
+func (s Stuck) Reasons() map[string]int {
+	return map[string]int{"pending_too_long": s.PendingTooLong, "fired_past_lease": s.FiredPastLease, "uncertain": s.Uncertain, "failed": s.Failed}
+}
+
+// Report is one drift run.
+type Report struct {
+	Started  time.Time
+	Duration time.Duration
+	Findings []Finding // one per rule, in rule order
+	Stuck    Stuck
+	StuckErr error
+}
+
+// Errors counts the rules whose run failed, and the stuck check if it did.
+func (r Report) Errors() int {
+	n := 0
+	for _, f := range r.Findings {
+		if f.Err != nil {
+			n++
+		}
+	}
+	if r.StuckErr != nil {
+		n++
+	}
+	return n
+}
+
+// Run checks every rule and the stuck effects once. A rule that fails is
+// reported in its Finding and does not stop the others. pendingAfter is how
+// old a pending effect must be to count as stuck (0: one hour).
+func Run(ctx context.Context, db effects.DB, schema string, rules []Rule, pendingAfter time.Duration) Report {
+	rep := Report{Started: time.Now()}
+	schema, err := sqlname.Schema(schema)
+	if err != nil {
+		rep.StuckErr = err
+		return rep
+	}
+	for _, r := range rules {
+		if err := r.check(); err != nil {
+			rep.Findings = append(rep.Findings, Finding{Rule: r.Name, Kind: r.Kind, Err: err})
+			continue
+		}
+		rep.Findings = append(rep.Findings, checkRule(ctx, db, schema, r))
+	}
+	rep.Stuck, rep.StuckErr = checkStuck(ctx, db, schema, pendingAfter)
+	rep.Duration = time.Since(rep.Started)
+	return rep
+}
+
+func checkStuck(ctx context.Context, db effects.DB, schema string, pendingAfter time.Duration) (Stuck, error) {
+	if pendingAfter <= 0 {
+		pendingAfter = time.Hour
+	}
+	var s Stuck
+	err := db.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE state = 'pending' AND created_at < now() - $1::interval),
+			count(*) FILTER (WHERE state = 'fired' AND lease_until < now()),
+			count(*) FILTER (WHERE state = 'uncertain'),
+			count(*) FILTER (WHERE state = 'failed')
+		FROM `+sqlname.Quote(schema)+`.side_effects
+		WHERE state IN ('pending', 'fired', 'uncertain', 'failed')`, pendingAfter).
+		Scan(&s.PendingTooLong, &s.FiredPastLease, &s.Uncertain, &s.Failed)
+	if err != nil {
+		return Stuck{}, fmt.Errorf("drift stuck check: %s", pgMessage(err))
+	}
+	return s, nil
+}

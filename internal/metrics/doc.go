@@ -1,0 +1,66 @@
+// Package metrics exposes sidefx's Prometheus metrics: the state of the
+// side_effects table, read through effects.Store.Stats, and what the
+// dispatcher does, through its dispatcher.Observer hook.
+//
+//	reg := prometheus.NewRegistry()
+//	m, err := metrics.New(reg, store, &metrics.Options{Version: version})
+//	d, err := dispatcher.New(pool, &dispatcher.Config{Observer: m, ...})
+//	http.Handle("/metrics", metrics.Handler(reg))
+//
+// # Metrics
+//
+// From the table, read at most once per Options.StatsInterval (scrapes in
+// between get the last reading):
+//
+//	sidefx_effects{kind,state}               gauge: effects of kind in state; every
+//	                                         state of every kind seen since start is
+//	                                         exposed, 0 when empty
+//	sidefx_oldest_pending_seconds{kind}      gauge: age of the kind's oldest pending
+//	                                         effect (database clock), 0 if none
+//	sidefx_stats_errors_total                counter: failed or timed-out table reads
+//
+// From the dispatcher:
+//
+//	sidefx_dispatch_total{kind,provider,outcome}
+//	                                         counter: provider calls by outcome, one per
+//	                                         call: the provider's class (confirmed,
+//	                                         rejected, retryable, unknown), or fenced
+//	sidefx_effect_transitions_total{kind,state}
+//	                                         counter: states recorded after a call
+//	                                         (confirmed, failed, pending, uncertain)
+//	sidefx_provider_replays_total{provider}  counter: duplicates a provider absorbed
+//	sidefx_provider_call_seconds{provider}   histogram: provider call wall time
+//	sidefx_confirm_latency_seconds{kind}     histogram: enqueue to confirmation
+//	sidefx_rescued_total{kind,state}         counter: expired leases rescued, by the
+//	                                         state the effect was moved to
+//	sidefx_reaped_total                      counter: terminal effects deleted
+//	sidefx_build_info{version}               gauge: always 1
+//
+// Names lists them all, for dashboards and alerts to be checked against.
+//
+// # Fenced outcomes
+//
+// A fenced call is one whose answer was not recorded because the effect's
+// lease was rescued and a newer attempt claimed it. It counts in
+// sidefx_dispatch_total with outcome="fenced" instead of its class, so the
+// outcomes of a kind add up to its provider calls and a fenced answer is
+// never mistaken for a recorded one; the dispatcher logs the answer it
+// dropped. A fenced call still counts in sidefx_provider_call_seconds and,
+// if the provider absorbed a duplicate, in sidefx_provider_replays_total,
+// since the call was made; it does not count in
+// sidefx_effect_transitions_total or sidefx_confirm_latency_seconds, since
+// nothing was recorded.
+//
+// # Cardinality
+//
+// Labels hold only kinds, providers, states and outcomes, all bounded by the
+// configuration; never an effect's id, source or key.
+//
+// # Cost
+//
+// A table read is one aggregate statement over the whole of side_effects. It
+// runs at most once per StatsInterval whatever the number of scrapers, and
+// is bounded by StatsTimeout: a scrape waits no longer than that, and if the
+// read has not finished it gets the last reading (the read goes on in the
+// background until its own timeout, and no second read starts meanwhile).
+package metrics

@@ -1,0 +1,250 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/providers"
+)
+
+// The metric names this package exposes.
+const (
+	nameEffects        = "sidefx_effects"
+	nameOldestPending  = "sidefx_oldest_pending_seconds"
+	nameStatsErrors    = "sidefx_stats_errors_total"
+	nameDispatch       = "sidefx_dispatch_total"
+	nameTransitions    = "sidefx_effect_transitions_total"
+	nameReplays        = "sidefx_provider_replays_total"
+	nameCallSeconds    = "sidefx_provider_call_seconds"
+	nameConfirmLatency = "sidefx_confirm_latency_seconds"
+	nameRescued        = "sidefx_rescued_total"
+	nameReaped         = "sidefx_reaped_total"
+	nameBuildInfo      = "sidefx_build_info"
+)
+
+var names = []string{
+	nameBuildInfo, nameConfirmLatency, nameDispatch, nameTransitions, nameEffects, nameOldestPending,
+	nameCallSeconds, nameReaped, nameReplays, nameRescued, nameStatsErrors,
+}
+
+// Names returns the name of every metric this package can expose, sorted.
+// A histogram is listed by its family name (sidefx_provider_call_seconds),
+// not its _bucket, _sum and _count series.
+func Names() []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return out
+}
+
+// OutcomeFenced is the outcome label of a provider call whose answer was not
+// recorded because a newer attempt owned the effect.
+const OutcomeFenced = "fenced"
+
+// Defaults for Options.
+const (
+	DefaultStatsInterval = 10 * time.Second
+	DefaultStatsTimeout  = 5 * time.Second
+	DefaultVersion       = "dev"
+)
+
+// callBuckets are the buckets of sidefx_provider_call_seconds, in seconds:
+// 5ms to 60s, for HTTP API calls.
+var callBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// confirmBuckets are the buckets of sidefx_confirm_latency_seconds, in
+// seconds: 10ms to 1h, then 6h and 24h for effects confirmed after retries
+// and backoff.
+var confirmBuckets = []float64{
+	.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 6 * 3600, 24 * 3600,
+}
+
+// Options configures Metrics.
+type Options struct {
+	// StatsInterval: the table is read at most this often; scrapes in
+	// between get the last reading. A read is a whole-table aggregate: keep
+	// it cheap on big tables. Default DefaultStatsInterval (10s); negative is
+	// an error.
+	StatsInterval time.Duration
+	// StatsTimeout bounds one table read, and how long a scrape waits for
+	// it. Default DefaultStatsTimeout (5s); negative is an error.
+	StatsTimeout time.Duration
+	// Version is the sidefx_build_info version label. Default
+	// DefaultVersion ("dev").
+	Version string
+	// Logger receives failed table reads. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Metrics holds sidefx's Prometheus metrics. It is a dispatcher.Observer;
+// its methods are safe for concurrent use and do not block.
+type Metrics struct {
+	table *tableCollector
+
+	dispatch       *prometheus.CounterVec
+	transitions    *prometheus.CounterVec
+	replays        *prometheus.CounterVec
+	callSeconds    *prometheus.HistogramVec
+	confirmLatency *prometheus.HistogramVec
+	rescued        *prometheus.CounterVec
+	reaped         prometheus.Counter
+	statsErrors    prometheus.Counter
+	buildInfo      prometheus.Gauge
+}
+
+var _ dispatcher.Observer = (*Metrics)(nil)
+
+// New returns sidefx's metrics, registered on reg, with the table's gauges
+// read from store. opts may be nil. If a metric cannot be registered (one of
+// the same name is there already), New unregisters the ones it registered
+// and returns the error.
+func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("new metrics: registerer is nil")
+	}
+	if store == nil {
+		return nil, errors.New("new metrics: store is nil")
+	}
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.StatsInterval < 0:
+		return nil, fmt.Errorf("new metrics: StatsInterval is %v, it must not be negative", o.StatsInterval)
+	case o.StatsInterval == 0:
+		o.StatsInterval = DefaultStatsInterval
+	}
+	switch {
+	case o.StatsTimeout < 0:
+		return nil, fmt.Errorf("new metrics: StatsTimeout is %v, it must not be negative", o.StatsTimeout)
+	case o.StatsTimeout == 0:
+		o.StatsTimeout = DefaultStatsTimeout
+	}
+	if o.Version == "" {
+		o.Version = DefaultVersion
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+
+	m := &Metrics{
+		dispatch: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: nameDispatch,
+			Help: "Provider calls by outcome: the provider's class (confirmed, rejected, retryable, unknown), or fenced when the answer was not recorded because a newer attempt owned the effect.",
+		}, []string{"kind", "provider", "outcome"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: nameTransitions,
+			Help: "States recorded for effects after a provider call (fenced calls excluded).",
+		}, []string{"kind", "state"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: nameReplays,
+			Help: "Provider answers that were replays of an earlier attempt with the same key: duplicates the provider absorbed.",
+		}, []string{"provider"}),
+		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    nameCallSeconds,
+			Help:    "Wall time of provider calls, in seconds.",
+			Buckets: callBuckets,
+		}, []string{"provider"}),
+		confirmLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    nameConfirmLatency,
+			Help:    "Time from enqueue to the provider's confirmation, for effects recorded as confirmed, in seconds.",
+			Buckets: confirmBuckets,
+		}, []string{"kind"}),
+		rescued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: nameRescued,
+			Help: "Effects whose expired lease was rescued, by the state they were moved to.",
+		}, []string{"kind", "state"}),
+		reaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: nameReaped,
+			Help: "Terminal effects deleted by the reaper.",
+		}),
+		statsErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: nameStatsErrors,
+			Help: "Reads of the side_effects table for the sidefx_effects gauges that failed or timed out; the gauges keep the last reading.",
+		}),
+		buildInfo: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        nameBuildInfo,
+			Help:        "Always 1; the version label is sidefx's version.",
+			ConstLabels: prometheus.Labels{"version": o.Version},
+		}),
+	}
+	m.buildInfo.Set(1)
+	m.table = newTableCollector(store, o, m.statsErrors)
+
+	var done []prometheus.Collector
+	for _, c := range []prometheus.Collector{
+		m.table, m.dispatch, m.transitions, m.replays, m.callSeconds,
+		m.confirmLatency, m.rescued, m.reaped, m.buildInfo,
+	} {
+		if err := reg.Register(c); err != nil {
+			for _, d := range done {
+				reg.Unregister(d)
+			}
+			return nil, fmt.Errorf("new metrics: %w", err)
+		}
+		done = append(done, c)
+	}
+	return m, nil
+}
+
+// Recorded counts a provider call and, unless it was fenced, the state
+// recorded for its effect.
+func (m *Metrics) Recorded(d dispatcher.Dispatch) {
+	outcome := OutcomeFenced
+	if !d.Fenced {
+		outcome = classLabel(d.Class)
+	}
+	m.dispatch.WithLabelValues(d.Kind, d.Provider, outcome).Inc()
+	m.callSeconds.WithLabelValues(d.Provider).Observe(d.CallDuration.Seconds())
+	if d.Replayed {
+		m.replays.WithLabelValues(d.Provider).Inc()
+	}
+	if d.Fenced {
+		return
+	}
+	m.transitions.WithLabelValues(d.Kind, string(d.State)).Inc()
+	if d.State == effects.Confirmed {
+		m.confirmLatency.WithLabelValues(d.Kind).Observe(d.SinceEnqueue.Seconds())
+	}
+}
+
+// Rescued counts an effect whose expired lease was rescued.
+func (m *Metrics) Rescued(r effects.Rescued) {
+	m.rescued.WithLabelValues(r.Kind, string(r.State)).Inc()
+}
+
+// Reaped counts effects the reaper deleted.
+func (m *Metrics) Reaped(n int64) {
+	if n > 0 {
+		m.reaped.Add(float64(n))
+	}
+}
+
+// classLabel names a provider's class; the dispatcher turns an answer
+// without a valid class into Unknown, and so does the label.
+func classLabel(c providers.Class) string {
+	if c < providers.Confirmed || c > providers.Unknown {
+		c = providers.Unknown
+	}
+	return c.String()
+}
+
+// Handler serves the metrics g gathers in the Prometheus text format (or
+// protobuf when the scraper asks for it). A collector that fails
+// does not fail the scrape: the rest is served. At most 10 scrapes are
+// served at once; more get 503.
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 10,
+	})
+}

@@ -1,0 +1,157 @@
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sidefx/sidefx/effects"
+)
+
+// statsReader is what the table collector reads: an *effects.Store.
+type statsReader interface {
+	Stats(ctx context.Context) ([]effects.KindStats, error)
+}
+
+// tableCollector exposes sidefx_effects and sidefx_oldest_pending_seconds
+// from Store.Stats, read at most once per interval by one read at a time,
+// and sidefx_stats_errors_total, the reads that failed.
+type tableCollector struct {
+	store    statsReader
+	interval time.Duration
+	timeout  time.Duration
+	errors   prometheus.Counter
+	log      *slog.Logger
+
+	effectsDesc *prometheus.Desc
+	oldestDesc  *prometheus.Desc
+
+	mu      sync.Mutex
+	now     func() time.Time // the clock for interval; a test may replace it
+	readAt  time.Time        // when the last read started; zero before the first
+	reading chan struct{}    // closed when the read in flight ends; nil if none
+	// kinds holds the last reading of every kind seen since start; a kind
+	// absent from a later reading is kept, with zero counts.
+	kinds   map[string]effects.KindStats
+	metrics []prometheus.Metric // built from kinds after each successful read
+}
+
+func newTableCollector(store statsReader, o Options, errors prometheus.Counter) *tableCollector {
+	return &tableCollector{
+		store:    store,
+		interval: o.StatsInterval,
+		timeout:  o.StatsTimeout,
+		errors:   errors,
+		log:      o.Logger.With("component", "metrics"),
+		effectsDesc: prometheus.NewDesc(nameEffects,
+			"Effects in the side_effects table by kind and state, as of the last table read.",
+			[]string{"kind", "state"}, nil),
+		oldestDesc: prometheus.NewDesc(nameOldestPending,
+			"Age in seconds of the kind's oldest pending effect by the database's clock, 0 if none, as of the last table read.",
+			[]string{"kind"}, nil),
+		now:   time.Now,
+		kinds: map[string]effects.KindStats{},
+	}
+}
+
+// Describe sends the descriptors of the table's gauges.
+func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.effectsDesc
+	ch <- c.oldestDesc
+	c.errors.Describe(ch)
+}
+
+// Collect sends the table's gauges: from a new read if the last one started
+// StatsInterval ago or more, else from the last reading. It waits for a read
+// at most StatsTimeout; a read that takes longer goes on in the background,
+// and the scrape gets the last reading. Then it sends the error counter, so
+// that a scrape whose read failed counts its failure.
+func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.current() {
+		ch <- m
+	}
+	c.errors.Collect(ch)
+}
+
+func (c *tableCollector) current() []prometheus.Metric {
+	wait := time.NewTimer(c.timeout)
+	defer wait.Stop()
+
+	c.mu.Lock()
+	if c.reading == nil && (c.readAt.IsZero() || c.now().Sub(c.readAt) >= c.interval) {
+		c.readAt = c.now()
+		c.reading = make(chan struct{})
+		go c.read(c.reading)
+	}
+	done := c.reading
+	c.mu.Unlock()
+
+	if done != nil {
+		select {
+		case <-done:
+		case <-wait.C:
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.metrics
+}
+
+// read reads the table once and keeps the result, or counts the error and
+// keeps the last reading; then it closes done.
+func (c *tableCollector) read(done chan struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	stats, err := c.store.Stats(ctx)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reading = nil
+	if err != nil {
+		c.errors.Inc()
+		c.log.Warn("reading the side_effects table failed; serving the last reading", "err", err)
+		return
+	}
+	for k := range c.kinds {
+		c.kinds[k] = effects.KindStats{Kind: k}
+	}
+	for _, ks := range stats {
+		c.kinds[ks.Kind] = ks
+	}
+	c.metrics = c.build()
+}
+
+// build turns kinds into gauges: every state for every kind (0 where there
+// is none), and the oldest pending age.
+func (c *tableCollector) build() []prometheus.Metric {
+	kinds := make([]string, 0, len(c.kinds))
+	for k := range c.kinds {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	out := make([]prometheus.Metric, 0, len(kinds)*(len(effects.States)+1))
+	for _, k := range kinds {
+		ks := c.kinds[k]
+		states := slices.Clone(effects.States)
+		var extra []effects.State // not expected: the table's CHECK allows only States
+		for st := range ks.ByState {
+			if !slices.Contains(states, st) {
+				extra = append(extra, st)
+			}
+		}
+		slices.Sort(extra)
+		for _, st := range append(states, extra...) {
+			out = append(out, prometheus.MustNewConstMetric(c.effectsDesc, prometheus.GaugeValue,
+				float64(ks.ByState[st]), k, string(st)))
+		}
+		out = append(out, prometheus.MustNewConstMetric(c.oldestDesc, prometheus.GaugeValue,
+			ks.OldestPending.Seconds(), k))
+	}
+	return out
+}
