@@ -13,7 +13,9 @@
 //		...
 //	}
 //
-// The server programs are found in SIDEFX_PG_BIN, else in the newest
+// The server is a cluster of package pgcluster, which does the work below;
+// pgtest adds the template, the clones and the testing.TB plumbing. The
+// server programs are found in SIDEFX_PG_BIN, else in the newest
 // /usr/lib/postgresql/*/bin, else next to pg_ctl on PATH; without them the
 // tests fail, saying how to install them. When running as root the server
 // runs as the postgres user. The server's directory goes in SIDEFX_PG_TMPDIR

@@ -1,7 +1,8 @@
-package pgtest
+package pgcluster
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,21 +12,27 @@ import (
 	"strings"
 )
 
+// ErrNoBinaries is wrapped by the error of FindBinaries, and thus of Start,
+// when the PostgreSQL server programs are not found. The error's text ends
+// with how to install them.
+var ErrNoBinaries = errors.New("pgcluster: PostgreSQL binaries were not found")
+
 // installHint says how to get out of a missing-binaries failure.
 const installHint = "install PostgreSQL (Debian/Ubuntu: apt-get install postgresql), " +
-	"or set SIDEFX_PG_BIN to the directory holding pg_ctl, initdb and postgres, " +
-	"or set SIDEFX_TEST_DATABASE_URL to the URL of a running server to use instead"
+	"or set SIDEFX_PG_BIN to the directory holding pg_ctl, initdb and postgres"
 
 // debianBinGlob is where Debian and Ubuntu install each PostgreSQL version.
 const debianBinGlob = "/usr/lib/postgresql/*/bin"
 
-// findBinDir returns the directory of the PostgreSQL server programs: the one
-// in SIDEFX_PG_BIN if set, else the newest /usr/lib/postgresql/*/bin, else
-// the directory of pg_ctl on PATH.
-func findBinDir() (string, error) {
+// FindBinaries returns the directory of the PostgreSQL server programs
+// (pg_ctl, initdb, postgres): the one in SIDEFX_PG_BIN if set, else the
+// newest /usr/lib/postgresql/*/bin, else the directory of pg_ctl on PATH.
+// If there is none, the error wraps ErrNoBinaries and says how to install
+// them.
+func FindBinaries() (string, error) {
 	if dir := os.Getenv("SIDEFX_PG_BIN"); dir != "" {
 		if err := hasServerPrograms(dir); err != nil {
-			return "", fmt.Errorf("pgtest: PostgreSQL binaries were not found: SIDEFX_PG_BIN=%s: %v; %s", dir, err, installHint)
+			return "", fmt.Errorf("%w: SIDEFX_PG_BIN=%s: %v; %s", ErrNoBinaries, dir, err, installHint)
 		}
 		return dir, nil
 	}
@@ -44,7 +51,7 @@ func findBinDir() (string, error) {
 			return dir, nil
 		}
 	}
-	return "", fmt.Errorf("pgtest: PostgreSQL binaries (pg_ctl, initdb, postgres) were not found in SIDEFX_PG_BIN, %s or PATH; %s", debianBinGlob, installHint)
+	return "", fmt.Errorf("%w (pg_ctl, initdb, postgres) in SIDEFX_PG_BIN, %s or PATH; %s", ErrNoBinaries, debianBinGlob, installHint)
 }
 
 // hasServerPrograms checks that dir holds executable pg_ctl, initdb and
