@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -369,3 +370,16 @@ type limitedBody struct {
 	io.Reader
 	io.Closer
 }
+
+// String names the provider; it never shows the API key.
+func (p *Provider) String() string { return fmt.Sprintf("sendgrid provider %q", p.name) }
+
+// GoString is String, so %#v shows no secret either.
+func (p *Provider) GoString() string { return p.String() }
+
+// Format prints String for every verb: no verb walks the fields, which hold
+// the API key.
+func (p *Provider) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, p.String()) }
+
+// LogValue is String, for log/slog.
+func (p *Provider) LogValue() slog.Value { return slog.StringValue(p.String()) }

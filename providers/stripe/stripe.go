@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -215,3 +217,16 @@ func (p *Provider) call(ctx context.Context, c providers.Call) providers.Result 
 	obj, err := op.send(p.api, id, params)
 	return p.classify(name, obj, err, ex)
 }
+
+// String names the provider; it never shows the API key.
+func (p *Provider) String() string { return fmt.Sprintf("stripe provider %q", p.name) }
+
+// GoString is String, so %#v shows no secret either.
+func (p *Provider) GoString() string { return p.String() }
+
+// Format prints String for every verb: no verb walks the fields, which hold
+// the API key.
+func (p *Provider) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, p.String()) }
+
+// LogValue is String, for log/slog.
+func (p *Provider) LogValue() slog.Value { return slog.StringValue(p.String()) }

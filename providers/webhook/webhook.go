@@ -514,3 +514,7 @@ func redactURL(raw string) string {
 	}
 	return shown
 }
+
+// Format prints String for every verb: no verb walks the fields, which hold
+// the signing key.
+func (p *Provider) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, p.String()) }

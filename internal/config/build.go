@@ -1,0 +1,267 @@
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/migrations"
+	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/sendgrid"
+	"github.com/sidefx/sidefx/providers/stripe"
+	"github.com/sidefx/sidefx/providers/webhook"
+)
+
+// Runtime is what a Config builds: the objects the daemon runs, none of
+// them started.
+type Runtime struct {
+	// DatabaseURL is Config.DatabaseURL, for the connection pool. It may
+	// hold a password; String and LogValue hide it.
+	DatabaseURL string
+
+	// Providers are the built providers, by name. Close closes the idle
+	// connections of those that keep any.
+	Providers map[string]providers.Provider
+
+	// Dispatcher is ready for dispatcher.New: every kind with its provider
+	// and policy, a Limit for each used provider that sets one, the schema,
+	// the dispatcher settings and the logger given to Build. WorkerID and
+	// Observer are left for the daemon.
+	Dispatcher dispatcher.Config
+
+	// Migrations says where to apply the migrations.
+	Migrations migrations.Config
+
+	// HTTP and Log are the Config's.
+	HTTP HTTPConfig
+	Log  LogConfig
+
+	// Drift is the Config's, for the drift package; DriftSchedule is its
+	// parsed schedule.
+	Drift         DriftConfig
+	DriftSchedule cron.Schedule
+}
+
+// Build validates cfg (as Load does, filling the defaults of a copy) and
+// builds the Runtime. It reads each provider's secret from the environment
+// variable its *_env field names, with getenv (nil: os.Getenv): a variable
+// unset or empty, or holding a secret the provider refuses, is an error
+// naming the field and the variable, never the value. logger goes to the
+// dispatcher (nil: slog.Default()). Nothing is started and nothing is
+// connected.
+func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runtime, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("build: %w: nil Config", ErrInvalid)
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := cfg.clone()
+	c.fillDefaults()
+	if _, problems := c.validate(nil); len(problems) > 0 {
+		return nil, joinErrors(problems)
+	}
+
+	rt := &Runtime{
+		DatabaseURL: c.DatabaseURL,
+		Providers:   make(map[string]providers.Provider, len(c.Providers)),
+		Migrations:  migrations.Config{Schema: c.Schema, Namespace: c.Namespace},
+		HTTP:        c.HTTP,
+		Log:         c.Log,
+		Drift:       c.Drift,
+	}
+	var problems []*FieldError
+	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
+		pc := c.Providers[name]
+		field, env := "api_key_env", pc.APIKeyEnv
+		if pc.Type == TypeWebhook {
+			field, env = "secret_env", pc.SecretEnv
+		}
+		path := providerPath(name) + "." + field
+		secret := getenv(env)
+		if secret == "" {
+			problems = append(problems, &FieldError{Path: path, Problem: fmt.Sprintf("environment variable %s is not set or empty", env)})
+			continue
+		}
+		p, err := newProvider(name, pc, secret, c.stripeOperations(name))
+		if err != nil {
+			// The configuration passed its dry run in validate: what the
+			// provider refuses now is the secret.
+			problems = append(problems, &FieldError{Path: path, Problem: fmt.Sprintf("the value of %s is not usable: %s", env, scrub(err.Error(), secret))})
+			continue
+		}
+		rt.Providers[name] = p
+	}
+	if len(problems) > 0 {
+		rt.Close()
+		return nil, joinErrors(problems)
+	}
+
+	d := c.Dispatcher
+	rt.Dispatcher = dispatcher.Config{
+		Schema:          c.Schema,
+		Kinds:           make(map[string]dispatcher.Kind, len(c.Kinds)),
+		Workers:         d.Workers,
+		BatchSize:       d.BatchSize,
+		Lease:           time.Duration(d.Lease),
+		PollInterval:    time.Duration(d.PollInterval),
+		RescueInterval:  time.Duration(d.RescueInterval),
+		Retention:       time.Duration(d.Retention),
+		ReapInterval:    time.Duration(d.ReapInterval),
+		ShutdownTimeout: time.Duration(d.ShutdownTimeout),
+		Logger:          logger,
+	}
+	for kind, k := range c.Kinds {
+		rt.Dispatcher.Kinds[kind] = dispatcher.Kind{
+			Provider:    rt.Providers[k.Provider],
+			MaxAttempts: k.MaxAttempts,
+			Timeout:     time.Duration(k.Timeout),
+			BackoffBase: time.Duration(k.BackoffBase),
+			BackoffMax:  time.Duration(k.BackoffMax),
+			AtLeastOnce: k.AtLeastOnce,
+		}
+		pc := c.Providers[k.Provider]
+		if pc.Concurrency != 0 || pc.RatePerSecond != 0 || pc.Burst != 0 {
+			if rt.Dispatcher.Limits == nil {
+				rt.Dispatcher.Limits = map[string]dispatcher.Limit{}
+			}
+			rt.Dispatcher.Limits[k.Provider] = dispatcher.Limit{Concurrency: pc.Concurrency, RatePerSecond: pc.RatePerSecond, Burst: pc.Burst}
+		}
+	}
+	sched, err := cron.ParseStandard(c.Drift.Schedule)
+	if err != nil { // validate parsed it already
+		rt.Close()
+		return nil, &FieldError{Path: "drift.schedule", Problem: err.Error()}
+	}
+	rt.DriftSchedule = sched
+	return rt, nil
+}
+
+// stripeOperations maps each kind served by provider name to its
+// operation, for stripe.Config.Operations; nil for another type.
+func (c *Config) stripeOperations(name string) map[string]string {
+	if c.Providers[name].Type != TypeStripe {
+		return nil
+	}
+	ops := map[string]string{}
+	for kind, k := range c.Kinds {
+		if k.Provider == name {
+			ops[kind] = k.Operation
+		}
+	}
+	return ops
+}
+
+// newProvider builds the provider pc describes, with its secret.
+func newProvider(name string, pc ProviderConfig, secret string, ops map[string]string) (providers.Provider, error) {
+	switch pc.Type {
+	case TypeStripe:
+		return stripe.New(&stripe.Config{Name: name, APIKey: secret, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout), Operations: ops})
+	case TypeSendGrid:
+		return sendgrid.New(&sendgrid.Config{Name: name, APIKey: secret, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout)})
+	case TypeWebhook:
+		return webhook.New(&webhook.Config{Name: name, URL: pc.URL, Secret: secret, Timeout: time.Duration(pc.Timeout), Headers: maps.Clone(pc.Headers)})
+	}
+	return nil, fmt.Errorf("unknown provider type %q", pc.Type)
+}
+
+// standIn is a well-formed secret of each type, for dryRun.
+var standIn = map[string]string{
+	TypeStripe:   "sk_test_sidefx_config_check",
+	TypeSendGrid: "SG.sidefx-config-check",
+	TypeWebhook:  webhook.SecretPrefix + base64.StdEncoding.EncodeToString(make([]byte, 32)),
+}
+
+// dryRun builds the provider pc describes with a stand-in secret, to find
+// what only the provider checks (a header it sets itself, say) at Load
+// rather than at Build. Building a provider opens no connection.
+func dryRun(name string, pc ProviderConfig) error {
+	p, err := newProvider(name, pc, standIn[pc.Type], nil)
+	if err != nil {
+		return err
+	}
+	closeProvider(p)
+	return nil
+}
+
+// scrub removes secret from a message, should a provider ever echo it.
+func scrub(msg, secret string) string {
+	if secret == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, secret, "[REDACTED]")
+}
+
+func closeProvider(p providers.Provider) {
+	if c, ok := p.(interface{ Close() }); ok {
+		c.Close()
+	}
+}
+
+// Close closes the idle connections of the providers that keep their own.
+// The providers stay usable.
+func (rt *Runtime) Close() {
+	for _, p := range rt.Providers {
+		closeProvider(p)
+	}
+}
+
+// NewLogger returns a logger writing to w (nil: os.Stderr) in cfg's format,
+// text or json, at cfg's level and above. Empty fields take the defaults
+// (info, text); case does not matter.
+func NewLogger(cfg LogConfig, w io.Writer) (*slog.Logger, error) {
+	if w == nil {
+		w = os.Stderr
+	}
+	level := strings.ToLower(strings.TrimSpace(cfg.Level))
+	if level == "" {
+		level = DefaultLogLevel
+	}
+	format := strings.ToLower(strings.TrimSpace(cfg.Format))
+	if format == "" {
+		format = DefaultLogFormat
+	}
+	var errs []error
+	lv, ok := logLevels[level]
+	if !ok {
+		errs = append(errs, &FieldError{Path: "log.level", Problem: fmt.Sprintf("%q is not one of debug, info, warn, error", cfg.Level)})
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
+	switch format {
+	case "text":
+		h = slog.NewTextHandler(w, opts)
+	case "json":
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		errs = append(errs, &FieldError{Path: "log.format", Problem: fmt.Sprintf("%q is not one of text, json", cfg.Format)})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return slog.New(h), nil
+}
+
+// clone returns a copy of c that shares no map or slice with it.
+func (c *Config) clone() *Config {
+	n := *c
+	n.Providers = make(map[string]ProviderConfig, len(c.Providers))
+	for name, p := range c.Providers {
+		p.Headers = maps.Clone(p.Headers)
+		n.Providers[name] = p
+	}
+	n.Kinds = maps.Clone(c.Kinds)
+	n.Drift.Rules = slices.Clone(c.Drift.Rules)
+	n.Warnings = slices.Clone(c.Warnings)
+	return &n
+}

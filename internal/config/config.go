@@ -1,0 +1,324 @@
+package config
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sidefx/sidefx/internal/sqlname"
+)
+
+// The environment variables that override the file. Each wins over the
+// file's value when it is set and not empty.
+const (
+	EnvDatabaseURL = "SIDEFX_DATABASE_URL" // database_url
+	EnvHTTPListen  = "SIDEFX_HTTP_LISTEN"  // http.listen
+	EnvLogLevel    = "SIDEFX_LOG_LEVEL"    // log.level
+	EnvLogFormat   = "SIDEFX_LOG_FORMAT"   // log.format
+)
+
+// The provider types, the values of ProviderConfig.Type.
+const (
+	TypeStripe   = "stripe"
+	TypeSendGrid = "sendgrid"
+	TypeWebhook  = "webhook"
+)
+
+// Defaults that are the config's own; the others are the dispatcher's and
+// the providers' (dispatcher.DefaultWorkers, stripe.DefaultTimeout…).
+const (
+	DefaultSchema        = sqlname.DefaultSchema // "public"
+	DefaultListen        = "127.0.0.1:9464"
+	DefaultLogLevel      = "info"
+	DefaultLogFormat     = "text"
+	DefaultDriftSchedule = "@every 5m"
+	DefaultDriftGrace    = 10 * time.Minute
+	DefaultDriftWindow   = 24 * time.Hour
+)
+
+// StripeKeyWindow is how long Stripe is sure to keep an idempotency key. A
+// Stripe kind whose retries can span longer gets a warning: a retry after
+// the window may perform the effect again.
+const StripeKeyWindow = 24 * time.Hour
+
+// ErrInvalid is matched (errors.Is) by every error that Load, Parse and
+// Build return for a configuration that is wrong, as opposed to a file that
+// cannot be read.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Config is the daemon's configuration, as read from its YAML file (see
+// Reference) and the environment. Load and Parse return it with the
+// defaults filled in and validated; Build turns it into the objects the
+// daemon runs.
+//
+// Config holds no secret values: providers name the environment variables
+// that hold their secrets, and Build reads them. The database URL may hold
+// a password: String, Format and LogValue print it as "xxxxx", as they do
+// a webhook URL's credentials and query and every header value.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string, a URL or key=value
+	// pairs as pgx accepts them. Required, in the file or in
+	// SIDEFX_DATABASE_URL, which wins.
+	DatabaseURL string `yaml:"database_url"`
+
+	// Schema is the PostgreSQL schema that holds side_effects. Default
+	// "public".
+	Schema string `yaml:"schema"`
+
+	// Namespace is mixed into every derived idempotency key (see
+	// migrations.Config): up to 64 of A-Z a-z 0-9 . _ : -. Default "",
+	// which leaves the database's namespace as it is.
+	Namespace string `yaml:"namespace"`
+
+	// HTTP configures the daemon's HTTP endpoint (metrics, health).
+	HTTP HTTPConfig `yaml:"http"`
+
+	// Log configures the daemon's logs.
+	Log LogConfig `yaml:"log"`
+
+	// Dispatcher configures the dispatch loop (dispatcher.Config).
+	Dispatcher DispatcherConfig `yaml:"dispatcher"`
+
+	// Providers are the provider instances kinds can name, by name. A name
+	// is lowercase: a letter, then letters, digits, _ - or ., at most 64.
+	// It is the provider's name in logs, metrics and limits.
+	Providers map[string]ProviderConfig `yaml:"providers"`
+
+	// Kinds are the effect kinds the daemon serves, by kind. At least one
+	// is required.
+	Kinds map[string]KindConfig `yaml:"kinds"`
+
+	// Drift configures the drift checks.
+	Drift DriftConfig `yaml:"drift"`
+
+	// Warnings are the things Load found doubtful but not wrong, each
+	// naming its field, for the daemon to log. They are not read from the
+	// file.
+	Warnings []string `yaml:"-"`
+}
+
+// HTTPConfig configures the daemon's HTTP endpoint.
+type HTTPConfig struct {
+	// Listen is the host:port the endpoint listens on. Default
+	// "127.0.0.1:9464" (loopback only). SIDEFX_HTTP_LISTEN wins.
+	Listen string `yaml:"listen"`
+}
+
+// LogConfig configures the daemon's logs.
+type LogConfig struct {
+	// Level is the lowest level logged: debug, info, warn or error, in any
+	// case. Default "info". SIDEFX_LOG_LEVEL wins.
+	Level string `yaml:"level"`
+
+	// Format is text (slog.TextHandler) or json (slog.JSONHandler). Default
+	// "text". SIDEFX_LOG_FORMAT wins.
+	Format string `yaml:"format"`
+}
+
+// DispatcherConfig configures the dispatch loop; each field is the
+// dispatcher.Config field of the same name, with its default.
+type DispatcherConfig struct {
+	// Workers bounds the provider calls in flight. Default 32.
+	Workers int `yaml:"workers"`
+
+	// BatchSize bounds the effects one claim takes. Default 100.
+	BatchSize int `yaml:"batch_size"`
+
+	// Lease is how long a claimed effect stays fired before it is rescued;
+	// at least 1s, and above every kind's timeout. Default 60s.
+	Lease Duration `yaml:"lease"`
+
+	// PollInterval is how often the dispatcher looks for due effects
+	// without a notification. Default 1s.
+	PollInterval Duration `yaml:"poll_interval"`
+
+	// Retention is how long finished effects are kept before they are
+	// deleted; it must outlast every replay window of the sources. Default
+	// 720h (30 days); negative keeps them forever.
+	Retention Duration `yaml:"retention"`
+
+	// RescueInterval is how often expired leases are rescued. Default
+	// lease/4, at least 1s (15s with the default lease).
+	RescueInterval Duration `yaml:"rescue_interval"`
+
+	// ReapInterval is how often finished effects past Retention are
+	// deleted. Default 1h.
+	ReapInterval Duration `yaml:"reap_interval"`
+
+	// ShutdownTimeout bounds the wait for calls in flight at shutdown.
+	// Default 30s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+}
+
+// ProviderConfig configures one provider instance. Which fields apply
+// depends on Type; setting one that does not apply is an error.
+type ProviderConfig struct {
+	// Type is stripe, sendgrid or webhook. Required.
+	Type string `yaml:"type"`
+
+	// APIKeyEnv names the environment variable holding the API key (stripe,
+	// sendgrid). Required for those types. Build reads it; the key is never
+	// in the Config.
+	APIKeyEnv string `yaml:"api_key_env"`
+
+	// BaseURL is the API's address (stripe, sendgrid): an http(s) URL
+	// without credentials, query or fragment. Default
+	// "https://api.stripe.com" or "https://api.sendgrid.com".
+	BaseURL string `yaml:"base_url"`
+
+	// URL is the receiver's endpoint (webhook). Required for webhooks. It
+	// is never printed whole.
+	URL string `yaml:"url"`
+
+	// SecretEnv names the environment variable holding the Standard
+	// Webhooks signing secret, "whsec_…" (webhook). Required for webhooks.
+	SecretEnv string `yaml:"secret_env"`
+
+	// Headers are static request headers sent with every delivery
+	// (webhook). Default none. Their values are never printed.
+	Headers map[string]string `yaml:"headers"`
+
+	// Timeout bounds one request. Default 30s for stripe and sendgrid, 10s
+	// for webhook. A kind's timeout bounds the call too; the shorter wins.
+	Timeout Duration `yaml:"timeout"`
+
+	// Concurrency bounds the calls to this provider in flight. Default 0:
+	// bounded by dispatcher.workers alone.
+	Concurrency int `yaml:"concurrency"`
+
+	// RatePerSecond bounds the calls started per second. Default 0:
+	// unlimited.
+	RatePerSecond float64 `yaml:"rate_per_second"`
+
+	// Burst is how many calls may start at once under RatePerSecond; only
+	// with a rate. Default 0: max(1, rate_per_second).
+	Burst int `yaml:"burst"`
+}
+
+// KindConfig is the policy of one effect kind (dispatcher.Kind).
+type KindConfig struct {
+	// Provider names the provider (a key of Config.Providers) that performs
+	// the kind's effects. Required.
+	Provider string `yaml:"provider"`
+
+	// Operation is the Stripe operation the kind performs, one of
+	// stripe.Operations() (stripe providers only). Default the kind's last
+	// two dot-separated words (stripe.DefaultOperation).
+	Operation string `yaml:"operation"`
+
+	// MaxAttempts bounds the attempts per effect. Default 25.
+	MaxAttempts int `yaml:"max_attempts"`
+
+	// Timeout bounds one provider call; it must be below dispatcher.lease.
+	// Default 30s.
+	Timeout Duration `yaml:"timeout"`
+
+	// BackoffBase is the delay before the second attempt, doubled for each
+	// attempt after (jittered). Default 1s.
+	BackoffBase Duration `yaml:"backoff_base"`
+
+	// BackoffMax caps the delay between attempts; not below BackoffBase.
+	// Default 1h.
+	BackoffMax Duration `yaml:"backoff_max"`
+
+	// AtLeastOnce retries an unknown outcome at a provider that is not
+	// idempotent (sendgrid), accepting a possible duplicate over an
+	// uncertain effect. Only for sendgrid providers. Default false.
+	AtLeastOnce bool `yaml:"at_least_once"`
+}
+
+// DriftConfig configures the drift checks, which compare what should have
+// an effect with the effects there are.
+type DriftConfig struct {
+	// Schedule is when the rules run: a 5-field cron spec ("*/5 * * * *")
+	// or a descriptor ("@hourly", "@every 5m"), as cron.ParseStandard reads
+	// it. Default "@every 5m".
+	Schedule string `yaml:"schedule"`
+
+	// Rules are the checks. Default none.
+	Rules []DriftRule `yaml:"rules"`
+}
+
+// DriftRule is one drift check, kept as written: the drift package runs it
+// and checks its SQL against the database.
+type DriftRule struct {
+	// Name identifies the rule in findings, logs and metrics: lowercase, a
+	// letter, then letters, digits, _ - or ., unique. Required.
+	Name string `yaml:"name"`
+
+	// Kind is the effect kind the rule's sources must have, one of
+	// Config.Kinds. Required.
+	Kind string `yaml:"kind"`
+
+	// SQL returns the source ids that must have exactly one effect of Kind.
+	// Required.
+	SQL string `yaml:"sql"`
+
+	// Grace is how long a fresh source may go without its effect before it
+	// counts as missing. Default 10m; below Window.
+	Grace Duration `yaml:"grace"`
+
+	// Window is how far back the rule looks. Default 24h.
+	Window Duration `yaml:"window"`
+
+	// Sample bounds the example source ids a finding lists. Default 0: the
+	// drift package's default.
+	Sample int `yaml:"sample"`
+}
+
+// FieldError is one thing wrong with a configuration. Load, Parse and Build
+// return them joined (errors.Join), one per problem; each matches
+// ErrInvalid.
+type FieldError struct {
+	// File is the configuration file, when Load read one.
+	File string
+	// Line is the line in the file the problem is at, when known.
+	Line int
+	// Path names the field: dispatcher.lease, kinds["charge.create"].provider,
+	// providers["partner"].headers["X-Tenant"], drift.rules[0].name. Empty
+	// for a problem with the file as a whole (a YAML syntax error).
+	Path string
+	// Env is the environment variable the field's value came from, if any.
+	Env string
+	// Problem says what is wrong. It never holds a secret.
+	Problem string
+}
+
+// Error formats e as "file:line: path (from ENV): problem", leaving out the
+// parts that are unknown.
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	switch {
+	case e.File != "" && e.Line > 0:
+		b.WriteString(e.File + ":" + strconv.Itoa(e.Line) + ": ")
+	case e.File != "":
+		b.WriteString(e.File + ": ")
+	case e.Line > 0:
+		b.WriteString("line " + strconv.Itoa(e.Line) + ": ")
+	}
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		if e.Env != "" {
+			b.WriteString(" (from " + e.Env + ")")
+		}
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Problem)
+	return b.String()
+}
+
+// Is makes errors.Is(e, ErrInvalid) hold.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// joinErrors returns the problems as one error, or nil.
+func joinErrors(ps []*FieldError) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = p
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,56 @@
+// Package config reads the sidefx daemon's YAML configuration and builds
+// what the daemon runs from it.
+//
+//	cfg, err := config.Load("sidefx.yaml", os.Getenv)
+//	if err != nil {
+//		return err // every problem, one per line, each naming its field
+//	}
+//	logger, err := config.NewLogger(cfg.Log, os.Stderr)
+//	for _, w := range cfg.Warnings {
+//		logger.Warn("config", "warning", w)
+//	}
+//	rt, err := config.Build(cfg, os.Getenv, logger) // reads the secrets
+//	// rt.Providers, rt.Dispatcher (for dispatcher.New), rt.Migrations,
+//	// rt.HTTP, rt.DriftSchedule…: nothing is started.
+//
+// Reference is a complete, commented file with every default.
+//
+// # Loading
+//
+// Load reads the file with unknown fields refused, applies the environment
+// overrides (SIDEFX_DATABASE_URL, SIDEFX_HTTP_LISTEN, SIDEFX_LOG_LEVEL,
+// SIDEFX_LOG_FORMAT; each wins when set and not empty), fills the defaults
+// and validates. It reports every problem, not the first: the error joins
+// one *FieldError per problem (errors.Is(err, ErrInvalid)), each written
+// as
+//
+//	sidefx.yaml:12: kinds["charge.create"].provider: no provider named "strpe" (providers: mail, stripe)
+//	sidefx.yaml:7: dispatcher.lease: 60 is not a duration: a bare number has no unit (want e.g. 60s)
+//	sidefx.yaml: http.listen (from SIDEFX_HTTP_LISTEN): "localhost" is not host:port (want e.g. 127.0.0.1:9464)
+//
+// A field path is the YAML keys from the top joined by dots; the keys of the
+// maps whose keys are names — providers, kinds, a webhook's headers — are
+// quoted in brackets, as they may hold dots, and list items are indexed
+// from 0: providers["partner"].secret_env, drift.rules[1].kind. The line
+// is the field's, or the nearest enclosing field's when the file does not
+// set it; a value from the environment has none.
+//
+// Validation mirrors the rules of the packages the values go to — the
+// dispatcher's (a kind's timeout below the lease…), the schema's, the
+// namespace's — so that a mistake is reported against the YAML field, at
+// start-up, rather than by a constructor in Go terms. Each provider is also
+// built once with a stand-in secret, so that Build can fail only on a
+// secret. Doubtful but valid settings, such as a Stripe kind whose retries
+// can outlast Stripe's 24-hour idempotency-key window, or a provider no
+// kind uses, are returned in Config.Warnings.
+//
+// # Secrets
+//
+// The file holds no secret: a provider names the environment variable that
+// holds its API key or signing secret, and Build reads it. Config therefore
+// never holds one; the built providers do, and none of them prints it. A
+// missing or refused secret is an error naming the field and the variable,
+// never the value. The database URL may hold a password: Config and
+// Runtime print it as "xxxxx" (String, every fmt verb, slog), along with a
+// webhook URL's credentials and query and every header value.
+package config

@@ -1,0 +1,133 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// redacted replaces what is never printed.
+const redacted = "[REDACTED]"
+
+// The printing of Config, ProviderConfig and Runtime goes through Format
+// for every verb (%v, %+v, %#v, %s, %d…) and through LogValue for slog, and
+// shows neither the database password, nor a webhook URL's credentials and
+// query, nor header values. Config holds no other secret: the providers'
+// are read from the environment by Build, and live only inside the built
+// providers.
+
+// String describes c with the database password, webhook URLs' credentials
+// and queries and header values hidden.
+func (c Config) String() string {
+	type plain Config // without methods, so that Sprintf does not recurse
+	p := plain(c)
+	p.DatabaseURL = RedactDatabaseURL(c.DatabaseURL)
+	return fmt.Sprintf("%+v", p)
+}
+
+// Format prints String for every verb.
+func (c Config) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, c.String()) }
+
+// LogValue makes slog print String.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// String describes p with its URL's credentials and query and its header
+// values hidden.
+func (p ProviderConfig) String() string {
+	type plain ProviderConfig
+	q := plain(p)
+	if q.URL != "" {
+		q.URL = redactURL(q.URL)
+	}
+	if q.Headers != nil {
+		q.Headers = make(map[string]string, len(p.Headers))
+		for name := range p.Headers {
+			q.Headers[name] = redacted
+		}
+	}
+	return fmt.Sprintf("%+v", q)
+}
+
+// Format prints String for every verb.
+func (p ProviderConfig) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, p.String()) }
+
+// LogValue makes slog print String.
+func (p ProviderConfig) LogValue() slog.Value { return slog.StringValue(p.String()) }
+
+// String describes rt: its providers by name and type, its kinds, schema and
+// settings, the database password hidden. The providers' secrets are not
+// reachable from it.
+func (rt Runtime) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "{DatabaseURL:%s Providers:[", RedactDatabaseURL(rt.DatabaseURL))
+	for i, name := range slices.Sorted(maps.Keys(rt.Providers)) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s:%T", name, rt.Providers[name])
+	}
+	b.WriteString("] Kinds:[")
+	for i, kind := range slices.Sorted(maps.Keys(rt.Dispatcher.Kinds)) {
+		k := rt.Dispatcher.Kinds[kind]
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		provider := "<nil>"
+		if k.Provider != nil {
+			provider = k.Provider.Name()
+		}
+		fmt.Fprintf(&b, "%s:{Provider:%s MaxAttempts:%d Timeout:%s BackoffBase:%s BackoffMax:%s AtLeastOnce:%t}",
+			kind, provider, k.MaxAttempts, k.Timeout, k.BackoffBase, k.BackoffMax, k.AtLeastOnce)
+	}
+	d := rt.Dispatcher
+	fmt.Fprintf(&b, "] Limits:%+v Schema:%s Namespace:%q Workers:%d BatchSize:%d Lease:%s PollInterval:%s RescueInterval:%s Retention:%s ReapInterval:%s ShutdownTimeout:%s HTTP:%+v Log:%+v Drift:%+v}",
+		d.Limits, d.Schema, rt.Migrations.Namespace, d.Workers, d.BatchSize, d.Lease, d.PollInterval, d.RescueInterval, d.Retention, d.ReapInterval, d.ShutdownTimeout,
+		rt.HTTP, rt.Log, rt.Drift)
+	return b.String()
+}
+
+// Format prints String for every verb.
+func (rt Runtime) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, rt.String()) }
+
+// LogValue makes slog print String.
+func (rt Runtime) LogValue() slog.Value { return slog.StringValue(rt.String()) }
+
+var dsnPasswordRE = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
+
+// RedactDatabaseURL returns a PostgreSQL connection string with its
+// password, in the URL's user information, a password query parameter or
+// a password=… pair, replaced by "xxxxx". A URL that does not parse is
+// hidden whole.
+func RedactDatabaseURL(dsn string) string {
+	if !strings.Contains(dsn, "://") {
+		return dsnPasswordRE.ReplaceAllString(dsn, "${1}xxxxx")
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return redacted
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+// redactURL shows a URL's scheme, host and path: never its user
+// information, query or fragment, which may hold a token.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(invalid URL)"
+	}
+	shown := u.Scheme + "://" + u.Host + u.EscapedPath()
+	if u.RawQuery != "" {
+		shown += "?" + redacted
+	}
+	return shown
+}

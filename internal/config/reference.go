@@ -1,0 +1,134 @@
+package config
+
+// Reference is a complete configuration file, every field commented with
+// its default. It is valid as it stands once the environment variables it
+// names are set; the README includes it.
+const Reference = `# sidefx daemon configuration (YAML). Every field is optional unless it says
+# "required"; a value shown is the default unless it says "example".
+# Durations are written as Go writes them: 500ms, 60s, 5m, 720h. A bare
+# number is refused: it has no unit. Unknown fields are errors.
+#
+# Secrets are never written here: a provider names the environment variable
+# that holds its secret (api_key_env, secret_env), and sidefx reads it at
+# start-up. sidefx never prints a secret, the database password or a webhook
+# URL's query.
+
+# PostgreSQL connection string, as a URL or key=value pairs (pgx syntax).
+# Required, here or in SIDEFX_DATABASE_URL, which wins. A password may also
+# come from PGPASSWORD or ~/.pgpass. (Example.)
+database_url: postgres://sidefx@localhost:5432/app
+
+# Schema that holds side_effects and the other sidefx tables; the
+# migrations create it.
+schema: public
+
+# Key namespace, mixed into every derived idempotency key so that two
+# deployments sharing one provider account (staging and production, say)
+# never send the same key: up to 64 of A-Z a-z 0-9 . _ : -. "" leaves the
+# namespace stored in the database as it is (none, at first). It can change
+# only while side_effects is empty.
+namespace: ""
+
+http:
+  # host:port of the metrics and health endpoint (/metrics, /healthz,
+  # /readyz). Loopback only by default; ":9464" listens on every interface.
+  # SIDEFX_HTTP_LISTEN wins.
+  listen: 127.0.0.1:9464
+
+log:
+  # Lowest level logged: debug, info, warn or error. SIDEFX_LOG_LEVEL wins.
+  level: info
+  # text or json. SIDEFX_LOG_FORMAT wins.
+  format: text
+
+dispatcher:
+  # Provider calls in flight at most, over all providers.
+  workers: 32
+  # Effects claimed by one statement at most.
+  batch_size: 100
+  # How long a claimed effect stays fired before it is rescued as its
+  # worker's death. At least 1s, and above every kind's timeout.
+  lease: 60s
+  # How often to look for due effects when no notification arrives.
+  poll_interval: 1s
+  # How long confirmed, failed and cancelled effects are kept. Deleting an
+  # effect frees its (source_id, kind), so it must outlast every replay
+  # window of the sources. Negative keeps them forever.
+  retention: 720h
+  # How often expired leases are rescued. Default lease/4, at least 1s.
+  rescue_interval: 15s
+  # How often effects past their retention are deleted.
+  reap_interval: 1h
+  # At shutdown, how long calls in flight may finish before they are
+  # cancelled and recorded as unknown.
+  shutdown_timeout: 30s
+
+# The provider instances kinds name, by name (lowercase: a letter, then
+# letters, digits, _ - .). The name shows in logs and metrics. Which fields
+# apply depends on the type; setting one that does not is an error.
+# Limits, for every type: concurrency bounds the calls in flight (0: only
+# dispatcher.workers), rate_per_second the calls started per second (0:
+# unlimited), burst the calls that may start at once under the rate (0:
+# max(1, rate_per_second); only with a rate).
+providers:
+  stripe:                            # (example)
+    type: stripe                     # stripe, sendgrid or webhook; required
+    api_key_env: STRIPE_API_KEY      # required: variable holding sk_… or rk_…
+    base_url: https://api.stripe.com # a stripe-mock, say, for tests
+    timeout: 30s                     # per request
+    concurrency: 0
+    rate_per_second: 0
+    burst: 0
+  mail:                              # (example)
+    type: sendgrid
+    api_key_env: SENDGRID_API_KEY    # required
+    base_url: https://api.sendgrid.com # https://api.eu.sendgrid.com for EU subusers
+    timeout: 30s
+  partner:                           # (example)
+    type: webhook                    # Standard Webhooks, signed
+    url: https://partner.example/hooks # required; http or https
+    secret_env: PARTNER_WEBHOOK_SECRET # required: variable holding whsec_…
+    timeout: 10s
+    headers:                         # static headers, default none; never
+      X-Tenant: t1                   # printed (example)
+
+# The effect kinds served, by kind (lowercase dotted words; at least one).
+kinds:
+  charge.create:                     # (example)
+    provider: stripe                 # required: a name under providers
+    # Stripe providers only: the operation, one of payment_intents.create,
+    # payment_intents.capture, payment_intents.cancel, charges.create,
+    # refunds.create, customers.create, transfers.create. Default the
+    # kind's last two words ("stripe.refunds.create" → refunds.create).
+    operation: charges.create
+    # Attempts per effect at most (an effect's own max_attempts wins). The
+    # default is 25; retries of a Stripe kind should end within Stripe's
+    # 24h idempotency-key window, and sidefx warns when they may not.
+    max_attempts: 20
+    timeout: 30s                     # per call; below dispatcher.lease
+    backoff_base: 1s                 # wait before attempt 2, doubled after,
+    backoff_max: 1h                  # up to this (jittered)
+  email.receipt:                     # (example)
+    provider: mail
+    # sendgrid providers only, which take no idempotency key: retry an
+    # unknown outcome (the mail may arrive twice) instead of marking the
+    # effect uncertain for an operator.
+    at_least_once: false
+  webhook.order_paid:                # (example)
+    provider: partner
+
+drift:
+  # When the rules run: 5 cron fields ("*/5 * * * *") or a descriptor
+  # ("@hourly", "@every 5m").
+  schedule: "@every 5m"
+  # Checks that what should have an effect has exactly one. Default none.
+  # Each rule (example, disabled):
+  #   - name: paid_orders_charged      # required, unique, lowercase
+  #     kind: charge.create            # required: a kind above
+  #     sql: |                         # required: the source ids that must
+  #       SELECT id::text FROM orders WHERE status = 'paid'
+  #     grace: 10m                     # how long a fresh source may wait
+  #     window: 24h                    # how far back to look; above grace
+  #     sample: 0                      # example ids per finding; 0: default
+  rules: []
+`

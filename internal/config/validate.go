@@ -1,0 +1,470 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/providers/sendgrid"
+	"github.com/sidefx/sidefx/providers/stripe"
+	"github.com/sidefx/sidefx/providers/webhook"
+)
+
+var (
+	namespaceRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{0,64}$`)
+	envNameRE   = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+	nameRE      = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
+)
+
+var (
+	providerTypes = []string{TypeStripe, TypeSendGrid, TypeWebhook}
+	logLevels     = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+	logFormats    = []string{"text", "json"}
+)
+
+func providerPath(name string) string { return "providers[" + strconv.Quote(name) + "]" }
+func kindPath(name string) string     { return "kinds[" + strconv.Quote(name) + "]" }
+
+// fillDefaults sets every unset field to its default. It is idempotent.
+func (c *Config) fillDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	defD := func(d *Duration, v time.Duration) {
+		if *d == 0 {
+			*d = Duration(v)
+		}
+	}
+	def(&c.Schema, DefaultSchema)
+	def(&c.HTTP.Listen, DefaultListen)
+	def(&c.Log.Level, DefaultLogLevel)
+	def(&c.Log.Format, DefaultLogFormat)
+	c.Log.Level = strings.ToLower(strings.TrimSpace(c.Log.Level))
+	c.Log.Format = strings.ToLower(strings.TrimSpace(c.Log.Format))
+
+	d := &c.Dispatcher
+	if d.Workers == 0 {
+		d.Workers = dispatcher.DefaultWorkers
+	}
+	if d.BatchSize == 0 {
+		d.BatchSize = dispatcher.DefaultBatchSize
+	}
+	defD(&d.Lease, dispatcher.DefaultLease)
+	defD(&d.PollInterval, dispatcher.DefaultPollInterval)
+	defD(&d.Retention, dispatcher.DefaultRetention)
+	defD(&d.RescueInterval, max(time.Duration(d.Lease)/4, time.Second))
+	defD(&d.ReapInterval, dispatcher.DefaultReapInterval)
+	defD(&d.ShutdownTimeout, dispatcher.DefaultShutdownTimeout)
+
+	for name, p := range c.Providers {
+		switch p.Type {
+		case TypeStripe:
+			def(&p.BaseURL, stripe.DefaultBaseURL)
+			defD(&p.Timeout, stripe.DefaultTimeout)
+		case TypeSendGrid:
+			def(&p.BaseURL, sendgrid.DefaultBaseURL)
+			defD(&p.Timeout, sendgrid.DefaultTimeout)
+		case TypeWebhook:
+			defD(&p.Timeout, webhook.DefaultTimeout)
+		}
+		c.Providers[name] = p
+	}
+	for name, k := range c.Kinds {
+		if k.MaxAttempts == 0 {
+			k.MaxAttempts = dispatcher.DefaultMaxAttempts
+		}
+		defD(&k.Timeout, dispatcher.DefaultTimeout)
+		defD(&k.BackoffBase, dispatcher.DefaultBackoffBase)
+		defD(&k.BackoffMax, dispatcher.DefaultBackoffMax)
+		if p, ok := c.Providers[k.Provider]; ok && p.Type == TypeStripe && k.Operation == "" {
+			k.Operation = stripe.DefaultOperation(name)
+		}
+		c.Kinds[name] = k
+	}
+	def(&c.Drift.Schedule, DefaultDriftSchedule)
+	for i := range c.Drift.Rules {
+		r := &c.Drift.Rules[i]
+		defD(&r.Grace, DefaultDriftGrace)
+		defD(&r.Window, DefaultDriftWindow)
+	}
+}
+
+// checker collects the problems of one validation.
+type checker struct {
+	env      map[string]string // path → the environment variable that set it
+	problems []*FieldError
+	warnings []string
+}
+
+func (v *checker) fail(path, format string, args ...any) {
+	v.problems = append(v.problems, &FieldError{Path: path, Env: v.env[path], Problem: fmt.Sprintf(format, args...)})
+}
+
+func (v *checker) warn(path, format string, args ...any) {
+	v.warnings = append(v.warnings, path+": "+fmt.Sprintf(format, args...))
+}
+
+// validate checks a Config whose defaults are filled. env names the fields
+// the environment set, for the errors to say so.
+func (c *Config) validate(env map[string]string) (warnings []string, problems []*FieldError) {
+	v := &checker{env: env}
+	if strings.TrimSpace(c.DatabaseURL) == "" {
+		v.fail("database_url", "required (or set %s)", EnvDatabaseURL)
+	}
+	if _, err := sqlname.Schema(c.Schema); err != nil {
+		v.fail("schema", "%s", strings.TrimPrefix(err.Error(), "schema "))
+	}
+	if !namespaceRE.MatchString(c.Namespace) {
+		v.fail("namespace", "%q is not up to 64 of A-Z a-z 0-9 . _ : -", c.Namespace)
+	}
+	checkListen(v, "http.listen", c.HTTP.Listen)
+	if _, ok := logLevels[c.Log.Level]; !ok {
+		v.fail("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	if !slices.Contains(logFormats, c.Log.Format) {
+		v.fail("log.format", "%q is not one of text, json", c.Log.Format)
+	}
+	c.Dispatcher.check(v)
+	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
+		c.Providers[name].check(v, name)
+	}
+	c.checkKinds(v)
+	c.Drift.check(v, c.Kinds)
+	return v.warnings, v.problems
+}
+
+func checkListen(v *checker, path, addr string) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.fail(path, "%q is not host:port (want e.g. %s)", addr, DefaultListen)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.fail(path, "%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if strings.ContainsAny(host, " /") {
+		v.fail(path, "%q: host %q is not a host name or IP address", addr, host)
+	}
+}
+
+func (d *DispatcherConfig) check(v *checker) {
+	positive := func(path string, n int) {
+		if n < 0 {
+			v.fail(path, "%d is negative: want a positive number (0 for the default)", n)
+		}
+	}
+	positive("dispatcher.workers", d.Workers)
+	positive("dispatcher.batch_size", d.BatchSize)
+	if d.Lease < Duration(time.Second) {
+		v.fail("dispatcher.lease", "%s is below 1s", d.Lease)
+	}
+	for _, f := range []struct {
+		path string
+		d    Duration
+	}{
+		{"dispatcher.poll_interval", d.PollInterval},
+		{"dispatcher.rescue_interval", d.RescueInterval},
+		{"dispatcher.reap_interval", d.ReapInterval},
+		{"dispatcher.shutdown_timeout", d.ShutdownTimeout},
+	} {
+		if f.d < 0 {
+			v.fail(f.path, "%s is negative", f.d)
+		}
+	}
+}
+
+// applies says which provider types each type-specific field is for.
+var applies = []struct {
+	field string
+	types []string
+	set   func(p *ProviderConfig) bool
+}{
+	{"api_key_env", []string{TypeStripe, TypeSendGrid}, func(p *ProviderConfig) bool { return p.APIKeyEnv != "" }},
+	{"base_url", []string{TypeStripe, TypeSendGrid}, func(p *ProviderConfig) bool { return p.BaseURL != "" }},
+	{"url", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.URL != "" }},
+	{"secret_env", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.SecretEnv != "" }},
+	{"headers", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.Headers != nil }},
+}
+
+func (p ProviderConfig) check(v *checker, name string) {
+	path := providerPath(name)
+	before := len(v.problems)
+	if !nameRE.MatchString(name) {
+		v.fail(path, "%q is not a provider name: lowercase, a letter then letters, digits, _ - or ., at most 64", name)
+	}
+	switch {
+	case p.Type == "":
+		v.fail(path+".type", "required (%s)", strings.Join(providerTypes, ", "))
+		return
+	case !slices.Contains(providerTypes, p.Type):
+		v.fail(path+".type", "%q is not a provider type (want %s)", p.Type, strings.Join(providerTypes, ", "))
+		return
+	}
+	for _, a := range applies {
+		if a.set(&p) && !slices.Contains(a.types, p.Type) {
+			v.fail(path+"."+a.field, "only for %s providers, this one is %s", strings.Join(a.types, " and "), p.Type)
+		}
+	}
+	envName := func(field, value string) {
+		switch {
+		case value == "":
+			v.fail(path+"."+field, "required for %s providers: the name of the environment variable holding the secret", p.Type)
+		case !envNameRE.MatchString(value):
+			v.fail(path+"."+field, "%q is not an environment variable name (want e.g. %s)", value, exampleEnv(p.Type))
+		}
+	}
+	switch p.Type {
+	case TypeStripe, TypeSendGrid:
+		envName("api_key_env", p.APIKeyEnv)
+		checkBaseURL(v, path+".base_url", p.BaseURL)
+	case TypeWebhook:
+		envName("secret_env", p.SecretEnv)
+		checkWebhookURL(v, path+".url", p.URL)
+		for _, h := range slices.Sorted(maps.Keys(p.Headers)) {
+			if h == "" || strings.ContainsFunc(h, func(r rune) bool { return !isTokenChar(r) }) {
+				v.fail(path+".headers["+strconv.Quote(h)+"]", "not a valid header name")
+			}
+		}
+	}
+	if p.Timeout < 0 {
+		v.fail(path+".timeout", "%s is negative", p.Timeout)
+	}
+	if p.Concurrency < 0 {
+		v.fail(path+".concurrency", "%d is negative", p.Concurrency)
+	}
+	switch {
+	case p.RatePerSecond < 0 || math.IsNaN(p.RatePerSecond) || math.IsInf(p.RatePerSecond, 0):
+		v.fail(path+".rate_per_second", "%v: want a finite number, not negative", p.RatePerSecond)
+	case p.Burst < 0:
+		v.fail(path+".burst", "%d is negative", p.Burst)
+	case p.Burst > 0 && p.RatePerSecond == 0:
+		v.fail(path+".burst", "set without rate_per_second: a burst only shapes a rate")
+	}
+	if len(v.problems) == before {
+		// What only the provider knows (a header it sets itself…), checked
+		// with a stand-in secret: Build fails only on the secret itself.
+		if err := dryRun(name, p); err != nil {
+			v.fail(path, "%v", err)
+		}
+	}
+}
+
+func exampleEnv(typ string) string {
+	if typ == TypeWebhook {
+		return "PARTNER_WEBHOOK_SECRET"
+	}
+	return strings.ToUpper(typ) + "_API_KEY"
+}
+
+// checkBaseURL checks an API's address. Its errors do not quote the URL,
+// which may hold a credential.
+func checkBaseURL(v *checker, path, raw string) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		v.fail(path, "not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		v.fail(path, "scheme %q is not http or https", u.Scheme)
+	case u.Host == "":
+		v.fail(path, "no host")
+	case u.User != nil:
+		v.fail(path, "holds user information: the API key goes in api_key_env")
+	case u.RawQuery != "" || u.Fragment != "":
+		v.fail(path, "holds a query or fragment: want scheme://host[:port][/path]")
+	}
+}
+
+// checkWebhookURL checks a receiver's endpoint; its errors do not quote the
+// URL, which may hold a token.
+func checkWebhookURL(v *checker, path, raw string) {
+	if raw == "" {
+		v.fail(path, "required for webhook providers")
+		return
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		v.fail(path, "not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		v.fail(path, "scheme %q is not http or https", u.Scheme)
+	case u.Host == "":
+		v.fail(path, "no host")
+	}
+}
+
+// isTokenChar reports whether r may appear in an HTTP header name.
+func isTokenChar(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return true
+	}
+	return strings.ContainsRune("!#$%&'*+-.^_`|~", r)
+}
+
+func (c *Config) checkKinds(v *checker) {
+	if len(c.Kinds) == 0 {
+		v.fail("kinds", "none configured: the daemon serves at least one kind")
+	}
+	names := slices.Sorted(maps.Keys(c.Providers))
+	used := map[string]bool{}
+	lease := time.Duration(c.Dispatcher.Lease)
+	for _, kind := range slices.Sorted(maps.Keys(c.Kinds)) {
+		k := c.Kinds[kind]
+		path := kindPath(kind)
+		if err := effects.ValidateKind(kind); err != nil {
+			reason := err.Error()
+			if ve, ok := errors.AsType[*effects.ValidationError](err); ok {
+				reason = ve.Reason
+			}
+			v.fail(path, "not a valid kind: %s", reason)
+		}
+		p, ok := c.Providers[k.Provider]
+		switch {
+		case k.Provider == "":
+			v.fail(path+".provider", "required (providers: %s)", listOrNone(names))
+		case !ok:
+			v.fail(path+".provider", "no provider named %q (providers: %s)", k.Provider, listOrNone(names))
+		}
+		used[k.Provider] = true
+
+		if k.Operation != "" && ok && p.Type != TypeStripe && slices.Contains(providerTypes, p.Type) {
+			v.fail(path+".operation", "only for stripe providers; provider %q is %s", k.Provider, p.Type)
+		}
+		if ok && p.Type == TypeStripe && !slices.Contains(stripe.Operations(), k.Operation) {
+			hint := ""
+			if k.Operation == stripe.DefaultOperation(kind) {
+				hint = " (unset, a kind maps to its last two words)"
+			}
+			v.fail(path+".operation", "%q%s is not a Stripe operation (want one of %s)", k.Operation, hint, strings.Join(stripe.Operations(), ", "))
+		}
+		if k.AtLeastOnce && ok && (p.Type == TypeStripe || p.Type == TypeWebhook) {
+			v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for sendgrid providers", k.Provider, p.Type)
+		}
+
+		if k.MaxAttempts < 0 {
+			v.fail(path+".max_attempts", "%d is negative: want a positive number (0 for the default)", k.MaxAttempts)
+		}
+		switch {
+		case k.Timeout < 0:
+			v.fail(path+".timeout", "%s is negative", k.Timeout)
+		case time.Duration(k.Timeout) >= lease && lease > 0:
+			v.fail(path+".timeout", "%s is not below dispatcher.lease %s: a call could outlive its lease and be fired twice", k.Timeout, c.Dispatcher.Lease)
+		}
+		switch {
+		case k.BackoffBase < 0:
+			v.fail(path+".backoff_base", "%s is negative", k.BackoffBase)
+		case k.BackoffMax < 0:
+			v.fail(path+".backoff_max", "%s is negative", k.BackoffMax)
+		case k.BackoffMax < k.BackoffBase:
+			v.fail(path+".backoff_max", "%s is below backoff_base %s", k.BackoffMax, k.BackoffBase)
+		}
+		if ok && p.Type == TypeStripe && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase {
+			if span := RetrySpan(k); span > StripeKeyWindow {
+				v.warn(path, "retries can span %s (max_attempts %d, timeout %s, backoff_base %s, backoff_max %s), beyond Stripe's %s idempotency-key window: a retry after it may perform the effect twice; lower max_attempts or backoff_max",
+					span.Round(time.Minute), k.MaxAttempts, k.Timeout, k.BackoffBase, k.BackoffMax, StripeKeyWindow)
+			}
+		}
+	}
+	for _, name := range names {
+		if !used[name] {
+			v.warn(providerPath(name), "no kind uses it")
+		}
+	}
+}
+
+// RetrySpan is the longest time from a kind's first attempt to the start
+// of its last: every attempt but the last running its full timeout, then
+// waiting the longest backoff (min(backoff_max, backoff_base·2^(n-1))
+// after attempt n). A provider's Retry-After can stretch it further.
+func RetrySpan(k KindConfig) time.Duration {
+	var span time.Duration
+	step, most := time.Duration(k.BackoffBase), time.Duration(k.BackoffMax)
+	for n := 1; n < k.MaxAttempts && span < 100*365*24*time.Hour; n++ {
+		span += time.Duration(k.Timeout) + min(step, most)
+		if step < most {
+			step = min(step*2, most) // no overflow: step < most
+			if step <= 0 {
+				step = most
+			}
+		}
+	}
+	return span
+}
+
+func (d *DriftConfig) check(v *checker, kinds map[string]KindConfig) {
+	if err := parseSchedule(d.Schedule); err != nil {
+		v.fail("drift.schedule", "%q is not a schedule: %v (want 5 cron fields such as \"*/5 * * * *\" or a descriptor such as \"@every 5m\")", d.Schedule, err)
+	}
+	seen := map[string]int{}
+	configured := slices.Sorted(maps.Keys(kinds))
+	for i, r := range d.Rules {
+		path := "drift.rules[" + strconv.Itoa(i) + "]"
+		switch {
+		case r.Name == "":
+			v.fail(path+".name", "required")
+		case !nameRE.MatchString(r.Name):
+			v.fail(path+".name", "%q is not a rule name: lowercase, a letter then letters, digits, _ - or ., at most 64", r.Name)
+		}
+		if first, dup := seen[r.Name]; dup && r.Name != "" {
+			v.fail(path+".name", "%q is already the name of drift.rules[%d]", r.Name, first)
+		} else {
+			seen[r.Name] = i
+		}
+		if _, ok := kinds[r.Kind]; !ok {
+			if r.Kind == "" {
+				v.fail(path+".kind", "required (kinds: %s)", listOrNone(configured))
+			} else {
+				v.fail(path+".kind", "%q is not a configured kind (kinds: %s)", r.Kind, listOrNone(configured))
+			}
+		}
+		if strings.TrimSpace(r.SQL) == "" {
+			v.fail(path+".sql", "required: a query returning the source ids that must have an effect of the kind")
+		}
+		switch {
+		case r.Grace < 0:
+			v.fail(path+".grace", "%s is negative", r.Grace)
+		case r.Window < 0:
+			v.fail(path+".window", "%s is negative", r.Window)
+		case r.Grace >= r.Window:
+			v.fail(path+".grace", "%s is not below window %s: no source would ever be checked", r.Grace, r.Window)
+		}
+		if r.Sample < 0 {
+			v.fail(path+".sample", "%d is negative", r.Sample)
+		}
+	}
+}
+
+// parseSchedule parses a drift schedule. cron.ParseStandard panics on some
+// malformed time zone prefixes; that is an error here.
+func parseSchedule(spec string) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = errors.New("malformed time zone prefix")
+		}
+	}()
+	_, err = cron.ParseStandard(spec)
+	return err
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
