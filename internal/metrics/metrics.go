@@ -248,3 +248,24 @@ func Handler(g prometheus.Gatherer) http.Handler {
 		MaxRequestsInFlight: 10,
 	})
 }
+
+// Prime creates the series of every configured kind (mapped to its
+// provider's name) at zero, so dashboards and alerts see 0 rather than no
+// data before the first event: dispatch outcomes, transitions, replays,
+// rescues, call and confirm latency.
+func (m *Metrics) Prime(kinds map[string]string) {
+	for kind, provider := range kinds {
+		for _, outcome := range []string{"confirmed", "rejected", "retryable", "unknown", OutcomeFenced} {
+			m.dispatch.WithLabelValues(kind, provider, outcome)
+		}
+		for _, st := range []effects.State{effects.Confirmed, effects.Failed, effects.Pending, effects.Uncertain} {
+			m.transitions.WithLabelValues(kind, string(st))
+		}
+		for _, st := range []effects.State{effects.Pending, effects.Uncertain} {
+			m.rescued.WithLabelValues(kind, string(st))
+		}
+		m.replays.WithLabelValues(provider)
+		m.callSeconds.WithLabelValues(provider)
+		m.confirmLatency.WithLabelValues(kind)
+	}
+}

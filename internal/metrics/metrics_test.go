@@ -806,3 +806,35 @@ func near(a, b float64) bool {
 	d := a - b
 	return d < 1e-9 && d > -1e-9
 }
+
+func TestPrime_CreatesZeroSeries(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	store, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Prime(map[string]string{"charge.create": "stripe", "email.receipt": "mail"})
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]int{}
+	for _, f := range fams {
+		series[f.GetName()] = len(f.GetMetric())
+	}
+	want := map[string]int{
+		"sidefx_dispatch_total": 10, "sidefx_effect_transitions_total": 8, "sidefx_rescued_total": 4,
+		"sidefx_provider_replays_total": 2, "sidefx_provider_call_seconds": 2, "sidefx_confirm_latency_seconds": 2,
+	}
+	for name, n := range want {
+		if series[name] != n {
+			t.Errorf("%s has %d series after Prime, want %d", name, series[name], n)
+		}
+	}
+}

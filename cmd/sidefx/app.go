@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/config"
+)
+
+// IO is what a command reads and writes: the process's standard streams and
+// environment, or a test's.
+type IO struct {
+	In     io.Reader
+	Out    io.Writer
+	Err    io.Writer
+	Getenv func(string) string
+}
+
+// command is one subcommand: one file each.
+type command struct {
+	name, args, summary string
+	run                 func(ctx context.Context, io *IO, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "--config FILE", "run the dispatcher, rescuer, reaper and drift schedule; serve /metrics, /healthz, /readyz", runCmd},
+		{"migrate", "[--namespace NS]", "apply the schema migrations the database lacks", migrateCmd},
+		{"enqueue", "--source ID --kind KIND --payload JSON | --from FILE|-", "enqueue effects (JSON lines: source_id, kind, payload)", enqueueCmd},
+		{"status", "[--json]", "effects by kind and state, oldest pending age", statusCmd},
+		{"inspect", "ID|KEY | --source ID [--kind KIND]", "one effect's record and history", inspectCmd},
+		{"retry", "ID [--attempts N] [--note T]", "move a failed effect back to pending", retryCmd},
+		{"resolve", "ID --as confirmed|failed [--ref R] | ID --refire; [--note T]", "settle an uncertain effect", resolveCmd},
+		{"cancel", "ID | --source ID --kind KIND; [--note T]", "cancel a pending effect", cancelCmd},
+		{"drift", "run|list", "run the drift rules now, or list recent runs", driftCmd},
+		{"demo", "[--orders N] …", "the failure sidefx exists for, told on a throwaway database", demoCmd},
+	}
+}
+
+// Run runs the command args name.
+func Run(ctx context.Context, args []string, io *IO) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(io.Out)
+		if len(args) == 0 {
+			return usageErr("no command given")
+		}
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, io, args[1:])
+		}
+	}
+	usage(io.Err)
+	return usageErr("unknown command %q", args[0])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sidefx COMMAND [flags]")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n           %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprintln(w, "\nEvery command takes --config FILE and --database-url URL (or SIDEFX_DATABASE_URL). sidefx COMMAND -h lists its flags.")
+}
+
+// usageError is a command line that cannot be run: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErr(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(stderr, "sidefx:", err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+// common are the flags every command takes.
+type common struct {
+	configPath  string
+	databaseURL string
+	schema      string
+}
+
+func newFlags(name string, io *IO) (*flag.FlagSet, *common) {
+	fs := flag.NewFlagSet("sidefx "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Err)
+	c := &common{}
+	fs.StringVar(&c.configPath, "config", "", "configuration `file` (YAML)")
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL `url` (default: the config's, or SIDEFX_DATABASE_URL)")
+	fs.StringVar(&c.schema, "schema", "", "schema holding side_effects (default: the config's, or public)")
+	return fs, c
+}
+
+// parse parses args, turning flag errors into usage errors. Flags may
+// follow positional arguments (sidefx retry 42 --note …); "--" ends the
+// flags.
+func parse(fs *flag.FlagSet, args []string) error {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usageErr("%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	return fs.Parse(append([]string{"--"}, positional...))
+}
+
+// loadConfig loads --config, if given.
+func (c *common) loadConfig(io *IO) (*config.Config, error) {
+	if c.configPath == "" {
+		return nil, nil
+	}
+	cfg, err := config.Load(c.configPath, io.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("configuration %s:\n%w", c.configPath, err)
+	}
+	return cfg, nil
+}
+
+// database returns the URL and schema to use: flags, then the config, then
+// the environment.
+func (c *common) database(io *IO) (url, schema string, err error) {
+	cfg, err := c.loadConfig(io)
+	if err != nil {
+		return "", "", err
+	}
+	url, schema = c.databaseURL, c.schema
+	if cfg != nil {
+		if url == "" {
+			url = cfg.DatabaseURL
+		}
+		if schema == "" {
+			schema = cfg.Schema
+		}
+	}
+	if url == "" {
+		url = io.Getenv("SIDEFX_DATABASE_URL")
+	}
+	if url == "" {
+		return "", "", usageErr("no database: give --database-url, --config, or set SIDEFX_DATABASE_URL")
+	}
+	return url, schema, nil
+}
+
+// open connects to the database and returns a pool and a store on it.
+func (c *common) open(ctx context.Context, io *IO) (*pgxpool.Pool, *effects.Store, error) {
+	url, schema, err := c.database(io)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect: %w", redactURL(err, url))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("connect: %w", redactURL(err, url))
+	}
+	store, err := effects.NewStore(pool, &effects.Config{Schema: schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, store, nil
+}
+
+// redactURL keeps a database password out of an error.
+func redactURL(err error, url string) error {
+	cfg, perr := pgxpool.ParseConfig(url)
+	if perr != nil || cfg.ConnConfig.Password == "" || !strings.Contains(err.Error(), cfg.ConnConfig.Password) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), cfg.ConnConfig.Password, "xxxxx"))
+}
+
+// actor names who runs an operator's command: --actor, else user@host.
+func actor(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host + " (sidefx cli)"
+}
+
+// oneArg returns the single positional argument.
+func oneArg(fs *flag.FlagSet, what string) (string, error) {
+	if fs.NArg() != 1 {
+		return "", usageErr("want exactly one %s, got %d arguments", what, fs.NArg())
+	}
+	return fs.Arg(0), nil
+}
+
+func sortedKeys[M ~map[K]V, K ~string, V any](m M) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	return ks
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/pgtest"
+)
+
+// buildBinary builds the sidefx command once per test binary.
+var buildBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "sidefx-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "sidefx")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func binary(t *testing.T) string {
+	t.Helper()
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// signedReceiver verifies every delivery with the Standard Webhooks
+// reference library, dedupes on webhook-id and says so when it replays.
+type signedReceiver struct {
+	wh         *standardwebhooks.Webhook
+	mu         sync.Mutex
+	deliveries int
+	seen       map[string]int
+	bad        int
+}
+
+func (rc *signedReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rc.mu.Lock()
+	if err := rc.wh.Verify(body, r.Header); err != nil {
+		rc.bad++
+		rc.mu.Unlock()
+		http.Error(w, "bad signature", http.StatusUnauthorized)
+		return
+	}
+	id := r.Header.Get("webhook-id")
+	rc.deliveries++
+	rc.seen[id]++
+	replay := rc.seen[id] > 1
+	rc.mu.Unlock()
+	if replay {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	// A little latency, so kills land with deliveries in flight.
+	select {
+	case <-r.Context().Done():
+	case <-time.After(2 * time.Millisecond):
+	}
+	fmt.Fprintf(w, `{"id":"rcv_%s"}`, id[len(id)-8:])
+}
+
+func (rc *signedReceiver) distinct() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.seen)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestDaemon_SurvivesKillsAndServesMetrics(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	url := pgtest.URL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	const secret = "whsec_ZGFlbW9uLXRlc3Qtc2lnbmluZy1rZXktMzJieXRlcw=="
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &signedReceiver{wh: wh, seen: map[string]int{}}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+
+	dir := t.TempDir()
+	listen := freeAddr(t)
+	cfgPath := filepath.Join(dir, "sidefx.yaml")
+	cfg := fmt.Sprintf(`database_url: %q
+http: {listen: %q}
+log: {level: info, format: json}
+dispatcher: {workers: 16, batch_size: 50, lease: 3s, poll_interval: 100ms, rescue_interval: 500ms, shutdown_timeout: 5s}
+providers:
+  partner: {type: webhook, url: %q, secret_env: PARTNER_WEBHOOK_SECRET, timeout: 2s}
+kinds:
+  webhook.order_paid: {provider: partner, timeout: 2s, backoff_base: 50ms, backoff_max: 1s}
+`, url, listen, srv.URL+"/hooks")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "PARTNER_WEBHOOK_SECRET="+secret)
+	logPath := filepath.Join(dir, "daemon.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+
+	// 2,000 effects through the command line, as a backfill would.
+	var lines bytes.Buffer
+	const n = 2000
+	for i := range n {
+		fmt.Fprintf(&lines, `{"source_id":"order-%d","kind":"webhook.order_paid","payload":{"order":"order-%d","total":%d}}`+"\n", i, i, 100+i)
+	}
+	linesPath := filepath.Join(dir, "effects.jsonl")
+	if err := os.WriteFile(linesPath, lines.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	enq := exec.Command(bin, "enqueue", "--config", cfgPath, "--from", linesPath, "--quiet")
+	enq.Env = env
+	if out, err := enq.CombinedOutput(); err != nil || !strings.Contains(string(out), "2000 inserted, 0 already present, 0 bad lines") {
+		t.Fatalf("sidefx enqueue --from: %v\n%s", err, out)
+	}
+
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "run", "--config", cfgPath)
+		cmd.Env = env
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	waitProgress := func(target int) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for rc.distinct() < target {
+			if time.Now().After(deadline) {
+				b, _ := os.ReadFile(logPath)
+				t.Fatalf("no progress to %d deliveries (at %d)\n%s", target, rc.distinct(), b)
+			}
+			<-tick.C
+		}
+	}
+	for kill := 1; kill <= 3; kill++ {
+		cmd := start()
+		waitProgress(rc.distinct() + 300)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		t.Logf("kill %d after %d distinct deliveries", kill, rc.distinct())
+	}
+	final := start()
+	store, _ := effects.NewStore(pool, nil)
+	deadline := time.Now().Add(2 * time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got, err := store.StateCounts(context.Background())
+		if err == nil && got[effects.Confirmed] == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("states %v after the restarts\n%s", got, b)
+		}
+		<-tick.C
+	}
+
+	// What the daemon serves while running.
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + listen + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz %d %s", code, body)
+	}
+	_, metrics := get("/metrics")
+	for _, name := range []string{
+		`sidefx_effects{kind="webhook.order_paid",state="confirmed"} 2000`,
+		"sidefx_oldest_pending_seconds", `sidefx_dispatch_total{kind="webhook.order_paid",outcome="confirmed",provider="partner"}`,
+		`sidefx_provider_replays_total{provider="partner"}`, "sidefx_provider_call_seconds_bucket", "sidefx_confirm_latency_seconds_bucket",
+		"sidefx_rescued_total", "sidefx_build_info",
+	} {
+		if !strings.Contains(metrics, name) {
+			t.Fatalf("/metrics lacks %s:\n%.3000s", name, metrics)
+		}
+	}
+
+	if err := final.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := final.Wait(); err != nil {
+		b, _ := os.ReadFile(logPath)
+		t.Fatalf("sidefx run did not stop cleanly on SIGTERM: %v\n%s", err, b)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.bad != 0 {
+		t.Fatalf("%d deliveries failed signature verification", rc.bad)
+	}
+	rows, err := store.List(context.Background(), effects.Filter{Limit: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range rows {
+		if rc.seen[e.Key] == 0 {
+			t.Fatalf("effect %s confirmed but never delivered", e.Key)
+		}
+	}
+	logs, _ := os.ReadFile(logPath)
+	if bytes.Contains(logs, []byte(strings.TrimPrefix(secret, "whsec_"))) {
+		t.Fatal("the daemon's logs hold the signing secret")
+	}
+	t.Logf("%d deliveries for %d effects (%d duplicates absorbed by the receiver)", rc.deliveries, n, rc.deliveries-len(rc.seen))
+}
+
+func TestRun_InvalidConfigNamesTheField(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cases := map[string]string{
+		"unknown provider type": "database_url: postgres://x/y\nproviders:\n  p: {type: carrier-pigeon}\nkinds:\n  k.one: {provider: p}\n",
+		"missing provider":      "database_url: postgres://x/y\nkinds:\n  k.one: {provider: nope}\n",
+		"bad duration":          "database_url: postgres://x/y\ndispatcher: {lease: soon}\nproviders:\n  p: {type: sendgrid, api_key_env: K}\nkinds:\n  k.one: {provider: p}\n",
+		"bad cron":              "database_url: postgres://x/y\nproviders:\n  p: {type: sendgrid, api_key_env: K}\nkinds:\n  k.one: {provider: p}\ndrift: {schedule: \"every full moon\"}\n",
+	}
+	want := map[string]string{
+		"unknown provider type": `providers["p"].type`,
+		"missing provider":      `kinds["k.one"].provider`,
+		"bad duration":          "dispatcher.lease",
+		"bad cron":              "drift.schedule",
+	}
+	for name, text := range cases {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".yaml")
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		err := Run(context.Background(), []string{"run", "--config", path}, &IO{Out: &out, Err: &errOut, Getenv: func(string) string { return "" }})
+		if err == nil || !strings.Contains(err.Error(), want[name]) {
+			t.Errorf("%s: err = %v, want it to name %s", name, err, want[name])
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/effects"
+)
+
+func inspectCmd(ctx context.Context, io *IO, args []string) error {
+	fs, c := newFlags("inspect", io)
+	source := fs.String("source", "", "every effect of this source id")
+	kind := fs.String("kind", "", "with --source: only this kind")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if (*source == "") == (fs.NArg() == 0) {
+		return usageErr("give an effect id or key, or --source")
+	}
+	pool, store, err := c.open(ctx, io)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var list []*effects.Effect
+	switch {
+	case *source != "" && *kind != "":
+		e, err := store.GetBySource(ctx, *source, *kind)
+		if err != nil {
+			return err
+		}
+		list = []*effects.Effect{e}
+	case *source != "":
+		if list, err = store.List(ctx, effects.Filter{SourceID: *source, Limit: 1000}); err != nil {
+			return err
+		}
+		if len(list) == 0 {
+			return fmt.Errorf("no effect has source id %q", *source)
+		}
+	default:
+		ref, err := oneArg(fs, "effect id or key")
+		if err != nil {
+			return err
+		}
+		e, err := lookup(ctx, store, ref)
+		if err != nil {
+			return err
+		}
+		list = []*effects.Effect{e}
+	}
+	type record struct {
+		*effects.Effect
+		History []effects.Event `json:"history"`
+	}
+	var recs []record
+	for _, e := range list {
+		h, err := store.History(ctx, e.ID)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, record{Effect: e, History: h})
+	}
+	if *asJSON {
+		enc := json.NewEncoder(io.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(recs)
+	}
+	for i, r := range recs {
+		if i > 0 {
+			fmt.Fprintln(io.Out)
+		}
+		printEffect(io, r.Effect, r.History)
+	}
+	return nil
+}
+
+// lookup finds an effect by id or by key.
+func lookup(ctx context.Context, store *effects.Store, ref string) (*effects.Effect, error) {
+	if derive.Valid(ref) {
+		return store.GetByKey(ctx, ref)
+	}
+	id, err := strconv.ParseInt(ref, 10, 64)
+	if err != nil || id <= 0 {
+		return nil, usageErr("%q is neither an effect id nor a key (sfx1_…)", ref)
+	}
+	return store.Get(ctx, id)
+}
+
+func printEffect(io *IO, e *effects.Effect, history []effects.Event) {
+	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
+	when := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	row("effect", e.ID)
+	row("source_id", e.SourceID)
+	row("kind", e.Kind)
+	row("key", e.Key)
+	row("state", e.State)
+	maxA := "the kind's policy"
+	if e.MaxAttempts > 0 {
+		maxA = strconv.Itoa(e.MaxAttempts)
+	}
+	row("attempts", fmt.Sprintf("%d (max: %s)", e.Attempts, maxA))
+	row("created", when(e.CreatedAt))
+	row("next attempt", when(e.NextAttemptAt))
+	row("fired", when(e.FiredAt))
+	if e.State == effects.Fired {
+		row("lease until", when(e.LeaseUntil))
+	}
+	row("claimed by", orDash(e.ClaimedBy))
+	row("confirmed", when(e.ConfirmedAt))
+	row("updated", when(e.UpdatedAt))
+	row("provider ref", orDash(e.ProviderRef))
+	row("last error", orDash(e.LastError))
+	row("payload", string(e.Payload))
+	row("outcome", orDash(string(e.Outcome)))
+	w.Flush()
+	if len(history) == 0 {
+		fmt.Fprintln(io.Out, "history\tno operator action")
+		return
+	}
+	fmt.Fprintln(io.Out, "history:")
+	for _, h := range history {
+		line := fmt.Sprintf("  %s  %s %s → %s by %s", when(h.At), h.Action, h.From, h.To, h.Actor)
+		if h.ProviderRef != "" {
+			line += " ref " + h.ProviderRef
+		}
+		if h.Note != "" {
+			line += ": " + h.Note
+		}
+		fmt.Fprintln(io.Out, strings.TrimRight(line, " "))
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,28 @@
+// Command sidefx is the sidefx daemon and its operations tool.
+//
+//	sidefx run --config sidefx.yaml     dispatch effects, serve /metrics, /healthz, /readyz
+//	sidefx migrate                      apply the schema migrations
+//	sidefx enqueue …                    enqueue effects from the command line or JSON lines
+//	sidefx status                       effects by state and kind, oldest pending
+//	sidefx inspect ID|KEY|--source ID   one effect's full record and history
+//	sidefx retry|resolve|cancel …       operators' transitions, guarded and recorded
+//	sidefx drift run|list               run the drift rules now, list recent runs
+//	sidefx demo                         the story this project exists for, on a fresh machine
+//
+// Every command takes --config FILE; the database URL may also come from
+// SIDEFX_DATABASE_URL or --database-url.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := Run(ctx, os.Args[1:], &IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv})
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/sidefx/sidefx/effects"
+)
+
+// opFlags are the flags of the operators' commands.
+type opFlags struct {
+	note, actor string
+}
+
+func addOpFlags(fs *flag.FlagSet) *opFlags {
+	o := &opFlags{}
+	fs.StringVar(&o.note, "note", "", "why (recorded in the effect's history)")
+	fs.StringVar(&o.actor, "actor", "", "who acts (recorded; default user@host)")
+	return o
+}
+
+func (o *opFlags) action() effects.Action {
+	return effects.Action{Actor: actor(o.actor), Note: o.note}
+}
+
+// target opens the database and finds the effect the one argument names.
+func target(ctx context.Context, io *IO, c *common, fs *flag.FlagSet) (*effects.Store, *effects.Effect, func(), error) {
+	ref, err := oneArg(fs, "effect id or key")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, store, err := c.open(ctx, io)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	e, err := lookup(ctx, store, ref)
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	return store, e, pool.Close, nil
+}
+
+func report(io *IO, verb string, e *effects.Effect) {
+	fmt.Fprintf(io.Out, "effect %d (%s %s): %s, now %s\n", e.ID, e.Kind, e.SourceID, verb, e.State)
+}
+
+func retryCmd(ctx context.Context, io *IO, args []string) error {
+	fs, c := newFlags("retry", io)
+	attempts := fs.Int("attempts", 5, "attempts granted beyond those made")
+	op := addOpFlags(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	store, e, done, err := target(ctx, io, c, fs)
+	if err != nil {
+		return err
+	}
+	defer done()
+	e, err = store.Retry(ctx, e.ID, *attempts, op.action())
+	if err != nil {
+		return err
+	}
+	report(io, "retried", e)
+	return nil
+}
+
+func resolveCmd(ctx context.Context, io *IO, args []string) error {
+	fs, c := newFlags("resolve", io)
+	as := fs.String("as", "", "confirmed (it happened) or failed (it did not)")
+	ref := fs.String("ref", "", "with --as confirmed: the provider's reference")
+	refire := fs.Bool("refire", false, "call the provider again instead: accepts that the effect may happen twice")
+	attempts := fs.Int("attempts", 1, "with --refire: attempts granted")
+	op := addOpFlags(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *refire == (*as != "") {
+		return usageErr("give --as confirmed|failed, or --refire")
+	}
+	store, e, done, err := target(ctx, io, c, fs)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if *refire {
+		e, err = store.Refire(ctx, e.ID, *attempts, op.action())
+		if err != nil {
+			return err
+		}
+		report(io, "re-fired (a duplicate is possible)", e)
+		return nil
+	}
+	to, err := effects.ParseState(*as)
+	if err != nil || (to != effects.Confirmed && to != effects.Failed) {
+		return usageErr("--as %q: want confirmed or failed", *as)
+	}
+	e, err = store.Resolve(ctx, e.ID, to, *ref, op.action())
+	if err != nil {
+		return err
+	}
+	report(io, "resolved", e)
+	return nil
+}
+
+func cancelCmd(ctx context.Context, io *IO, args []string) error {
+	fs, c := newFlags("cancel", io)
+	source := fs.String("source", "", "the source id of the effect")
+	kind := fs.String("kind", "", "with --source: the kind of the effect")
+	op := addOpFlags(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *source != "" {
+		if *kind == "" || fs.NArg() != 0 {
+			return usageErr("--source needs --kind and no id")
+		}
+		pool, store, err := c.open(ctx, io)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		e, err := store.GetBySource(ctx, *source, *kind)
+		if err != nil {
+			return err
+		}
+		if e, err = store.CancelByID(ctx, e.ID, op.action()); err != nil {
+			return err
+		}
+		report(io, "cancelled", e)
+		return nil
+	}
+	store, e, done, err := target(ctx, io, c, fs)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if e, err = store.CancelByID(ctx, e.ID, op.action()); err != nil {
+		return err
+	}
+	report(io, "cancelled", e)
+	return nil
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/pgtest"
+)
+
+// cli runs the sidefx command in-process against a database.
+type cli struct {
+	t   *testing.T
+	url string
+}
+
+func newCLI(t *testing.T) (*cli, *pgxpool.Pool, *effects.Store) {
+	t.Helper()
+	url := pgtest.URL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cli{t: t, url: url}, pool, store
+}
+
+// run runs sidefx args with stdin, returning stdout, stderr and the error.
+func (c *cli) run(stdin string, args ...string) (string, string, error) {
+	c.t.Helper()
+	var out, errOut bytes.Buffer
+	env := map[string]string{"SIDEFX_DATABASE_URL": c.url}
+	err := Run(context.Background(), args, &IO{In: strings.NewReader(stdin), Out: &out, Err: &errOut, Getenv: func(k string) string { return env[k] }})
+	return out.String(), errOut.String(), err
+}
+
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	out, errOut, err := c.run("", args...)
+	if err != nil {
+		c.t.Fatalf("sidefx %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+// refuse runs a command that must fail, and returns its error.
+func (c *cli) refuse(args ...string) error {
+	c.t.Helper()
+	_, _, err := c.run("", args...)
+	if err == nil {
+		c.t.Fatalf("sidefx %s succeeded; want a refusal", strings.Join(args, " "))
+	}
+	return err
+}
+
+func TestCLI_UsageAndExitCodes(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	io := &IO{Out: &out, Err: &errOut, Getenv: func(string) string { return "" }}
+	if err := Run(context.Background(), nil, io); exitCode(err, &errOut) != 2 {
+		t.Fatalf("no command: %v", err)
+	}
+	if err := Run(context.Background(), []string{"frobnicate"}, io); exitCode(err, &errOut) != 2 || !strings.Contains(err.Error(), "frobnicate") {
+		t.Fatalf("unknown command: %v", err)
+	}
+	if err := Run(context.Background(), []string{"status"}, io); exitCode(err, &errOut) != 2 || !strings.Contains(err.Error(), "SIDEFX_DATABASE_URL") {
+		t.Fatalf("status without a database: %v", err)
+	}
+	if err := Run(context.Background(), []string{"help"}, io); err != nil || !strings.Contains(out.String(), "resolve") {
+		t.Fatalf("help: %v\n%s", err, out.String())
+	}
+}
+
+func TestCLI_MigrateEnqueueStatusInspect(t *testing.T) {
+	t.Parallel()
+	c, _, store := newCLI(t)
+	if out := c.ok("migrate", "--schema", "opsdemo"); !strings.Contains(out, "applied versions [1 2]") {
+		t.Fatalf("migrate: %s", out)
+	}
+	if out := c.ok("migrate", "--schema", "opsdemo"); !strings.Contains(out, "is current") {
+		t.Fatalf("migrate again: %s", out)
+	}
+	out := c.ok("enqueue", "--source", "order-1", "--kind", "email.receipt", "--payload", `{"to":"a@example.com"}`)
+	if !strings.Contains(out, "inserted effect") {
+		t.Fatalf("enqueue: %s", out)
+	}
+	if out := c.ok("enqueue", "--source", "order-1", "--kind", "email.receipt", "--payload", `{"to":"a@example.com"}`); !strings.Contains(out, "already present") {
+		t.Fatalf("enqueue again: %s", out)
+	}
+	err := c.refuse("enqueue", "--source", "order-1", "--kind", "email.receipt", "--payload", `{"to":"b@example.com"}`)
+	if !errors.Is(err, effects.ErrPayloadMismatch) {
+		t.Fatalf("enqueue with another payload: %v", err)
+	}
+
+	out = c.ok("status")
+	if !strings.Contains(out, "email.receipt") || !strings.Contains(out, "pending") {
+		t.Fatalf("status: %s", out)
+	}
+	var st struct {
+		Kinds []struct {
+			Kind   string           `json:"kind"`
+			States map[string]int64 `json:"states"`
+		} `json:"kinds"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("status", "--json")), &st); err != nil || len(st.Kinds) != 1 || st.Kinds[0].States["pending"] != 1 {
+		t.Fatalf("status --json: %+v, %v", st, err)
+	}
+
+	e, err := store.GetBySource(context.Background(), "order-1", "email.receipt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"inspect", fmt.Sprint(e.ID)}, {"inspect", e.Key}, {"inspect", "--source", "order-1"}} {
+		out := c.ok(args...)
+		if !strings.Contains(out, e.Key) || !strings.Contains(out, "pending") || !strings.Contains(out, `"to": "a@example.com"`) {
+			t.Fatalf("%v: %s", args, out)
+		}
+	}
+	if err := c.refuse("inspect", "999999"); !errors.Is(err, effects.ErrNotFound) {
+		t.Fatalf("inspect a missing effect: %v", err)
+	}
+	if err := c.refuse("inspect", "not-an-id"); exitCode(err, &bytes.Buffer{}) != 2 {
+		t.Fatalf("inspect garbage: %v", err)
+	}
+}
+
+func TestCLI_EnqueueFromLines(t *testing.T) {
+	t.Parallel()
+	c, _, store := newCLI(t)
+	lines := strings.Join([]string{
+		`{"source_id":"o-1","kind":"email.receipt","payload":{"n":1}}`,
+		`{"source_id":"o-2","kind":"email.receipt","payload":{"n":2}}`,
+		`this is not json`,
+		`{"source_id":"o-3","kind":"Email Receipt","payload":{}}`,
+		``,
+		`{"source_id":"o-1","kind":"email.receipt","payload":{"n":1}}`,
+		`{"source_id":"o-2","kind":"email.receipt","payload":{"n":99}}`,
+		`{"source_id":"o-4","kind":"email.receipt","payload":[1]}`,
+		`{"source_id":"o-5","kind":"email.receipt","payload":{"n":5},"extra":true}`,
+		`{"source_id":"o-6","kind":"email.receipt","payload":{"n":6}}`,
+	}, "\n")
+	path := filepath.Join(t.TempDir(), "effects.jsonl")
+	if err := os.WriteFile(path, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []struct {
+		name, stdin string
+		args        []string
+	}{
+		{"file", "", []string{"enqueue", "--from", path, "--batch", "3"}},
+	} {
+		out, _, err := c.run(src.stdin, src.args...)
+		if err == nil || !strings.Contains(err.Error(), "5 bad lines") {
+			t.Fatalf("%s: err = %v\n%s", src.name, err, out)
+		}
+		if i1, i3, i10 := strings.Index(out, "line 1:"), strings.Index(out, "line 3:"), strings.Index(out, "line 10:"); i1 > i3 || i3 > i10 {
+			t.Fatalf("%s: lines reported out of order:\n%s", src.name, out)
+		}
+		for _, want := range []string{
+			"line 1: inserted", "line 2: inserted", "line 3: error", "line 4: error: invalid effect: kind",
+			"line 6: already present", "line 7: error", "payload hash", "line 8: error", "not an object",
+			"line 9: error", "line 10: inserted", "3 inserted, 1 already present, 5 bad lines",
+		} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("%s: output lacks %q:\n%s", src.name, want, out)
+			}
+		}
+	}
+	got, err := store.StateCounts(context.Background())
+	if err != nil || got[effects.Pending] != 3 {
+		t.Fatalf("pending effects = %v, %v; want o-1, o-2, o-6", got, err)
+	}
+	// Standard input works the same.
+	out, _, err := c.run(`{"source_id":"o-7","kind":"email.receipt","payload":{}}`+"\n", "enqueue", "--from", "-")
+	if err != nil || !strings.Contains(out, "1 inserted") {
+		t.Fatalf("stdin: %v\n%s", err, out)
+	}
+}
+
+// operate moves the effect of kind through a claim to st.
+func operate(t *testing.T, store *effects.Store, kind string, st effects.State) *effects.Effect {
+	t.Helper()
+	ctx := context.Background()
+	got, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{kind}, Limit: 1, Lease: time.Minute, Worker: "test"})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim %s: %d, %v", kind, len(got), err)
+	}
+	if _, err := store.Complete(ctx, []effects.Outcome{{ID: got[0].ID, Attempt: 1, State: st, Error: "provider down"}}); err != nil {
+		t.Fatal(err)
+	}
+	return got[0]
+}
+
+func TestCLI_OperatorCommandsAndRefusals(t *testing.T) {
+	t.Parallel()
+	c, _, store := newCLI(t)
+	for _, k := range []string{"k.failed", "k.uncertain", "k.refire", "k.pending"} {
+		c.ok("enqueue", "--source", "s", "--kind", k, "--payload", "{}")
+	}
+	failed := operate(t, store, "k.failed", effects.Failed)
+	unsure := operate(t, store, "k.uncertain", effects.Uncertain)
+	refire := operate(t, store, "k.refire", effects.Uncertain)
+	pending, _ := store.GetBySource(context.Background(), "s", "k.pending")
+	id := func(e *effects.Effect) string { return fmt.Sprint(e.ID) }
+
+	// Refusals: the wrong state, named, and nothing changed.
+	for _, args := range [][]string{
+		{"retry", id(pending)},
+		{"retry", id(unsure)},
+		{"resolve", id(failed), "--as", "confirmed"},
+		{"resolve", id(pending), "--as", "failed"},
+		{"resolve", id(failed), "--refire"},
+		{"cancel", id(unsure)},
+	} {
+		err := c.refuse(args...)
+		if !errors.Is(err, effects.ErrWrongState) || !strings.Contains(err.Error(), "it is") {
+			t.Errorf("%v: %v, want a wrong-state refusal", args, err)
+		}
+	}
+	for _, args := range [][]string{
+		{"resolve", id(unsure)},                                  // neither --as nor --refire
+		{"resolve", id(unsure), "--as", "confirmed", "--refire"}, // both
+		{"resolve", id(unsure), "--as", "pending"},
+		{"retry"},
+		{"cancel", "--source", "s"},
+	} {
+		if err := c.refuse(args...); exitCode(err, &bytes.Buffer{}) != 2 {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+
+	if out := c.ok("retry", id(failed), "--attempts", "2", "--note", "provider fixed", "--actor", "ops"); !strings.Contains(out, "now pending") {
+		t.Fatalf("retry: %s", out)
+	}
+	if out := c.ok("resolve", id(unsure), "--as", "confirmed", "--ref", "msg_77", "--note", "seen in the provider's activity"); !strings.Contains(out, "now confirmed") {
+		t.Fatalf("resolve: %s", out)
+	}
+	if out := c.ok("resolve", id(refire), "--refire", "--note", "customer never got it"); !strings.Contains(out, "now pending") || !strings.Contains(out, "duplicate") {
+		t.Fatalf("refire: %s", out)
+	}
+	if out := c.ok("cancel", "--source", "s", "--kind", "k.pending", "--note", "order voided"); !strings.Contains(out, "now cancelled") {
+		t.Fatalf("cancel: %s", out)
+	}
+	// Each action is in the effect's history, with who and why.
+	out := c.ok("inspect", id(unsure))
+	for _, want := range []string{"confirmed", "msg_77", "resolve uncertain → confirmed", "seen in the provider's activity", "sidefx cli"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("inspect after resolve lacks %q:\n%s", want, out)
+		}
+	}
+	if out := c.ok("inspect", id(failed)); !strings.Contains(out, "retry failed → pending by ops: provider fixed") {
+		t.Fatalf("inspect after retry:\n%s", out)
+	}
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+)
+
+// statusKind is one kind's line of sidefx status --json.
+type statusKind struct {
+	Kind                 string                  `json:"kind"`
+	States               map[effects.State]int64 `json:"states"`
+	OldestPendingSeconds float64                 `json:"oldest_pending_seconds"`
+}
+
+func statusCmd(ctx context.Context, io *IO, args []string) error {
+	fs, c := newFlags("status", io)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	pool, store, err := c.open(ctx, io)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	stats, err := store.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	total := map[effects.State]int64{}
+	var kinds []statusKind
+	for _, s := range stats {
+		kinds = append(kinds, statusKind{Kind: s.Kind, States: s.ByState, OldestPendingSeconds: s.OldestPending.Seconds()})
+		for st, n := range s.ByState {
+			total[st] += n
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(io.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"kinds": kinds, "total": total, "uncertain": total[effects.Uncertain], "failed": total[effects.Failed]})
+	}
+	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(w, "KIND\t")
+	for _, st := range effects.States {
+		fmt.Fprintf(w, "%s\t", st)
+	}
+	fmt.Fprintln(w, "oldest pending\t")
+	for _, k := range kinds {
+		fmt.Fprintf(w, "%s\t", k.Kind)
+		for _, st := range effects.States {
+			fmt.Fprintf(w, "%d\t", k.States[st])
+		}
+		fmt.Fprintf(w, "%s\t\n", age(k.OldestPendingSeconds))
+	}
+	fmt.Fprint(w, "total\t")
+	for _, st := range effects.States {
+		fmt.Fprintf(w, "%d\t", total[st])
+	}
+	fmt.Fprintln(w, "\t")
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if total[effects.Uncertain]+total[effects.Failed] > 0 {
+		fmt.Fprintf(io.Out, "\n%d uncertain and %d failed effects wait for an operator: sidefx inspect, retry, resolve.\n", total[effects.Uncertain], total[effects.Failed])
+	}
+	return nil
+}
+
+func age(seconds float64) string {
+	if seconds <= 0 {
+		return "-"
+	}
+	return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+}
