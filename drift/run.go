@@ -3,6 +3,7 @@ package drift
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
@@ -88,4 +89,9 @@ func checkStuck(ctx context.Context, db effects.DB, schema string, pendingAfter 
 		return Stuck{}, fmt.Errorf("drift stuck check: %s", pgMessage(err))
 	}
 	return s, nil
+}
+
+func defaultRunner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }

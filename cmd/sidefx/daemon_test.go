@@ -226,6 +226,7 @@ kinds:
 		"sidefx_oldest_pending_seconds", `sidefx_dispatch_total{kind="webhook.order_paid",outcome="confirmed",provider="partner"}`,
 		`sidefx_provider_replays_total{provider="partner"}`, "sidefx_provider_call_seconds_bucket", "sidefx_confirm_latency_seconds_bucket",
 		"sidefx_rescued_total", "sidefx_build_info",
+		`sidefx_drift_stuck{reason="uncertain"}`, "sidefx_drift_run_errors_total", "sidefx_drift_last_run_timestamp_seconds",
 	} {
 		if !strings.Contains(metrics, name) {
 			t.Fatalf("/metrics lacks %s:\n%.3000s", name, metrics)

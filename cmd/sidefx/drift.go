@@ -2,21 +2,165 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/internal/config"
+	"github.com/sidefx/sidefx/internal/metrics"
 )
 
+// driftConfig turns the configuration's drift section into the checker's.
+func driftConfig(d config.DriftConfig, schema string, log *slog.Logger) *drift.Config {
+	rules := make([]drift.Rule, len(d.Rules))
+	for i, r := range d.Rules {
+		rules[i] = drift.Rule{Name: r.Name, Kind: r.Kind, SQL: r.SQL, Grace: time.Duration(r.Grace), Window: time.Duration(r.Window), Sample: r.Sample}
+	}
+	return &drift.Config{Schema: schema, Rules: rules, Schedule: d.Schedule, PendingAfter: time.Duration(d.PendingAfter),
+		Retention: time.Duration(d.Retention), AlertURL: d.AlertURL, Logger: log}
+}
+
 // startDrift starts the drift schedule; the returned function stops it.
-// The scheduler, its stored findings and metrics come with the drift work.
-func startDrift(ctx context.Context, pool *pgxpool.Pool, store *effects.Store, rt *config.Runtime, reg prometheus.Registerer, log *slog.Logger) func() {
-	return func() {}
+func startDrift(ctx context.Context, pool *pgxpool.Pool, rt *config.Runtime, m *metrics.Metrics, runner string, log *slog.Logger) (func(), error) {
+	dc := driftConfig(rt.Drift, rt.Dispatcher.Schema, log)
+	dc.Observer, dc.Runner = m, runner
+	c, refused, err := drift.NewChecker(ctx, pool, dc)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, r := range c.Rules() {
+		names = append(names, r.Name)
+	}
+	m.PrimeDrift(names)
+	log.Info("drift scheduled", "schedule", rt.Drift.Schedule, "rules", len(names), "refused", len(refused))
+	return c.Start(ctx), nil
 }
 
 func driftCmd(ctx context.Context, io *IO, args []string) error {
-	return usageErr("drift: not built yet")
+	if len(args) == 0 || (args[0] != "run" && args[0] != "list") {
+		return usageErr("drift: give run (check the rules now) or list (recent runs)")
+	}
+	fs, c := newFlags("drift "+args[0], io)
+	limit := fs.Int("limit", 10, "with list: how many runs")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	cfg, err := c.loadConfig(io)
+	if err != nil {
+		return err
+	}
+	pool, store, err := c.open(ctx, io)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if args[0] == "list" {
+		runs, err := drift.Recent(ctx, pool, store.Schema(), *limit)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(io.Out, runs)
+		}
+		if len(runs) == 0 {
+			fmt.Fprintln(io.Out, "no drift runs yet")
+		}
+		for _, r := range runs {
+			how := "by hand"
+			if !r.Tick.IsZero() {
+				how = "scheduled " + r.Tick.UTC().Format(time.RFC3339)
+			}
+			took := "unfinished"
+			if !r.Finished.IsZero() {
+				took = r.Finished.Sub(r.Started).Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(io.Out, "run %d  %s  %s, took %s, by %s, %d errors\n", r.ID, r.Started.UTC().Format(time.RFC3339), how, took, r.Runner, r.Errors)
+			for _, f := range r.Findings {
+				printFinding(io.Out, f)
+			}
+			if stuck := stuckLine(r.Stuck); stuck != "" {
+				fmt.Fprintln(io.Out, "  stuck: "+stuck)
+			}
+		}
+		return nil
+	}
+	if cfg == nil {
+		return usageErr("drift run needs --config FILE (the rules are there)")
+	}
+	log := slog.New(slog.NewTextHandler(io.Err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	checker, refused, err := drift.NewChecker(ctx, pool, driftConfig(cfg.Drift, store.Schema(), log))
+	if err != nil {
+		return err
+	}
+	rep, err := checker.RunNow(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(io.Out, rep)
+	}
+	for name, err := range refused {
+		fmt.Fprintf(io.Out, "rule %s refused: %v\n", name, err)
+	}
+	for _, f := range rep.Findings {
+		printFinding(io.Out, f)
+	}
+	if rep.StuckErr != nil {
+		fmt.Fprintf(io.Out, "stuck check failed: %v\n", rep.StuckErr)
+	} else if s := stuckLine(rep.Stuck.Reasons()); s != "" {
+		fmt.Fprintln(io.Out, "stuck: "+s)
+	} else {
+		fmt.Fprintln(io.Out, "stuck: none")
+	}
+	if len(refused) > 0 || rep.Errors() > 0 {
+		return fmt.Errorf("%d rules refused, %d failed", len(refused), rep.Errors())
+	}
+	return nil
+}
+
+func printFinding(w io.Writer, f drift.Finding) {
+	if f.Err != nil {
+		fmt.Fprintf(w, "  rule %s (%s): failed: %v\n", f.Rule, f.Kind, f.Err)
+		return
+	}
+	fmt.Fprintf(w, "  rule %s (%s): %d missing, %d extra\n", f.Rule, f.Kind, f.Missing, f.Extra)
+	if f.Missing > 0 {
+		fmt.Fprintf(w, "    missing: %s\n", sample(f.MissingIDs, f.Missing))
+	}
+	if f.Extra > 0 {
+		fmt.Fprintf(w, "    extra:   %s\n", sample(f.ExtraIDs, f.Extra))
+	}
+}
+
+// sample lists ids, noting how many more there are.
+func sample(ids []string, total int) string {
+	s := strings.Join(ids, ", ")
+	if total > len(ids) {
+		s += fmt.Sprintf(" … and %d more", total-len(ids))
+	}
+	return s
+}
+
+func stuckLine(reasons map[string]int) string {
+	var parts []string
+	for _, k := range sortedKeys(reasons) {
+		if reasons[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", reasons[k], strings.ReplaceAll(k, "_", " ")))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

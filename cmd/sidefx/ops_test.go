@@ -88,7 +88,7 @@ func TestCLI_UsageAndExitCodes(t *testing.T) {
 func TestCLI_MigrateEnqueueStatusInspect(t *testing.T) {
 	t.Parallel()
 	c, _, store := newCLI(t)
-	if out := c.ok("migrate", "--schema", "opsdemo"); !strings.Contains(out, "applied versions [1 2]") {
+	if out := c.ok("migrate", "--schema", "opsdemo"); !strings.Contains(out, "applied versions [1 2 3]") {
 		t.Fatalf("migrate: %s", out)
 	}
 	if out := c.ok("migrate", "--schema", "opsdemo"); !strings.Contains(out, "is current") {

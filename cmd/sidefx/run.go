@@ -112,7 +112,11 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	}()
 	log.Info("started", "version", version, "http", ln.Addr().String(), "worker", d.WorkerID(), "kinds", len(rt.Dispatcher.Kinds))
 
-	stopDrift := startDrift(ctx, pool, store, rt, reg, log)
+	stopDrift, err := startDrift(ctx, pool, rt, m, d.WorkerID(), log)
+	if err != nil {
+		_ = srv.Close()
+		return err
+	}
 	err = d.Run(ctx)
 	stopDrift()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

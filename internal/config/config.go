@@ -35,6 +35,8 @@ const (
 	DefaultDriftSchedule = "@every 5m"
 	DefaultDriftGrace    = 10 * time.Minute
 	DefaultDriftWindow   = 24 * time.Hour
+	DefaultDriftPending  = time.Hour
+	DefaultDriftKeep     = 720 * time.Hour
 )
 
 // StripeKeyWindow is how long Stripe is sure to keep an idempotency key. A
@@ -238,6 +240,17 @@ type DriftConfig struct {
 
 	// Rules are the checks. Default none.
 	Rules []DriftRule `yaml:"rules"`
+
+	// PendingAfter is how old a pending effect must be to count as stuck.
+	// Default 1h.
+	PendingAfter Duration `yaml:"pending_after"`
+
+	// Retention is how long stored drift runs are kept. Default 720h.
+	Retention Duration `yaml:"retention"`
+
+	// AlertURL, if set, is an Alertmanager /api/v2/alerts endpoint (http or
+	// https) that receives firing and resolved alerts. Default none.
+	AlertURL string `yaml:"alert_url"`
 }
 
 // DriftRule is one drift check, kept as written: the drift package runs it

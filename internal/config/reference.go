@@ -121,6 +121,13 @@ drift:
   # When the rules run: 5 cron fields ("*/5 * * * *") or a descriptor
   # ("@hourly", "@every 5m").
   schedule: "@every 5m"
+  # A pending effect older than this counts as stuck.
+  pending_after: 1h
+  # How long stored drift runs are kept.
+  retention: 720h
+  # An Alertmanager /api/v2/alerts endpoint for firing and resolved alerts.
+  # Default none.
+  alert_url: ""
   # Checks that what should have an effect has exactly one. Default none.
   # Each rule (example, disabled):
   #   - name: paid_orders_charged      # required, unique, lowercase

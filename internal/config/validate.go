@@ -98,6 +98,8 @@ func (c *Config) fillDefaults() {
 		c.Kinds[name] = k
 	}
 	def(&c.Drift.Schedule, DefaultDriftSchedule)
+	defD(&c.Drift.PendingAfter, DefaultDriftPending)
+	defD(&c.Drift.Retention, DefaultDriftKeep)
 	for i := range c.Drift.Rules {
 		r := &c.Drift.Rules[i]
 		defD(&r.Grace, DefaultDriftGrace)
@@ -410,6 +412,17 @@ func RetrySpan(k KindConfig) time.Duration {
 func (d *DriftConfig) check(v *checker, kinds map[string]KindConfig) {
 	if err := parseSchedule(d.Schedule); err != nil {
 		v.fail("drift.schedule", "%q is not a schedule: %v (want 5 cron fields such as \"*/5 * * * *\" or a descriptor such as \"@every 5m\")", d.Schedule, err)
+	}
+	if d.PendingAfter < 0 {
+		v.fail("drift.pending_after", "must not be negative")
+	}
+	if d.Retention < 0 {
+		v.fail("drift.retention", "must not be negative")
+	}
+	if d.AlertURL != "" {
+		if u, err := url.Parse(d.AlertURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.fail("drift.alert_url", "is not an http(s) URL (want e.g. http://alertmanager:9093/api/v2/alerts)")
+		}
 	}
 	seen := map[string]int{}
 	configured := slices.Sorted(maps.Keys(kinds))

@@ -1,5 +1,7 @@
 package metrics
 
+import "github.com/prometheus/client_golang/prometheus"
+
 import "time"
 
 // SetClock makes m's table collector measure StatsInterval with now.
@@ -18,3 +20,15 @@ func WaitRead(m *Metrics) {
 		<-done
 	}
 }
+
+func (m *Metrics) DriftMissingForTest(rule string) prometheus.Collector {
+	return m.driftMissing.WithLabelValues(rule)
+}
+func (m *Metrics) DriftExtraForTest(rule string) prometheus.Collector {
+	return m.driftExtra.WithLabelValues(rule)
+}
+func (m *Metrics) DriftStuckForTest(reason string) prometheus.Collector {
+	return m.driftStuck.WithLabelValues(reason)
+}
+func (m *Metrics) DriftErrorsForTest() prometheus.Collector  { return m.driftErrors }
+func (m *Metrics) DriftLastRunForTest() prometheus.Collector { return m.driftLastRun }

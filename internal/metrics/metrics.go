@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/providers"
 )
@@ -29,11 +30,17 @@ const (
 	nameRescued        = "sidefx_rescued_total"
 	nameReaped         = "sidefx_reaped_total"
 	nameBuildInfo      = "sidefx_build_info"
+	nameDriftMissing   = "sidefx_drift_missing"
+	nameDriftExtra     = "sidefx_drift_extra"
+	nameDriftStuck     = "sidefx_drift_stuck"
+	nameDriftLastRun   = "sidefx_drift_last_run_timestamp_seconds"
+	nameDriftErrors    = "sidefx_drift_run_errors_total"
 )
 
 var names = []string{
 	nameBuildInfo, nameConfirmLatency, nameDispatch, nameTransitions, nameEffects, nameOldestPending,
 	nameCallSeconds, nameReaped, nameReplays, nameRescued, nameStatsErrors,
+	nameDriftMissing, nameDriftExtra, nameDriftStuck, nameDriftLastRun, nameDriftErrors,
 }
 
 // Names returns the name of every metric this package can expose, sorted.
@@ -98,6 +105,12 @@ type Metrics struct {
 	reaped         prometheus.Counter
 	statsErrors    prometheus.Counter
 	buildInfo      prometheus.Gauge
+
+	driftMissing *prometheus.GaugeVec
+	driftExtra   *prometheus.GaugeVec
+	driftStuck   *prometheus.GaugeVec
+	driftLastRun prometheus.Gauge
+	driftErrors  prometheus.Counter
 }
 
 var _ dispatcher.Observer = (*Metrics)(nil)
@@ -176,6 +189,26 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 			Help:        "Always 1; the version label is sidefx's version.",
 			ConstLabels: prometheus.Labels{"version": o.Version},
 		}),
+		driftMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameDriftMissing,
+			Help: "Expected sources with no effect of the rule's kind, at the last drift run.",
+		}, []string{"rule"}),
+		driftExtra: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameDriftExtra,
+			Help: "Effects of the rule's kind whose source the rule does not expect, at the last drift run.",
+		}, []string{"rule"}),
+		driftStuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameDriftStuck,
+			Help: "Effects not moving at the last drift run, by reason: pending_too_long, fired_past_lease, uncertain, failed.",
+		}, []string{"reason"}),
+		driftLastRun: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: nameDriftLastRun,
+			Help: "Unix time of the end of the last drift run this process made.",
+		}),
+		driftErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: nameDriftErrors,
+			Help: "Drift rules (and stuck checks) whose run failed.",
+		}),
 	}
 	m.buildInfo.Set(1)
 	m.table = newTableCollector(store, o, m.statsErrors)
@@ -184,6 +217,7 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 	for _, c := range []prometheus.Collector{
 		m.table, m.dispatch, m.transitions, m.replays, m.callSeconds,
 		m.confirmLatency, m.rescued, m.reaped, m.buildInfo,
+		m.driftMissing, m.driftExtra, m.driftStuck, m.driftLastRun, m.driftErrors,
 	} {
 		if err := reg.Register(c); err != nil {
 			for _, d := range done {
@@ -267,5 +301,39 @@ func (m *Metrics) Prime(kinds map[string]string) {
 		m.replays.WithLabelValues(provider)
 		m.callSeconds.WithLabelValues(provider)
 		m.confirmLatency.WithLabelValues(kind)
+	}
+}
+
+var _ drift.Observer = (*Metrics)(nil)
+
+// Reported sets the drift gauges from a run: missing and extra per rule
+// (a rule whose run failed keeps its last values), stuck per reason, the
+// time of the run, and counts the failures.
+func (m *Metrics) Reported(rep drift.Report) {
+	for _, f := range rep.Findings {
+		if f.Err != nil {
+			continue
+		}
+		m.driftMissing.WithLabelValues(f.Rule).Set(float64(f.Missing))
+		m.driftExtra.WithLabelValues(f.Rule).Set(float64(f.Extra))
+	}
+	if rep.StuckErr == nil {
+		for reason, n := range rep.Stuck.Reasons() {
+			m.driftStuck.WithLabelValues(reason).Set(float64(n))
+		}
+	}
+	m.driftErrors.Add(float64(rep.Errors()))
+	m.driftLastRun.Set(float64(rep.Started.Add(rep.Duration).UnixNano()) / 1e9)
+}
+
+// PrimeDrift creates the drift series of each rule at zero, and the error
+// counter, before the first run.
+func (m *Metrics) PrimeDrift(rules []string) {
+	for _, r := range rules {
+		m.driftMissing.WithLabelValues(r)
+		m.driftExtra.WithLabelValues(r)
+	}
+	for _, reason := range []string{"pending_too_long", "fired_past_lease", "uncertain", "failed"} {
+		m.driftStuck.WithLabelValues(reason)
 	}
 }

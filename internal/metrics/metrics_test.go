@@ -23,6 +23,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/metrics"
 	"github.com/sidefx/sidefx/internal/pgtest"
@@ -622,6 +623,7 @@ func exercise(t *testing.T, b bundle) {
 		State: effects.Uncertain, Fenced: true, CallDuration: time.Second, SinceEnqueue: time.Second})
 	b.m.Rescued(effects.Rescued{Kind: kindMail, State: effects.Uncertain})
 	b.m.Reaped(1)
+	b.m.Reported(drift.Report{Started: time.Now(), Findings: []drift.Finding{{Rule: "receipts", Kind: kindMail, Missing: 2, Extra: 1}}, Stuck: drift.Stuck{Uncertain: 1}})
 }
 
 func TestNames_MatchExposedFamilies(t *testing.T) {
@@ -773,7 +775,8 @@ func observed(s map[string]float64) map[string]float64 {
 			strings.HasPrefix(k, "sidefx_stats_errors_total{"),
 			strings.HasPrefix(k, "sidefx_effects{"),
 			strings.HasPrefix(k, "sidefx_oldest_pending_seconds{"):
-		case strings.HasPrefix(k, "sidefx_reaped_total{") && v == 0:
+		case (strings.HasPrefix(k, "sidefx_reaped_total{") || strings.HasPrefix(k, "sidefx_drift_run_errors_total{") ||
+			strings.HasPrefix(k, "sidefx_drift_last_run_timestamp_seconds{")) && v == 0:
 		default:
 			out[k] = v
 		}
@@ -835,6 +838,31 @@ func TestPrime_CreatesZeroSeries(t *testing.T) {
 	for name, n := range want {
 		if series[name] != n {
 			t.Errorf("%s has %d series after Prime, want %d", name, series[name], n)
+		}
+	}
+}
+
+func TestReported_DriftGauges(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.m.PrimeDrift([]string{"receipts"})
+	if got := testutil.ToFloat64(b.m.DriftMissingForTest("receipts")); got != 0 {
+		t.Fatalf("primed missing = %v", got)
+	}
+	b.m.Reported(drift.Report{Started: time.Unix(1000, 0), Duration: time.Second,
+		Findings: []drift.Finding{{Rule: "receipts", Missing: 3, Extra: 1}, {Rule: "broken", Err: errors.New("boom")}},
+		Stuck:    drift.Stuck{PendingTooLong: 2, Uncertain: 4}})
+	checks := map[string]float64{
+		"missing": testutil.ToFloat64(b.m.DriftMissingForTest("receipts")),
+		"extra":   testutil.ToFloat64(b.m.DriftExtraForTest("receipts")),
+		"stuck":   testutil.ToFloat64(b.m.DriftStuckForTest("uncertain")),
+		"errors":  testutil.ToFloat64(b.m.DriftErrorsForTest()),
+		"last":    testutil.ToFloat64(b.m.DriftLastRunForTest()),
+	}
+	want := map[string]float64{"missing": 3, "extra": 1, "stuck": 4, "errors": 1, "last": 1001}
+	for k, v := range want {
+		if checks[k] != v {
+			t.Errorf("%s = %v, want %v", k, checks[k], v)
 		}
 	}
 }

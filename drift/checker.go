@@ -1,0 +1,251 @@
+package drift
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/robfig/cron/v3"
+
+	"github.com/sidefx/sidefx/internal/sqlname"
+)
+
+// Observer is told of every run this checker makes, for metrics.
+type Observer interface {
+	// Reported is called after each run with its report.
+	Reported(Report)
+}
+
+// Config configures a Checker. Zero fields take the defaults stated.
+type Config struct {
+	// Schema holds side_effects and the drift tables. Default "public".
+	Schema string
+	// Rules are the checks. Rules that fail validation are left out, each
+	// reported by NewChecker; the others run.
+	Rules []Rule
+	// Schedule is when to run: a 5-field cron spec or a descriptor such as
+	// "@every 5m", as cron.ParseStandard reads it. @every schedules are
+	// aligned to the clock (every 5m runs at :00, :05, …) so replicas agree
+	// on the ticks. Default "@every 5m".
+	Schedule string
+	// PendingAfter is how old a pending effect must be to count as stuck.
+	// Default 1h.
+	PendingAfter time.Duration
+	// Retention is how long stored runs are kept. Default 720h.
+	Retention time.Duration
+	// AlertURL, if set, is an Alertmanager /api/v2/alerts endpoint that
+	// receives firing and resolved alerts.
+	AlertURL string
+	// Runner names this process in stored runs. Default host-pid.
+	Runner string
+	// Logger receives findings (error level when non-zero). Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Observer is told of every run. Default none.
+	Observer Observer
+}
+
+// Checker runs the drift rules on a schedule, once per tick across every
+// replica that runs one, and stores, logs, exports and alerts on the
+// findings.
+type Checker struct {
+	pool     *pgxpool.Pool
+	cfg      Config
+	schema   string
+	schedule cron.Schedule
+	log      *slog.Logger
+	alerts   *alerter
+	mu       sync.Mutex // one run at a time in this process
+}
+
+// NewChecker validates cfg and the rules against the database. It returns
+// the checker with the valid rules, and the refused rules' errors (each
+// naming its rule); a refused rule never stops the others.
+func NewChecker(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Checker, map[string]error, error) {
+	if pool == nil || cfg == nil {
+		return nil, nil, errors.New("new drift checker: pool and config are required")
+	}
+	c := *cfg
+	schema, err := sqlname.Schema(c.Schema)
+	if err != nil {
+		return nil, nil, fmt.Errorf("new drift checker: %w", err)
+	}
+	if c.Schedule == "" {
+		c.Schedule = "@every 5m"
+	}
+	sched, err := ParseSchedule(c.Schedule)
+	if err != nil {
+		return nil, nil, fmt.Errorf("new drift checker: %w", err)
+	}
+	if c.PendingAfter == 0 {
+		c.PendingAfter = time.Hour
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Runner == "" {
+		c.Runner = defaultRunner()
+	}
+	refused := Validate(ctx, pool, c.Rules)
+	var good []Rule
+	for _, r := range c.Rules {
+		if refused[r.Name] == nil {
+			good = append(good, r)
+		}
+	}
+	c.Rules = good
+	ch := &Checker{pool: pool, cfg: c, schema: schema, schedule: sched, log: c.Logger.With("component", "drift")}
+	for name, err := range refused {
+		ch.log.Error("drift rule refused; the other rules run", "rule", name, "err", err)
+	}
+	if c.AlertURL != "" {
+		ch.alerts = newAlerter(c.AlertURL, ch.log)
+	}
+	return ch, refused, nil
+}
+
+// Rules returns the rules the checker runs.
+func (c *Checker) Rules() []Rule { return c.cfg.Rules }
+
+// ParseSchedule reads a 5-field cron spec or a descriptor. An "@every D"
+// schedule is aligned to multiples of D since the Unix epoch, so that every
+// replica computes the same ticks.
+func ParseSchedule(spec string) (cron.Schedule, error) {
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return nil, fmt.Errorf("drift schedule %q: %w", spec, err)
+	}
+	if every, ok := s.(cron.ConstantDelaySchedule); ok {
+		return alignedEvery(every.Delay), nil
+	}
+	return s, nil
+}
+
+type alignedEvery time.Duration
+
+func (a alignedEvery) Next(t time.Time) time.Time {
+	d := time.Duration(a)
+	return t.Truncate(d).Add(d)
+}
+
+// Start runs the schedule until ctx ends; the returned function stops it
+// and waits for a run in progress.
+func (c *Checker) Start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		next := c.schedule.Next(time.Now())
+		for {
+			t := time.NewTimer(time.Until(next))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			tick := next
+			next = c.schedule.Next(time.Now())
+			if _, ran, err := c.run(ctx, tick); err != nil && ctx.Err() == nil {
+				c.log.Error("drift run failed", "tick", tick, "err", err)
+			} else if !ran {
+				c.log.Debug("drift tick taken by another replica", "tick", tick)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// RunNow runs the rules once, now, whatever the schedule, and stores the
+// run like a scheduled one.
+func (c *Checker) RunNow(ctx context.Context) (Report, error) {
+	rep, _, err := c.run(ctx, time.Time{})
+	return rep, err
+}
+
+// run claims tick (zero: a run by hand, always run), runs the rules, stores
+// and reports the findings. ran is false when another replica has the tick.
+func (c *Checker) run(ctx context.Context, tick time.Time) (rep Report, ran bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// One run at a time across replicas: a run still going when the next
+	// tick comes makes the other replicas skip that tick.
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return rep, false, fmt.Errorf("drift: %w", err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", c.lockKey()).Scan(&locked); err != nil {
+		return rep, false, fmt.Errorf("drift lock: %w", err)
+	}
+	if !locked {
+		return rep, false, nil
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", c.lockKey()) //nolint:errcheck // released with the session anyway
+	id, ok, err := claimTick(ctx, c.pool, c.schema, tick, c.cfg.Runner)
+	if err != nil || !ok {
+		return rep, false, err
+	}
+	rep = Run(ctx, c.pool, c.schema, c.cfg.Rules, c.cfg.PendingAfter)
+	if err := save(ctx, c.pool, c.schema, id, rep); err != nil {
+		return rep, true, err
+	}
+	c.logReport(rep)
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.Reported(rep)
+	}
+	if c.alerts != nil {
+		c.alerts.notify(ctx, rep)
+	}
+	if _, err := prune(ctx, c.pool, c.schema, time.Now().Add(-c.cfg.Retention)); err != nil {
+		c.log.Warn("pruning old drift runs failed", "err", err)
+	}
+	return rep, true, nil
+}
+
+func (c *Checker) logReport(rep Report) {
+	for _, f := range rep.Findings {
+		switch {
+		case f.Err != nil:
+			c.log.Error("drift rule failed", "rule", f.Rule, "err", f.Err)
+		case f.Missing > 0 || f.Extra > 0:
+			c.log.Error("drift found effects missing or extra", "rule", f.Rule, "kind", f.Kind,
+				"missing", f.Missing, "missing_sample", strings.Join(f.MissingIDs, ","),
+				"extra", f.Extra, "extra_sample", strings.Join(f.ExtraIDs, ","))
+		default:
+			c.log.Info("drift rule clean", "rule", f.Rule, "kind", f.Kind, "took", f.Duration)
+		}
+	}
+	if rep.StuckErr != nil {
+		c.log.Error("drift stuck check failed", "err", rep.StuckErr)
+		return
+	}
+	reasons := rep.Stuck.Reasons()
+	keys := make([]string, 0, len(reasons))
+	for k := range reasons {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if reasons[k] > 0 {
+			c.log.Error("effects stuck", "reason", k, "count", reasons[k])
+		}
+	}
+}
+
+func (c *Checker) lockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("sidefx/drift/" + c.schema))
+	return int64(h.Sum64())
+}

@@ -1,0 +1,183 @@
+package drift_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sidefx/sidefx/drift"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/outbox"
+)
+
+type reports struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (r *reports) Reported(drift.Report) { r.mu.Lock(); r.n++; r.mu.Unlock() }
+func (r *reports) count() int          { r.mu.Lock(); defer r.mu.Unlock(); return r.n }
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestChecker_TwoSchedulersOneRunPerTick(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 5, 0)
+	var obs [2]reports
+	var stops []func()
+	for i := range obs {
+		c, refused, err := drift.NewChecker(ctx, pool, &drift.Config{Rules: []drift.Rule{receipts}, Schedule: "@every 1s",
+			Runner: fmt.Sprintf("replica-%d", i), Logger: quietLog, Observer: &obs[i]})
+		if err != nil || len(refused) != 0 {
+			t.Fatalf("checker: %v %v", refused, err)
+		}
+		stops = append(stops, c.Start(ctx))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var runs int
+	for runs < 4 {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM sidefx_drift_runs WHERE finished_at IS NOT NULL`).Scan(&runs); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d runs in 30s", runs)
+		}
+		<-tick.C
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	var total, ticks int
+	var first, last time.Time
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT tick), min(tick), max(tick) FROM sidefx_drift_runs`).Scan(&total, &ticks, &first, &last); err != nil {
+		t.Fatal(err)
+	}
+	span := int(last.Sub(first)/time.Second) + 1
+	if total != ticks || ticks != span {
+		t.Fatalf("%d runs for %d ticks over %d seconds: want one run per tick, none skipped", total, ticks, span)
+	}
+	if got := obs[0].count() + obs[1].count(); got != total {
+		t.Fatalf("the replicas ran %d times for %d stored runs", got, total)
+	}
+	if first.Nanosecond() != 0 {
+		t.Fatalf("tick %s is not aligned to the second", first)
+	}
+}
+
+// receiver records what Alertmanager would be sent.
+type receiver struct {
+	mu    sync.Mutex
+	posts [][]drift.Alert
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	var alerts []drift.Alert
+	if req.Method != http.MethodPost || json.NewDecoder(req.Body).Decode(&alerts) != nil {
+		http.Error(w, "want a JSON array of alerts", http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	r.posts = append(r.posts, alerts)
+	r.mu.Unlock()
+}
+
+func (r *receiver) last() []drift.Alert {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.posts) == 0 {
+		return nil
+	}
+	return r.posts[len(r.posts)-1]
+}
+
+func TestChecker_AlertsFireThenResolve(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 5, 0)
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	c, _, err := drift.NewChecker(ctx, pool, &drift.Config{Rules: []drift.Rule{receipts}, AlertURL: srv.URL + "/api/v2/alerts", Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM side_effects WHERE source_id = '3'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fired := rcv.last()
+	if len(fired) != 1 {
+		t.Fatalf("alerts posted: %+v", fired)
+	}
+	a := fired[0]
+	if a.Labels["alertname"] != "SidefxDriftMissing" || a.Labels["rule"] != receipts.Name || a.Labels["kind"] != "email.receipt" ||
+		!a.EndsAt.IsZero() || a.StartsAt.IsZero() || !strings.Contains(a.Annotations["description"], "3") {
+		t.Fatalf("firing alert = %+v", a)
+	}
+	// The receipt comes back: the alert resolves, with the same start.
+	if _, err := outbox.Enqueue(ctx, pool, outbox.Effect{SourceID: "3", Kind: "email.receipt", Payload: map[string]int{"order": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resolved := rcv.last()
+	if len(resolved) != 1 || resolved[0].Labels["alertname"] != "SidefxDriftMissing" || resolved[0].EndsAt.IsZero() || !resolved[0].StartsAt.Equal(a.StartsAt) {
+		t.Fatalf("resolved alert = %+v", resolved)
+	}
+	// Nothing firing, nothing to resolve: nothing posted.
+	n := len(rcv.posts)
+	if _, err := c.RunNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(rcv.posts) != n {
+		t.Fatalf("a clean run posted alerts: %+v", rcv.last())
+	}
+}
+
+func TestChecker_StoresRunsAndRefusesBrokenRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 4, 0)
+	broken := drift.Rule{Name: "broken", Kind: "email.receipt", SQL: `SELECT id FROM no_such_table`}
+	c, refused, err := drift.NewChecker(ctx, pool, &drift.Config{Rules: []drift.Rule{broken, receipts}, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refused) != 1 || !strings.Contains(refused["broken"].Error(), "no_such_table") || len(c.Rules()) != 1 {
+		t.Fatalf("refused = %v, rules = %v", refused, c.Rules())
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM side_effects WHERE source_id IN ('1', '2')`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := c.RunNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs, err := drift.Recent(ctx, pool, "", 10)
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("recent = %+v, %v", runs, err)
+	}
+	r := runs[0]
+	if r.Finished.IsZero() || !r.Tick.IsZero() || len(r.Findings) != 1 || r.Findings[0].Missing != 2 ||
+		strings.Join(r.Findings[0].MissingIDs, ",") != "1,2" || r.Stuck == nil {
+		t.Fatalf("stored run = %+v", r)
+	}
+}
