@@ -24,7 +24,7 @@ type reports struct {
 }
 
 func (r *reports) Reported(drift.Report) { r.mu.Lock(); r.n++; r.mu.Unlock() }
-func (r *reports) count() int          { r.mu.Lock(); defer r.mu.Unlock(); return r.n }
+func (r *reports) count() int            { r.mu.Lock(); defer r.mu.Unlock(); return r.n }
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 

@@ -24,25 +24,13 @@ import (
 	"github.com/sidefx/sidefx/internal/pgtest"
 )
 
-// buildBinary builds the sidefx command once per test binary.
-var buildBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "sidefx-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "sidefx")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
+// binary builds the sidefx command into the test's temporary directory.
 func binary(t *testing.T) string {
 	t.Helper()
-	bin, err := buildBinary()
+	bin := filepath.Join(t.TempDir(), "sidefx")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
 }

@@ -9,8 +9,9 @@
 //	sidefx drift run|list               run the drift rules now, list recent runs
 //	sidefx demo                         the story this project exists for, on a fresh machine
 //
-// Every command takes --config FILE; the database URL may also come from
-// SIDEFX_DATABASE_URL or --database-url.
+// Every command but demo takes --config FILE; the database URL may also come
+// from SIDEFX_DATABASE_URL or --database-url. The demo starts its own
+// database, or uses --database-url, and never reads SIDEFX_DATABASE_URL.
 package main
 
 import (
