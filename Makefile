@@ -6,6 +6,8 @@ GO ?= go
 ## test: install what is missing, then vet and run every test with the race detector
 test: deps fmt-check vet
 	$(GO) test -race -count=1 ./...
+# deploy/rulecheck: its own module (Prometheus stays out of go.mod); checks deploy/'s alert rules and dashboard
+	cd deploy/rulecheck && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 deps:
 	./scripts/install-deps

@@ -1,0 +1,14 @@
+// Package deploy holds sidefx's operations assets; it has no Go API.
+//
+//   - grafana/sidefx.json: the Grafana dashboard;
+//   - prometheus/alerts.yaml: the Prometheus alerting rules, with their unit
+//     tests in prometheus/alerts_test.yaml (promtool's format);
+//   - rulecheck/: a separate Go module that checks the rules and the
+//     dashboard's PromQL with Prometheus's own parser and rule engine, so
+//     that Prometheus stays out of the main module's go.mod.
+//
+// This package's test checks that the dashboard and the rules name only
+// metrics the daemon exports (internal/metrics and the drift job), and
+// that the dashboard shows every one of them. README.md says how to import
+// the dashboard and load the rules, and what to do when an alert fires.
+package deploy
