@@ -158,3 +158,23 @@ func TestValidate_RefusesBrokenRulesAlone(t *testing.T) {
 		t.Fatalf("good rule %+v; %d errors", rep.Findings[0], rep.Errors())
 	}
 }
+
+func TestRun_CheckAtMostSamples(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 50, 0)
+	if _, err := pool.Exec(ctx, `DELETE FROM side_effects`); err != nil {
+		t.Fatal(err)
+	}
+	rule := receipts
+	rule.CheckAtMost = 10
+	f := drift.Run(ctx, pool, "", []drift.Rule{rule}, 0).Findings[0]
+	if f.Err != nil || !f.Sampled || f.Missing != 10 || len(f.MissingIDs) != 10 {
+		t.Fatalf("sampled finding = %+v", f)
+	}
+	rule.CheckAtMost = 0
+	if f := drift.Run(ctx, pool, "", []drift.Rule{rule}, 0).Findings[0]; f.Sampled || f.Missing != 50 {
+		t.Fatalf("full finding = %+v", f)
+	}
+}

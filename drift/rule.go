@@ -41,6 +41,12 @@ type Rule struct {
 	Window time.Duration
 	// Sample caps the source ids kept per finding. Default 100.
 	Sample int
+	// CheckAtMost, if positive, checks a random sample of at most this many
+	// due sources (for missing) and of at most this many effects in the
+	// window (for extra), instead of all of them: on very large tables a
+	// run then costs about the same whatever their size, and its counts are
+	// counts in the sample (Finding.Sampled). Default 0: check everything.
+	CheckAtMost int
 }
 
 var ruleNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*([._][a-z0-9_-]+)*$`)
@@ -63,8 +69,8 @@ func (r *Rule) check() error {
 	if strings.TrimSpace(r.SQL) == "" {
 		errs = append(errs, errors.New("sql is empty"))
 	}
-	if r.Grace < 0 || r.Window < 0 || r.Sample < 0 {
-		errs = append(errs, errors.New("grace, window and sample must not be negative"))
+	if r.Grace < 0 || r.Window < 0 || r.Sample < 0 || r.CheckAtMost < 0 {
+		errs = append(errs, errors.New("grace, window, sample and check_at_most must not be negative"))
 	}
 	if r.Window > 0 && r.Grace >= r.Window {
 		errs = append(errs, fmt.Errorf("grace %s is not below window %s: nothing would be compared", r.Grace, r.Window))
@@ -152,7 +158,10 @@ type Finding struct {
 	Extra      int
 	ExtraIDs   []string
 	Duration   time.Duration
-	Err        error // the rule's run failed; the counts are zero
+	// Sampled: the counts are of a random sample (Rule.CheckAtMost), not of
+	// every source and effect.
+	Sampled bool
+	Err     error // the rule's run failed; the counts are zero
 }
 
 // checkRule runs one rule in one statement, so missing and extra are
@@ -166,17 +175,26 @@ func checkRule(ctx context.Context, db effects.DB, schema string, r Rule) Findin
 	t := sqlname.Quote(schema) + ".side_effects"
 	// $1 due_before for missing, $2 window start, $3 kind, $4 now (every
 	// existing source, for extra), $5 grace, $6 sample.
+	// With CheckAtMost, a random sample of the due sources and of the
+	// effects in the window is compared instead of all of them.
+	sampling := ""
+	if r.CheckAtMost > 0 {
+		sampling = fmt.Sprintf(" ORDER BY random() LIMIT %d", r.CheckAtMost)
+		f.Sampled = true
+	}
 	sql := `WITH due AS MATERIALIZED (
-			SELECT DISTINCT x.src::text AS source_id FROM (` + r.bind(1, 2) + `) AS x(src)
+			SELECT source_id FROM (SELECT DISTINCT x.src::text AS source_id FROM (` + r.bind(1, 2) + `) AS x(src)) d` + sampling + `
 		), known AS MATERIALIZED (
 			SELECT DISTINCT x.src::text AS source_id FROM (` + r.bind(4, 2) + `) AS x(src)
 		), missing AS (
 			SELECT d.source_id FROM due d
 			WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` s WHERE s.source_id = d.source_id AND s.kind = $3)
-		), extra AS (
+		), recent AS (
 			SELECT s.source_id FROM ` + t + ` s
-			WHERE s.kind = $3 AND s.state <> 'cancelled' AND s.created_at >= $2::timestamptz + $5::interval
-				AND NOT EXISTS (SELECT 1 FROM known k WHERE k.source_id = s.source_id)
+			WHERE s.kind = $3 AND s.state <> 'cancelled' AND s.created_at >= $2::timestamptz + $5::interval` + sampling + `
+		), extra AS (
+			SELECT r.source_id FROM recent r
+			WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.source_id = r.source_id)
 		)
 		SELECT (SELECT count(*) FROM missing),
 			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM missing ORDER BY source_id LIMIT $6) m), '{}'),

@@ -20,7 +20,7 @@ import (
 func driftConfig(d config.DriftConfig, schema string, log *slog.Logger) *drift.Config {
 	rules := make([]drift.Rule, len(d.Rules))
 	for i, r := range d.Rules {
-		rules[i] = drift.Rule{Name: r.Name, Kind: r.Kind, SQL: r.SQL, Grace: time.Duration(r.Grace), Window: time.Duration(r.Window), Sample: r.Sample}
+		rules[i] = drift.Rule{Name: r.Name, Kind: r.Kind, SQL: r.SQL, Grace: time.Duration(r.Grace), Window: time.Duration(r.Window), Sample: r.Sample, CheckAtMost: r.CheckAtMost}
 	}
 	return &drift.Config{Schema: schema, Rules: rules, Schedule: d.Schedule, PendingAfter: time.Duration(d.PendingAfter),
 		Retention: time.Duration(d.Retention), AlertURL: d.AlertURL, Logger: log}

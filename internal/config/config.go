@@ -278,6 +278,11 @@ type DriftRule struct {
 	// Sample bounds the example source ids a finding lists. Default 0: the
 	// drift package's default.
 	Sample int `yaml:"sample"`
+
+	// CheckAtMost, if positive, checks a random sample of at most this many
+	// sources and effects per run instead of all: for very large tables.
+	// Default 0: check everything.
+	CheckAtMost int `yaml:"check_at_most"`
 }
 
 // FieldError is one thing wrong with a configuration. Load, Parse and Build

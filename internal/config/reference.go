@@ -137,5 +137,6 @@ drift:
   #     grace: 10m                     # how long a fresh source may wait
   #     window: 24h                    # how far back to look; above grace
   #     sample: 0                      # example ids per finding; 0: default
+  #     check_at_most: 0               # check a random sample; 0: everything
   rules: []
 `

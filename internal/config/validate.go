@@ -428,6 +428,9 @@ func (d *DriftConfig) check(v *checker, kinds map[string]KindConfig) {
 	configured := slices.Sorted(maps.Keys(kinds))
 	for i, r := range d.Rules {
 		path := "drift.rules[" + strconv.Itoa(i) + "]"
+		if r.CheckAtMost < 0 {
+			v.fail(path+".check_at_most", "must not be negative")
+		}
 		switch {
 		case r.Name == "":
 			v.fail(path+".name", "required")
