@@ -22,19 +22,21 @@ func buildDispatchQueries(t string) dispatchQueries {
 	return dispatchQueries{
 		// The inner SELECT walks side_effects_pending_idx in its own order
 		// (next_attempt_at, id), locks what it can and skips what others
-		// hold; the UPDATE commits fired before any provider is called.
-		claim: `WITH c AS (
+		// hold; the UPDATE commits fired before any provider is called. The
+		// ids go through an array so the UPDATE finds its rows by primary
+		// key: joined as a CTE, the planner may hash-join against a scan of
+		// the whole table, whose cost grows with history.
+		claim: `UPDATE ` + t + ` AS e
+			SET state = 'fired', attempts = e.attempts + 1,
+				lease_until = now() + $3 * interval '1 millisecond',
+				claimed_by = $4, fired_at = now(), updated_at = now()
+			WHERE e.id = ANY(ARRAY(
 				SELECT id FROM ` + t + `
 				WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($1::text[])
 				ORDER BY next_attempt_at, id
 				LIMIT $2
-				FOR UPDATE SKIP LOCKED
-			)
-			UPDATE ` + t + ` AS e
-			SET state = 'fired', attempts = e.attempts + 1,
-				lease_until = now() + $3 * interval '1 millisecond',
-				claimed_by = $4, fired_at = now(), updated_at = now()
-			FROM c WHERE e.id = c.id
+				FOR UPDATE SKIP LOCKED))
+				AND e.state = 'pending'
 			RETURNING ` + columnsOf("e."),
 		// Fenced by the attempt: only the attempt that was claimed can record
 		// its outcome. A late definite outcome (confirmed, failed) is also
