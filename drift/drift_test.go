@@ -178,3 +178,22 @@ func TestRun_CheckAtMostSamples(t *testing.T) {
 		t.Fatalf("full finding = %+v", f)
 	}
 }
+
+// A rule may use neither placeholder: no grace, no window.
+func TestRun_RuleWithoutPlaceholders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 5, 0)
+	if _, err := pool.Exec(ctx, `DELETE FROM side_effects WHERE source_id = '2'`); err != nil {
+		t.Fatal(err)
+	}
+	rule := drift.Rule{Name: "all_paid", Kind: "email.receipt", SQL: `SELECT id FROM orders WHERE paid_at IS NOT NULL`}
+	if bad := drift.Validate(ctx, pool, []drift.Rule{rule}); len(bad) != 0 {
+		t.Fatalf("validate: %v", bad)
+	}
+	f := drift.Run(ctx, pool, "", []drift.Rule{rule}, 0).Findings[0]
+	if f.Err != nil || f.Missing != 1 || f.MissingIDs[0] != "2" {
+		t.Fatalf("finding = %+v", f)
+	}
+}

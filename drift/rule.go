@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/sqlname"
@@ -96,20 +95,12 @@ func (r *Rule) bind(dueBefore, windowStart int) string {
 var textOIDs = map[uint32]string{25: "text", 1043: "varchar", 1042: "char", 19: "name", 2950: "uuid", 21: "smallint", 23: "integer", 20: "bigint"}
 
 // Validate checks each rule: its fields, and its SQL, which the database
-// prepares (without running it) and must return one text-compatible column.
-// It returns one error per invalid rule, each naming the rule; valid rules
-// are unaffected by the others.
-func Validate(ctx context.Context, pool *pgxpool.Pool, rules []Rule) map[string]error {
+// plans (without returning rows) and which must return one text-compatible
+// column. It returns one error per invalid rule, each naming the rule; valid
+// rules are unaffected by the others.
+func Validate(ctx context.Context, db effects.DB, rules []Rule) map[string]error {
 	bad := map[string]error{}
 	seen := map[string]bool{}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		for _, r := range rules {
-			bad[r.Name] = fmt.Errorf("validate drift rule %q: %w", r.Name, err)
-		}
-		return bad
-	}
-	defer conn.Release()
 	for _, r := range rules {
 		if seen[r.Name] {
 			bad[r.Name] = fmt.Errorf("%w %q: the name is used twice", ErrRule, r.Name)
@@ -120,20 +111,33 @@ func Validate(ctx context.Context, pool *pgxpool.Pool, rules []Rule) map[string]
 			bad[r.Name] = err
 			continue
 		}
-		desc, err := conn.Conn().PgConn().Prepare(ctx, "", r.bind(1, 2), nil)
-		if err != nil {
-			bad[r.Name] = fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, pgMessage(err))
-			continue
-		}
-		if len(desc.Fields) != 1 {
-			bad[r.Name] = fmt.Errorf("%w %q: its sql returns %d columns, want one (the source id)", ErrRule, r.Name, len(desc.Fields))
-			continue
-		}
-		if _, ok := textOIDs[desc.Fields[0].DataTypeOID]; !ok {
-			bad[r.Name] = fmt.Errorf("%w %q: its sql returns a column of type oid %d, want text, varchar, uuid or an integer", ErrRule, r.Name, desc.Fields[0].DataTypeOID)
+		if err := checkShape(ctx, db, r); err != nil {
+			bad[r.Name] = err
 		}
 	}
 	return bad
+}
+
+// checkShape runs the rule's SQL for no rows and checks its result is one
+// text-compatible column.
+func checkShape(ctx context.Context, db effects.DB, r Rule) error {
+	rows, err := db.Query(ctx, `WITH params AS (SELECT $1::timestamptz, $2::timestamptz)
+		SELECT * FROM (`+r.bind(1, 2)+`) AS q LIMIT 0`, time.Now(), pgxInfinity())
+	if err != nil {
+		return fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, pgMessage(err))
+	}
+	fields := rows.FieldDescriptions()
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, pgMessage(err))
+	}
+	if len(fields) != 1 {
+		return fmt.Errorf("%w %q: its sql returns %d columns, want one (the source id)", ErrRule, r.Name, len(fields))
+	}
+	if _, ok := textOIDs[fields[0].DataTypeOID]; !ok {
+		return fmt.Errorf("%w %q: its sql returns a column of type oid %d, want text, varchar, uuid or an integer", ErrRule, r.Name, fields[0].DataTypeOID)
+	}
+	return nil
 }
 
 func pgMessage(err error) string {
@@ -182,7 +186,10 @@ func checkRule(ctx context.Context, db effects.DB, schema string, r Rule) Findin
 		sampling = fmt.Sprintf(" ORDER BY random() LIMIT %d", r.CheckAtMost)
 		f.Sampled = true
 	}
-	sql := `WITH due AS MATERIALIZED (
+	// params names every parameter's type, so a rule that uses neither
+	// placeholder leaves none of them untyped.
+	sql := `WITH params AS (SELECT $1::timestamptz, $2::timestamptz, $3::text, $4::timestamptz, $5::interval, $6::integer),
+		due AS MATERIALIZED (
 			SELECT source_id FROM (SELECT DISTINCT x.src::text AS source_id FROM (` + r.bind(1, 2) + `) AS x(src)) d` + sampling + `
 		), known AS MATERIALIZED (
 			SELECT DISTINCT x.src::text AS source_id FROM (` + r.bind(4, 2) + `) AS x(src)
@@ -201,6 +208,10 @@ func checkRule(ctx context.Context, db effects.DB, schema string, r Rule) Findin
 			(SELECT count(*) FROM extra),
 			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM extra ORDER BY source_id LIMIT $6) e), '{}')`
 	start := time.Now()
+	if err := checkShape(ctx, db, r); err != nil {
+		f.Err = err
+		return f
+	}
 	windowStart := pgxInfinity()
 	var now time.Time
 	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sidefx/sidefx/effects"
 )
@@ -97,4 +98,33 @@ func TestValidateKind(t *testing.T) {
 			t.Errorf("ValidateKind(%q) = %v, want an invalid-kind error", k, err)
 		}
 	}
+}
+
+// FuzzValidate: any source id and kind are accepted or refused with a
+// ValidationError naming the field, never a panic; what is accepted is what
+// the table's CHECK constraints accept.
+func FuzzValidate(f *testing.F) {
+	for _, s := range [][2]string{{"order-1", "email.receipt"}, {"", ""}, {"a\x00b", "k"}, {"\xff", "K"}, {"'; DROP TABLE side_effects; --", "a.b"}, {strings.Repeat("é", 256), "a..b"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, source, kind string) {
+		for field, err := range map[string]error{"source_id": effects.ValidateSourceID(source), "kind": effects.ValidateKind(kind)} {
+			if err == nil {
+				continue
+			}
+			var ve *effects.ValidationError
+			if !errors.As(err, &ve) || ve.Field != field || !errors.Is(err, effects.ErrInvalid) {
+				t.Fatalf("%s: %v is not a ValidationError for the field", field, err)
+			}
+		}
+		if effects.ValidateSourceID(source) == nil {
+			n := utf8.RuneCountInString(source)
+			if n < 1 || n > 255 || !utf8.ValidString(source) || strings.IndexByte(source, 0) >= 0 {
+				t.Fatalf("accepted source id %q", source)
+			}
+		}
+		if effects.ValidateKind(kind) == nil && (len(kind) > 128 || kind != strings.ToLower(kind) || strings.Contains(kind, "..")) {
+			t.Fatalf("accepted kind %q", kind)
+		}
+	})
 }
