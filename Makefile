@@ -19,12 +19,17 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 
-## bench: the Go benchmarks of the main module
+## bench: the Go benchmarks of the main module, then sidefx side by side with
+## River and the SQL floor (bench/, its own module; method in docs/benchmarks.md).
+## BENCHFLAGS sizes the comparison to finish within 15 minutes on 2 cores.
+BENCHFLAGS ?= --runs 3 --drain-n 20000 --latency-rate 1000 --latency-seconds 10 --enqueue-seconds 2 --history 1000000
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd bench && $(GO) run . --out ../docs/benchmarks-latest.md $(BENCHFLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (default 60s)
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test ./derive -run '^$$' -fuzz '^FuzzKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./outbox -run '^$$' -fuzz '^FuzzEncodePayload$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./effects -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME)
