@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/sidefx/sidefx/internal/pgcluster"
+	"github.com/sidefx/sidefx/migrations"
+)
+
+// maxConns is every pool's size, the same for each contender.
+const maxConns = 32
+
+// The template databases each measurement's fresh database is cloned from.
+const (
+	tmplPlain  = "tmpl_plain"  // the business table alone: the baseline
+	tmplSidefx = "tmpl_sidefx" // plus sidefx's migrations
+	tmplRiver  = "tmpl_river"  // plus River's migrations
+)
+
+// businessTable is the business row every enqueue workload writes.
+const businessTable = `CREATE TABLE orders (
+	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	customer text NOT NULL,
+	amount integer NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now())`
+
+// env is one settings pass: its cluster, options and results.
+type env struct {
+	c   *pgcluster.Cluster
+	o   *options
+	t   *table
+	seq int
+}
+
+// templates creates the migrated template databases.
+func (e *env) templates(ctx context.Context) error {
+	for _, name := range []string{tmplPlain, tmplSidefx, tmplRiver} {
+		if err := e.c.CreateDatabase(ctx, name); err != nil {
+			return err
+		}
+		pool, err := e.pool(ctx, name)
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			defer pool.Close()
+			if _, err := pool.Exec(ctx, businessTable); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			switch name {
+			case tmplSidefx:
+				return migrations.Apply(ctx, pool, nil)
+			case tmplRiver:
+				m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+				if err != nil {
+					return err
+				}
+				_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+				return err
+			}
+			return nil
+		}()
+		if err != nil {
+			return fmt.Errorf("template %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (e *env) pool(ctx context.Context, db string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(e.c.ConnString(db))
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// fresh clones tmpl into a new database and returns a pool on it and a
+// function that closes the pool and drops the database.
+func (e *env) fresh(ctx context.Context, tmpl string) (*pgxpool.Pool, string, func(), error) {
+	e.seq++
+	name := fmt.Sprintf("%s_%d", tmpl[len("tmpl_"):], e.seq)
+	if err := e.admin(ctx, "CREATE DATABASE "+name+" TEMPLATE "+tmpl); err != nil {
+		return nil, "", nil, err
+	}
+	pool, err := e.pool(ctx, name)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return pool, name, func() {
+		pool.Close()
+		if err := e.admin(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			logf("drop %s: %v", name, err)
+		}
+	}, nil
+}
+
+func (e *env) admin(ctx context.Context, sql string) error {
+	conn, err := pgx.Connect(ctx, e.c.ConnString("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("%s: %w", sql, err)
+	}
+	return nil
+}
+
+// waitZero polls the count query q until it returns 0, or fails after
+// timeout.
+func waitZero(ctx context.Context, pool *pgxpool.Pool, q string, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var n int64
+	for {
+		if err := pool.QueryRow(ctx, q).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("%d items still open after %s", n, timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// waitUntil polls cond until it holds, or fails after timeout.
+func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("condition not met after %s", timeout)
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// prepare makes a loaded table's statistics and visibility map current, so
+// no contender pays for the load's autovacuum during its measurement.
+func prepare(ctx context.Context, pool *pgxpool.Pool, tbl string) error {
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+tbl); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, "CHECKPOINT")
+	return err
+}

@@ -1,0 +1,145 @@
+// Command bench runs sidefx and River side by side on one throwaway
+// PostgreSQL server and prints a Markdown table of the medians: enqueue in a
+// business transaction, drain, enqueue-to-confirmed latency, the same with a
+// large history of finished rows, and a floor of the same SQL shapes driven
+// by pgbench. docs/benchmarks.md explains the method.
+//
+//	cd bench && go run . --out ../docs/benchmarks-latest.md
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/sidefx/sidefx/internal/pgcluster"
+)
+
+// durable are the settings every contender runs with: pgcluster's fast
+// defaults (fsync off) overridden.
+const durable = "fsync = on\nsynchronous_commit = on\nfull_page_writes = on\n"
+
+type options struct {
+	runs           int
+	quick          bool
+	syncOffToo     bool
+	out            string
+	drainN         int
+	latencyRate    int
+	latencySeconds int
+	enqueueSeconds float64
+	history        int
+	tune           bool
+	historySyncOff bool
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement; the table holds their medians")
+	flag.BoolVar(&o.quick, "quick", false, "small sizes for a smoke run (1 run, 5,000 drained, 3 s latency, 20,000 history)")
+	flag.BoolVar(&o.syncOffToo, "sync-off-too", true, "after the durable pass, run again with synchronous_commit=off (separate table)")
+	flag.StringVar(&o.out, "out", "../docs/benchmarks-latest.md", "file the tables are written to, besides stdout; empty: stdout only")
+	flag.IntVar(&o.drainN, "drain-n", 100000, "pending items per drain")
+	flag.IntVar(&o.latencyRate, "latency-rate", 1000, "enqueues per second in the latency workload")
+	flag.IntVar(&o.latencySeconds, "latency-seconds", 30, "duration of the latency workload")
+	flag.Float64Var(&o.enqueueSeconds, "enqueue-seconds", 3, "duration of each enqueue measurement")
+	flag.IntVar(&o.history, "history", 1000000, "terminal rows preloaded for the history workloads (0 skips them)")
+	flag.BoolVar(&o.historySyncOff, "history-sync-off", false, "also run the history workloads in the synchronous_commit=off pass")
+	flag.BoolVar(&o.tune, "tune", false, "also drain with each candidate tuning and report every one (slow)")
+	flag.Parse()
+	if o.quick {
+		o.runs, o.drainN, o.latencySeconds, o.history, o.enqueueSeconds = 1, 5000, 3, 20000, 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, &o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o *options) error {
+	began := time.Now()
+	type pass struct {
+		name, settings string
+		history        bool
+	}
+	passes := []pass{{"durable (fsync=on, synchronous_commit=on)", durable, true}}
+	if o.syncOffToo {
+		passes = append(passes, pass{"synchronous_commit=off (fsync=on)", durable + "synchronous_commit = off\n", o.historySyncOff})
+	}
+	host, _ := os.Hostname()
+	var doc strings.Builder
+	fmt.Fprintf(&doc, "Measured %s on %s: %d CPUs (%s/%s), %s. Medians of %d runs; drain %d items, latency %d/s for %d s, enqueue %.0f s per cell, history %d rows.\n",
+		began.UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(),
+		o.runs, o.drainN, o.latencyRate, o.latencySeconds, o.enqueueSeconds, o.history)
+	for _, p := range passes {
+		logf("pass: %s", p.name)
+		t, err := runPass(ctx, o, p.settings, p.history)
+		if err != nil {
+			return fmt.Errorf("pass %s: %w", p.name, err)
+		}
+		fmt.Fprintf(&doc, "\n### %s\n\n%s", p.name, t.markdown())
+	}
+	fmt.Fprintf(&doc, "\nTotal wall time %s.\n", time.Since(began).Round(time.Second))
+	fmt.Print("\n" + doc.String())
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(doc.String()), 0o644); err != nil {
+			return err
+		}
+		logf("wrote %s", o.out)
+	}
+	return nil
+}
+
+func runPass(ctx context.Context, o *options, settings string, history bool) (*table, error) {
+	c, err := pgcluster.Start(ctx, &pgcluster.Options{Name: "sidefx-bench", Settings: settings})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := c.Destroy(); err != nil {
+			logf("destroy cluster: %v", err)
+		}
+	}()
+	e := &env{c: c, o: o, t: newTable()}
+	if err := e.templates(ctx); err != nil {
+		return nil, err
+	}
+	steps := []func(context.Context) error{e.enqueueAll, e.drainAll, e.latencyAll}
+	if history {
+		steps = append(steps, e.historyAll)
+	}
+	for _, s := range steps {
+		if err := s(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return e.t, nil
+}
+
+var logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}

@@ -1,0 +1,592 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/sidefx/sidefx/internal/pgcluster"
+	"github.com/sidefx/sidefx/outbox"
+)
+
+const drainTimeout = 10 * time.Minute
+
+// ---- Workload 1: enqueue inside a business transaction ----
+
+// enqueuer runs one business transaction of batch business rows and, unless
+// it is the baseline, batch effects or jobs.
+type enqueuer func(ctx context.Context, tx pgx.Tx, producer, seq, batch int) error
+
+func insertOrders(ctx context.Context, tx pgx.Tx, batch int) error {
+	var err error
+	if batch == 1 {
+		_, err = tx.Exec(ctx, `INSERT INTO orders (customer, amount) VALUES ($1, $2)`, "c-42", 4200)
+	} else {
+		_, err = tx.Exec(ctx, `INSERT INTO orders (customer, amount) SELECT $1, $2 FROM generate_series(1, $3)`, "c-42", 4200, batch)
+	}
+	return err
+}
+
+func sourceID(producer, seq, i int) string { return fmt.Sprintf("p%d-%d-%d", producer, seq, i) }
+
+func (e *env) enqueueAll(ctx context.Context) error {
+	type contender struct {
+		col, tmpl string
+		fn        func(pool *pgxpool.Pool) (enqueuer, error)
+	}
+	baseline := func(*pgxpool.Pool) (enqueuer, error) {
+		return func(ctx context.Context, tx pgx.Tx, _, _, batch int) error { return insertOrders(ctx, tx, batch) }, nil
+	}
+	sfx := func(*pgxpool.Pool) (enqueuer, error) {
+		return func(ctx context.Context, tx pgx.Tx, p, seq, batch int) error {
+			if err := insertOrders(ctx, tx, batch); err != nil {
+				return err
+			}
+			if batch == 1 {
+				id := sourceID(p, seq, 0)
+				_, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: id, Kind: kind, Payload: payload{SourceID: id, Amount: 4200, Currency: "eur"}})
+				return err
+			}
+			es := make([]outbox.Effect, batch)
+			for i := range es {
+				id := sourceID(p, seq, i)
+				es[i] = outbox.Effect{SourceID: id, Kind: kind, Payload: payload{SourceID: id, Amount: 4200, Currency: "eur"}}
+			}
+			_, err := outbox.EnqueueMany(ctx, tx, es)
+			return err
+		}, nil
+	}
+	riv := func(unique bool) func(pool *pgxpool.Pool) (enqueuer, error) {
+		return func(pool *pgxpool.Pool) (enqueuer, error) {
+			client, err := riverClient(pool, nil)
+			if err != nil {
+				return nil, err
+			}
+			var opts *river.InsertOpts
+			if unique {
+				opts = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
+			}
+			return func(ctx context.Context, tx pgx.Tx, p, seq, batch int) error {
+				if err := insertOrders(ctx, tx, batch); err != nil {
+					return err
+				}
+				if batch == 1 {
+					id := sourceID(p, seq, 0)
+					_, err := client.InsertTx(ctx, tx, payload{SourceID: id, Amount: 4200, Currency: "eur"}, opts)
+					return err
+				}
+				ps := make([]river.InsertManyParams, batch)
+				for i := range ps {
+					id := sourceID(p, seq, i)
+					ps[i] = river.InsertManyParams{Args: payload{SourceID: id, Amount: 4200, Currency: "eur"}, InsertOpts: opts}
+				}
+				_, err := client.InsertManyTx(ctx, tx, ps)
+				return err
+			}, nil
+		}
+	}
+	contenders := []contender{
+		{colFloor, tmplPlain, baseline},
+		{colSidefx, tmplSidefx, sfx},
+		{colRiver, tmplRiver, riv(false)},
+		{colRiverU, tmplRiver, riv(true)},
+	}
+	shapes := []struct{ producers, batch int }{{1, 1}, {8, 1}, {1, 100}, {8, 100}}
+	dur := time.Duration(e.o.enqueueSeconds * float64(time.Second))
+	for run := 1; run <= e.o.runs; run++ {
+		for _, sh := range shapes {
+			variant := fmt.Sprintf("%d producer(s), 1 effect per tx", sh.producers)
+			unit := "tx/s"
+			if sh.batch > 1 {
+				variant = fmt.Sprintf("%d producer(s), %d rows + %d effects per tx", sh.producers, sh.batch, sh.batch)
+				unit = "effects/s"
+			}
+			e.t.row("1. enqueue", variant, unit).perTx = float64(sh.batch * sh.producers)
+			for _, c := range contenders {
+				pool, _, drop, err := e.fresh(ctx, c.tmpl)
+				if err != nil {
+					return err
+				}
+				fn, err := c.fn(pool)
+				if err == nil {
+					var rate float64
+					rate, err = enqueueRate(ctx, pool, fn, sh.producers, sh.batch, dur)
+					if err == nil {
+						e.t.add("1. enqueue", variant, unit, c.col, rate)
+					}
+				}
+				drop()
+				if err != nil {
+					return fmt.Errorf("enqueue %s: %w", c.col, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// enqueueRate runs producers loops of business transactions for dur and
+// returns the committed effects (business rows for the baseline) per second.
+func enqueueRate(ctx context.Context, pool *pgxpool.Pool, fn enqueuer, producers, batch int, dur time.Duration) (float64, error) {
+	var committed atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	began := time.Now()
+	end := began.Add(dur)
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := 0; time.Now().Before(end); seq++ {
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fn(ctx, tx, p, seq, batch) })
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				committed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(committed.Load()*int64(batch)) / time.Since(began).Seconds(), nil
+}
+
+// ---- Workload 2: drain ----
+
+func (e *env) drainAll(ctx context.Context) error {
+	sfx, riv := []sidefxTuning{sidefxDefault, sidefxTuned}, []riverTuning{riverDefault, riverTuned}
+	if e.o.tune {
+		sfx, riv = append(sfx, sidefxCandidates...), append(riv, riverCands...)
+	}
+	n := e.o.drainN
+	unit := "effects/s"
+	for run := 1; run <= e.o.runs; run++ {
+		for i, t := range sfx {
+			rate, err := e.drainSidefx(ctx, nil, t, n)
+			if err != nil {
+				return err
+			}
+			e.t.add("2. drain", drainVariant(i, t.name), unit, colSidefx, rate)
+		}
+		for i, t := range riv {
+			rate, err := e.drainRiver(ctx, nil, t, n)
+			if err != nil {
+				return err
+			}
+			e.t.add("2. drain", drainVariant(i, t.name), unit, colRiver, rate)
+		}
+		for i, fl := range []floorTuning{floorDefault, floorTuned} {
+			rate, err := e.floor(ctx, nil, fl, n)
+			if err != nil {
+				return err
+			}
+			e.t.add("2. drain", drainVariant(i, ""), unit, colFloor, rate)
+		}
+	}
+	return nil
+}
+
+// drainVariant names the drain rows by their index, so each contender's
+// default shares a row, and so does each one's best settings.
+func drainVariant(i int, name string) string {
+	switch i {
+	case 0:
+		return "default settings"
+	case 1:
+		return "best settings found"
+	}
+	return "candidate: " + name
+}
+
+// drainSidefx loads n pending effects into pool (a fresh database when nil)
+// and times a dispatcher confirming them all.
+func (e *env) drainSidefx(ctx context.Context, pool *pgxpool.Pool, t sidefxTuning, n int) (float64, error) {
+	if pool == nil {
+		p, _, drop, err := e.fresh(ctx, tmplSidefx)
+		if err != nil {
+			return 0, err
+		}
+		defer drop()
+		pool = p
+	}
+	e.seq++
+	if err := loadSidefx(ctx, pool, fmt.Sprintf("d%d", e.seq), n); err != nil {
+		return 0, err
+	}
+	if err := prepare(ctx, pool, "side_effects"); err != nil {
+		return 0, err
+	}
+	began := time.Now()
+	stop, err := startSidefx(pool, t, nil)
+	if err != nil {
+		return 0, err
+	}
+	err = waitZero(ctx, pool, sidefxOpen, drainTimeout)
+	elapsed := time.Since(began)
+	if serr := stop(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sidefx drain %s: %w", t.name, err)
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// drainRiver is drainSidefx for River.
+func (e *env) drainRiver(ctx context.Context, pool *pgxpool.Pool, t riverTuning, n int) (float64, error) {
+	if pool == nil {
+		p, _, drop, err := e.fresh(ctx, tmplRiver)
+		if err != nil {
+			return 0, err
+		}
+		defer drop()
+		pool = p
+	}
+	e.seq++
+	if err := loadRiver(ctx, pool, fmt.Sprintf("d%d", e.seq), n); err != nil {
+		return 0, err
+	}
+	if err := prepare(ctx, pool, "river_job"); err != nil {
+		return 0, err
+	}
+	began := time.Now()
+	_, stop, err := startRiver(pool, t, nil)
+	if err != nil {
+		return 0, err
+	}
+	err = waitZero(ctx, pool, riverOpen, drainTimeout)
+	elapsed := time.Since(began)
+	if serr := stop(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("river drain %s: %w", t.name, err)
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// ---- Workload 5: the floor ----
+
+// floorTuning is a pgbench run: clients each looping claim then record.
+type floorTuning struct{ clients, batch int }
+
+var (
+	floorDefault = floorTuning{clients: 1, batch: 100}
+	floorTuned   = floorTuning{clients: 4, batch: 500}
+)
+
+// floorScript is sidefx's claim statement (effects/dispatch.go) followed by
+// its batched outcome statement, each committed on its own as the
+// dispatcher does, with no provider call between them. The claim hands the
+// claimed ids and attempts to the outcome statement through pgbench
+// variables, as arrays.
+const floorScript = `WITH c AS (
+	SELECT id FROM side_effects
+	WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY('{bench.noop}'::text[])
+	ORDER BY next_attempt_at, id
+	LIMIT :batch
+	FOR UPDATE SKIP LOCKED
+), u AS (
+	UPDATE side_effects AS e
+	SET state = 'fired', attempts = e.attempts + 1,
+		lease_until = now() + 60000 * interval '1 millisecond',
+		claimed_by = 'pgbench', fired_at = now(), updated_at = now()
+	FROM c WHERE e.id = c.id
+	RETURNING e.*
+) SELECT coalesce(array_agg(id), '{}')::text AS ids, coalesce(array_agg(attempts), '{}')::text AS atts, count(*) AS n FROM u
+\gset
+UPDATE side_effects AS e
+SET state = u.state,
+	provider_ref = coalesce(u.ref, e.provider_ref),
+	outcome = coalesce(u.outcome_text::jsonb, e.outcome),
+	last_error = coalesce(u.err, e.last_error),
+	next_attempt_at = CASE WHEN u.state = 'pending'
+		THEN now() + u.delay_ms * interval '1 millisecond' ELSE e.next_attempt_at END,
+	lease_until = NULL,
+	confirmed_at = CASE WHEN u.state = 'confirmed' THEN now() ELSE e.confirmed_at END,
+	updated_at = now()
+FROM unnest(':ids'::bigint[], ':atts'::integer[], array_fill('confirmed'::text, ARRAY[:n]),
+		array_fill('fake_ref'::text, ARRAY[:n]), array_fill(NULL::text, ARRAY[:n]),
+		array_fill(NULL::text, ARRAY[:n]), array_fill(0::bigint, ARRAY[:n]))
+	AS u(id, attempt, state, ref, outcome_text, err, delay_ms)
+WHERE e.id = u.id AND e.attempts = u.attempt
+	AND (e.state = 'fired'
+		OR (e.state IN ('pending', 'uncertain') AND u.state IN ('confirmed', 'failed')))
+RETURNING e.id;
+`
+
+// floor loads n pending effects and times pgbench draining them with the
+// floor script.
+func (e *env) floor(ctx context.Context, pool *pgxpool.Pool, fl floorTuning, n int) (float64, error) {
+	db := ""
+	if pool == nil {
+		p, name, drop, err := e.fresh(ctx, tmplSidefx)
+		if err != nil {
+			return 0, err
+		}
+		defer drop()
+		pool, db = p, name
+	} else {
+		db = pool.Config().ConnConfig.Database
+	}
+	e.seq++
+	if err := loadSidefx(ctx, pool, fmt.Sprintf("f%d", e.seq), n); err != nil {
+		return 0, err
+	}
+	if err := prepare(ctx, pool, "side_effects"); err != nil {
+		return 0, err
+	}
+	bin, err := pgcluster.FindBinaries()
+	if err != nil {
+		return 0, err
+	}
+	script := filepath.Join(os.TempDir(), fmt.Sprintf("sidefx-bench-floor-%d.sql", os.Getpid()))
+	if err := os.WriteFile(script, []byte(floorScript), 0o644); err != nil {
+		return 0, err
+	}
+	defer os.Remove(script)
+	perClient := (n + fl.batch*fl.clients - 1) / (fl.batch * fl.clients)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pgbench"), "-n", "-h", "127.0.0.1",
+		"-p", strconv.Itoa(e.c.Port()), "-U", "postgres",
+		"-c", strconv.Itoa(fl.clients), "-j", strconv.Itoa(fl.clients),
+		"-t", strconv.Itoa(perClient+1), "-D", "batch="+strconv.Itoa(fl.batch), "-f", script, db)
+	began := time.Now()
+	out, err := cmd.CombinedOutput()
+	elapsed := time.Since(began)
+	if err != nil {
+		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
+	}
+	var open int64
+	if err := pool.QueryRow(ctx, sidefxOpen).Scan(&open); err != nil {
+		return 0, err
+	}
+	if open != 0 {
+		return 0, fmt.Errorf("pgbench left %d effects open:\n%s", open, out)
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// ---- Workload 3: latency ----
+
+func (e *env) latencyAll(ctx context.Context) error {
+	for run := 1; run <= e.o.runs; run++ {
+		if err := e.latencyRun(ctx, nil, nil, "3. latency"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// latencyRun measures both contenders once, in fresh databases unless
+// sfxPool and rivPool are given.
+func (e *env) latencyRun(ctx context.Context, sfxPool, rivPool *pgxpool.Pool, workload string) error {
+	for _, col := range []string{colSidefx, colRiver} {
+		pool, tmpl := sfxPool, tmplSidefx
+		if col == colRiver {
+			pool, tmpl = rivPool, tmplRiver
+		}
+		if pool == nil {
+			p, _, drop, err := e.fresh(ctx, tmpl)
+			if err != nil {
+				return err
+			}
+			defer drop()
+			pool = p
+		}
+		lat, err := e.latency(ctx, pool, col)
+		if err != nil {
+			return fmt.Errorf("latency %s: %w", col, err)
+		}
+		variant := fmt.Sprintf("%d/s for %d s, default settings", e.o.latencyRate, e.o.latencySeconds)
+		e.t.add(workload, variant, "p50 ms", col, lat[0])
+		e.t.add(workload, variant, "p99 ms", col, lat[1])
+		e.t.add(workload, variant, "max ms", col, lat[2])
+	}
+	return nil
+}
+
+// latency enqueues at the fixed rate, each item in its own business
+// transaction, and returns p50, p99 and max in milliseconds from the moment
+// an item was due to be enqueued to the moment its outcome was recorded.
+func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string) ([3]float64, error) {
+	rec := newRecorder()
+	var stop func() error
+	var err error
+	var client *river.Client[pgx.Tx]
+	if col == colSidefx {
+		stop, err = startSidefx(pool, sidefxDefault, rec)
+	} else {
+		client, stop, err = startRiver(pool, riverDefault, rec.mark)
+	}
+	if err != nil {
+		return [3]float64{}, err
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			logf("stop: %v", err)
+		}
+	}()
+	e.seq++
+	prefix := fmt.Sprintf("l%d", e.seq)
+
+	type item struct {
+		seq int
+		due time.Time
+	}
+	var mu sync.Mutex
+	due := map[int64]time.Time{}
+	items := make(chan item, 1<<16)
+	var wg sync.WaitGroup
+	var firstErr error
+	var once sync.Once
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range items {
+				id := fmt.Sprintf("%s-%d", prefix, it.seq)
+				var got int64
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if err := insertOrders(ctx, tx, 1); err != nil {
+						return err
+					}
+					p := payload{SourceID: id, Amount: 4200, Currency: "eur"}
+					if col == colSidefx {
+						res, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: id, Kind: kind, Payload: p})
+						got = res.ID
+						return err
+					}
+					res, err := client.InsertTx(ctx, tx, p, nil)
+					if err == nil {
+						got = res.Job.ID
+					}
+					return err
+				})
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					continue
+				}
+				mu.Lock()
+				due[got] = it.due
+				mu.Unlock()
+			}
+		}()
+	}
+	// The pacer releases rate/100 items every 10ms, stamped with when they
+	// were due, so a producer falling behind counts against the latency.
+	total := e.o.latencyRate * e.o.latencySeconds
+	tick := time.NewTicker(10 * time.Millisecond)
+	began := time.Now()
+	for sent := 0; sent < total; {
+		<-tick.C
+		want := min(total, int(time.Since(began).Seconds()*float64(e.o.latencyRate)))
+		for ; sent < want; sent++ {
+			items <- item{seq: sent, due: began.Add(time.Duration(float64(sent) / float64(e.o.latencyRate) * float64(time.Second)))}
+		}
+	}
+	tick.Stop()
+	close(items)
+	wg.Wait()
+	if firstErr != nil {
+		return [3]float64{}, firstErr
+	}
+	if err := waitUntil(ctx, 2*time.Minute, func() bool { return rec.count() >= total }); err != nil {
+		return [3]float64{}, fmt.Errorf("%d of %d recorded: %w", rec.count(), total, err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	ls := make([]float64, 0, total)
+	for id, d := range due {
+		if t, ok := rec.done[id]; ok {
+			ls = append(ls, float64(t.Sub(d))/float64(time.Millisecond))
+		}
+	}
+	if len(ls) != total {
+		return [3]float64{}, fmt.Errorf("%d latencies for %d items", len(ls), total)
+	}
+	slices.Sort(ls)
+	pct := func(p float64) float64 { return ls[min(len(ls)-1, int(math.Ceil(p*float64(len(ls))))-1)] }
+	return [3]float64{pct(0.5), pct(0.99), ls[len(ls)-1]}, nil
+}
+
+// ---- Workload 4: history ----
+
+func (e *env) historyAll(ctx context.Context) error {
+	h := e.o.history
+	if h <= 0 {
+		return nil
+	}
+	sfxPool, _, dropS, err := e.fresh(ctx, tmplSidefx)
+	if err != nil {
+		return err
+	}
+	defer dropS()
+	rivPool, _, dropR, err := e.fresh(ctx, tmplRiver)
+	if err != nil {
+		return err
+	}
+	defer dropR()
+	began := time.Now()
+	if _, err := sfxPool.Exec(ctx, `INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash,
+			state, attempts, provider_ref, created_at, fired_at, confirmed_at, updated_at)
+		SELECT 'h-' || i, $2, sidefx_key(s.namespace, 'h-' || i, $2), '{"amount": 4200, "currency": "eur"}',
+			sha256(convert_to('{"amount": 4200, "currency": "eur"}', 'UTF8')),
+			'confirmed', 1, 'fake_ref', now() - interval '1 day', now() - interval '1 day',
+			now() - interval '1 day', now() - interval '1 day'
+		FROM generate_series(1, $1) i, sidefx_settings s`, h, kind); err != nil {
+		return fmt.Errorf("preload side_effects: %w", err)
+	}
+	if err := prepare(ctx, sfxPool, "side_effects"); err != nil {
+		return err
+	}
+	logf("  preloaded %d confirmed effects in %s", h, time.Since(began).Round(time.Millisecond))
+	began = time.Now()
+	if _, err := rivPool.Exec(ctx, `INSERT INTO river_job (args, attempt, attempted_at, attempted_by, created_at,
+			finalized_at, kind, max_attempts, priority, queue, state, scheduled_at)
+		SELECT jsonb_build_object('source_id', 'h-' || i, 'amount', 4200, 'currency', 'eur'), 1,
+			now() - interval '1 day', '{bench}', now() - interval '1 day', now() - interval '1 day',
+			$2, 25, 1, 'default', 'completed', now() - interval '1 day'
+		FROM generate_series(1, $1) i`, h, kind); err != nil {
+		return fmt.Errorf("preload river_job: %w", err)
+	}
+	if err := prepare(ctx, rivPool, "river_job"); err != nil {
+		return err
+	}
+	logf("  preloaded %d completed jobs in %s", h, time.Since(began).Round(time.Millisecond))
+	workload := fmt.Sprintf("4. history (%d terminal rows)", h)
+	for run := 1; run <= e.o.runs; run++ {
+		rate, err := e.drainSidefx(ctx, sfxPool, sidefxTuned, e.o.drainN)
+		if err != nil {
+			return err
+		}
+		e.t.add(workload, "drain, best settings found", "effects/s", colSidefx, rate)
+		if rate, err = e.drainRiver(ctx, rivPool, riverTuned, e.o.drainN); err != nil {
+			return err
+		}
+		e.t.add(workload, "drain, best settings found", "effects/s", colRiver, rate)
+		if rate, err = e.floor(ctx, sfxPool, floorTuned, e.o.drainN); err != nil {
+			return err
+		}
+		e.t.add(workload, "drain, best settings found", "effects/s", colFloor, rate)
+		if err := e.latencyRun(ctx, sfxPool, rivPool, workload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
