@@ -132,11 +132,13 @@ func TestProcess_StopKillsTheWholeGroup(t *testing.T) {
 	t.Run("run", func(t *testing.T) {
 		p = start(t, "sh", "/bin/sh", []string{"-c", `(trap "" TERM; sleep 300) & exec sleep 300`}, nil)
 		deadline := time.Now().Add(10 * time.Second)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
 		for len(groupMembers(t, p.pgid)) < 2 {
 			if time.Now().After(deadline) {
 				t.Fatalf("the helper did not start: group %v", groupMembers(t, p.pgid))
 			}
-			time.Sleep(10 * time.Millisecond)
+			<-tick.C
 		}
 		if err := p.stop(); err != nil {
 			t.Fatal(err)
