@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/sidefx/sidefx/effects"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -291,45 +293,42 @@ var (
 	floorTuned   = floorTuning{clients: 4, batch: 500}
 )
 
-// floorScript is sidefx's claim statement (effects/dispatch.go) followed by
-// its batched outcome statement, each committed on its own as the
-// dispatcher does, with no provider call between them. The claim hands the
-// claimed ids and attempts to the outcome statement through pgbench
-// variables, as arrays.
-const floorScript = `WITH c AS (
-	SELECT id FROM side_effects
-	WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY('{bench.noop}'::text[])
-	ORDER BY next_attempt_at, id
-	LIMIT :batch
-	FOR UPDATE SKIP LOCKED
-), u AS (
-	UPDATE side_effects AS e
-	SET state = 'fired', attempts = e.attempts + 1,
-		lease_until = now() + 60000 * interval '1 millisecond',
-		claimed_by = 'pgbench', fired_at = now(), updated_at = now()
-	FROM c WHERE e.id = c.id
-	RETURNING e.*
-) SELECT coalesce(array_agg(id), '{}')::text AS ids, coalesce(array_agg(attempts), '{}')::text AS atts, count(*) AS n FROM u
-\gset
-UPDATE side_effects AS e
-SET state = u.state,
-	provider_ref = coalesce(u.ref, e.provider_ref),
-	outcome = coalesce(u.outcome_text::jsonb, e.outcome),
-	last_error = coalesce(u.err, e.last_error),
-	next_attempt_at = CASE WHEN u.state = 'pending'
-		THEN now() + u.delay_ms * interval '1 millisecond' ELSE e.next_attempt_at END,
-	lease_until = NULL,
-	confirmed_at = CASE WHEN u.state = 'confirmed' THEN now() ELSE e.confirmed_at END,
-	updated_at = now()
-FROM unnest(':ids'::bigint[], ':atts'::integer[], array_fill('confirmed'::text, ARRAY[:n]),
-		array_fill('fake_ref'::text, ARRAY[:n]), array_fill(NULL::text, ARRAY[:n]),
-		array_fill(NULL::text, ARRAY[:n]), array_fill(0::bigint, ARRAY[:n]))
-	AS u(id, attempt, state, ref, outcome_text, err, delay_ms)
-WHERE e.id = u.id AND e.attempts = u.attempt
-	AND (e.state = 'fired'
-		OR (e.state IN ('pending', 'uncertain') AND u.state IN ('confirmed', 'failed')))
-RETURNING e.id;
-`
+// floorScript is sidefx's own claim statement followed by its batched
+// outcome statement (effects.Store.DispatchSQL, so the floor runs exactly
+// what the dispatcher runs), each committed on its own as the dispatcher
+// does, with no provider call between them. The claim hands the claimed ids
+// and attempts to the outcome statement through pgbench variables, as
+// arrays; the statements' parameters become pgbench expressions.
+func floorScript() (string, error) {
+	store, err := effects.NewStore(nil, nil)
+	if err != nil {
+		return "", err
+	}
+	claim, complete := store.DispatchSQL()
+	claim = strings.NewReplacer(
+		"$1::text[]", "'{bench.noop}'::text[]",
+		"$2", ":batch",
+		"$3", "60000",
+		"$4", "'pgbench'",
+	).Replace(claim)
+	complete = strings.NewReplacer(
+		"$1::bigint[]", "':ids'::bigint[]",
+		"$2::integer[]", "':atts'::integer[]",
+		"$3::text[]", "array_fill('confirmed'::text, ARRAY[:n])",
+		"$4::text[]", "array_fill('fake_ref'::text, ARRAY[:n])",
+		"$5::text[]", "array_fill(NULL::text, ARRAY[:n])",
+		"$6::text[]", "array_fill(NULL::text, ARRAY[:n])",
+		"$7::bigint[]", "array_fill(0::bigint, ARRAY[:n])",
+	).Replace(complete)
+	if strings.Contains(claim+complete, "$") {
+		return "", fmt.Errorf("floor script: a parameter of sidefx's statements was not replaced:\n%s\n%s", claim, complete)
+	}
+	// pgbench runs one statement per line: fold each onto one line.
+	oneLine := func(q string) string { return strings.Join(strings.Fields(q), " ") }
+	return "WITH u AS (" + oneLine(claim) + ") SELECT coalesce(array_agg(id), '{}')::text AS ids, " +
+		"coalesce(array_agg(attempts), '{}')::text AS atts, count(*) AS n FROM u\n\\gset\n" +
+		oneLine(complete) + ";\n", nil
+}
 
 // floor loads n pending effects and times pgbench draining them with the
 // floor script.
@@ -357,7 +356,11 @@ func (e *env) floor(ctx context.Context, pool *pgxpool.Pool, fl floorTuning, n i
 		return 0, err
 	}
 	script := filepath.Join(os.TempDir(), fmt.Sprintf("sidefx-bench-floor-%d.sql", os.Getpid()))
-	if err := os.WriteFile(script, []byte(floorScript), 0o644); err != nil {
+	text, err := floorScript()
+	if err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(script, []byte(text), 0o644); err != nil {
 		return 0, err
 	}
 	defer os.Remove(script)
