@@ -277,7 +277,9 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			continue
 		}
 		claimedAt := time.Now()
-		got, err := d.store.Claim(ctx, effects.ClaimParams{Kinds: g.kinds, Limit: n, Lease: d.cfg.Lease, Worker: d.cfg.WorkerID})
+		cctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+		got, err := d.store.Claim(cctx, effects.ClaimParams{Kinds: g.kinds, Limit: n, Lease: d.cfg.Lease, Worker: d.cfg.WorkerID})
+		cancel()
 		if err != nil {
 			return more, blocked, rateWait, err
 		}
@@ -297,6 +299,13 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		}
 	}
 	return more, blocked, rateWait, nil
+}
+
+// dbTimeout bounds one statement of the dispatcher's: half the lease, from
+// 2s to 30s. Without it, a database behind a silent network (a black hole)
+// would stall the dispatcher until TCP gives up, many minutes later.
+func (d *Dispatcher) dbTimeout() time.Duration {
+	return min(max(d.cfg.Lease/2, 2*time.Second), 30*time.Second)
 }
 
 // leaseMargin is kept between the end of a call and the end of its lease,
@@ -396,6 +405,17 @@ func backoff(k Kind, attempt int, retryAfter time.Duration) time.Duration {
 // giveUp is closed; then what could not be recorded is left to the rescuer.
 func (d *Dispatcher) completer(giveUp <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
+	// Writes in progress stop when the shutdown gives up, even if the
+	// database has gone silent (a black-holed network).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-giveUp:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var batch []pending
 	failures := 0
 	for {
@@ -418,11 +438,11 @@ func (d *Dispatcher) completer(giveUp <-chan struct{}, done chan<- struct{}) {
 				break drain
 			}
 		}
-		err := d.record(batch)
+		err := d.record(ctx, batch)
 		if err != nil && effects.IsDataError(err) {
 			// The database refuses the data itself: retrying the same batch
 			// would fail forever and block every outcome behind it.
-			d.recordEach(batch)
+			d.recordEach(ctx, batch)
 			err = nil
 		}
 		if err != nil {
@@ -450,12 +470,12 @@ func (d *Dispatcher) completer(giveUp <-chan struct{}, done chan<- struct{}) {
 }
 
 // record writes one batch of outcomes and frees their slots.
-func (d *Dispatcher) record(batch []pending) error {
+func (d *Dispatcher) record(ctx context.Context, batch []pending) error {
 	outs := make([]effects.Outcome, len(batch))
 	for i, p := range batch {
 		outs[i] = p.out
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
 	fenced, err := d.store.Complete(ctx, outs)
 	if err != nil {
@@ -483,9 +503,9 @@ func (d *Dispatcher) record(batch []pending) error {
 
 // recordEach records a batch the database refused one outcome at a time;
 // an outcome refused on its own is left to the lease rescue, and said so.
-func (d *Dispatcher) recordEach(batch []pending) {
+func (d *Dispatcher) recordEach(ctx context.Context, batch []pending) {
 	for _, p := range batch {
-		err := d.record([]pending{p})
+		err := d.record(ctx, []pending{p})
 		if err == nil {
 			continue
 		}
@@ -589,11 +609,13 @@ const maintenanceBatch = 1000
 func (d *Dispatcher) rescue(ctx context.Context) {
 	for ctx.Err() == nil {
 		var got []effects.Rescued
-		ran, err := d.store.Exclusive(ctx, d.pool, d.rescueJob, func(s *effects.Store) error {
+		bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+		ran, err := d.store.Exclusive(bctx, d.pool, d.rescueJob, func(s *effects.Store) error {
 			var err error
-			got, err = s.Rescue(ctx, d.policies, maintenanceBatch)
+			got, err = s.Rescue(bctx, d.policies, maintenanceBatch)
 			return err
 		})
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Error("rescue failed", "err", err)
@@ -618,11 +640,13 @@ func (d *Dispatcher) rescue(ctx context.Context) {
 func (d *Dispatcher) reap(ctx context.Context) {
 	for ctx.Err() == nil {
 		var n int64
-		ran, err := d.store.Exclusive(ctx, d.pool, "reap", func(s *effects.Store) error {
+		bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+		ran, err := d.store.Exclusive(bctx, d.pool, "reap", func(s *effects.Store) error {
 			var err error
-			n, err = s.Reap(ctx, d.cfg.Retention, maintenanceBatch)
+			n, err = s.Reap(bctx, d.cfg.Retention, maintenanceBatch)
 			return err
 		})
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Error("reap failed", "err", err)

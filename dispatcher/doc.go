@@ -70,6 +70,11 @@
 // idempotent provider's key. Leases are measured with the database's clock,
 // so replicas' clocks need not agree.
 //
+// Every statement the dispatcher sends has a deadline, half the lease
+// (at least 2s, at most 30s): a database behind a silent network is
+// reported and retried, not waited on until TCP gives up, and a stop during
+// such an outage returns within its ShutdownTimeout.
+//
 // The rescuer (every RescueInterval) and the reaper (every ReapInterval,
 // deleting terminal effects older than Retention, default 30 days) run in
 // one replica at a time, under a PostgreSQL advisory lock. Deleting an

@@ -147,8 +147,10 @@ func stateCounts(t *testing.T, store *effects.Store) map[effects.State]int64 {
 // connections hang), then a clean network. Nothing is lost or done twice,
 // no progress is recorded during the black hole, and the dispatcher
 // recovers on its own once the network is back.
-func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
-	t.Parallel()
+// proxiedDB returns a fresh database twice: directly, and through a
+// Toxiproxy proxy whose toxics the test controls.
+func proxiedDB(t *testing.T) (direct, proxied *pgxpool.Pool, proxy *toxiproxy.Proxy) {
+	t.Helper()
 	dbURL := pgtest.URL(t)
 	direct, err := pgxpool.New(context.Background(), dbURL)
 	if err != nil {
@@ -159,7 +161,7 @@ func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newToxiproxy(t, u.Host)
+	proxy = newToxiproxy(t, u.Host)
 	pu := *u
 	pu.Host = proxy.Listen
 	pcfg, err := pgxpool.ParseConfig(pu.String())
@@ -170,12 +172,18 @@ func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
 	// startup never completes: ConnectTimeout bounds it.
 	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	pcfg.MaxConns = 10
-	proxied, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	proxied, err = pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxied.Close)
 
+	return direct, proxied, proxy
+}
+
+func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
+	t.Parallel()
+	direct, proxied, proxy := proxiedDB(t)
 	const n = 500
 	keys := enqueue(t, direct, "charge.create", n)
 	fake := providertest.New(providertest.Config{Name: "stripe", Idempotent: true, Latency: 5 * time.Millisecond})
@@ -344,5 +352,47 @@ func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A database that goes silent (a black hole: nothing answers, nothing
+// fails) must not stall the dispatcher silently, and a stop during it must
+// come back within the shutdown deadline rather than wait for TCP to give up.
+func TestScenario_BlackHoledDatabaseIsReportedAndShutdownReturns(t *testing.T) {
+	t.Parallel()
+	direct, proxied, proxy := proxiedDB(t)
+	const n = 200
+	keys := enqueue(t, direct, "charge.create", n)
+	fake := providertest.New(providertest.Config{Name: "stripe", Idempotent: true, Latency: 5 * time.Millisecond})
+	k := quick
+	k.Provider = fake
+	logs := newLevelCounter()
+	store, _ := effects.NewStore(direct, nil)
+	confirmed := func() int64 { return stateCounts(t, store)[effects.Confirmed] }
+	stop := runDispatcher(t, proxied, &dispatcher.Config{
+		Kinds: map[string]dispatcher.Kind{"charge.create": k}, Workers: 8, BatchSize: 10,
+		Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+		ShutdownTimeout: time.Second, Logger: slog.New(logs),
+	})
+	waitFor(t, 10*time.Second, "first confirmations", func() bool { return confirmed() >= 20 })
+
+	addToxic(t, proxy, "hole_up", "timeout", "upstream", `{"timeout":0}`)
+	addToxic(t, proxy, "hole_down", "timeout", "downstream", `{"timeout":0}`)
+	before := logs.err.Load()
+	// Statements time out (half the 2s lease, at least 2s): errors are
+	// logged while the hole lasts.
+	waitFor(t, 15*time.Second, "errors logged during the black hole", func() bool { return logs.err.Load() > before })
+	stop() // fails with every goroutine's stack if Run does not return within 15s
+	removeToxic(t, proxy, "hole_up")
+	removeToxic(t, proxy, "hole_down")
+
+	// Whatever the stop left fired is rescued after its lease; a dispatcher
+	// on a clean network finishes the rest.
+	drain(t, direct, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{"charge.create": k},
+		Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond})
+	vs := check(t, direct, invariant.Expect{Keys: map[string][]string{"charge.create": keys},
+		Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true})
+	if len(vs) != 0 {
+		t.Fatal(invariant.Summary(vs, 10))
 	}
 }
