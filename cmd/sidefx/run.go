@@ -60,7 +60,16 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	defer rt.Close()
 
-	pool, err := pgxpool.New(ctx, rt.DatabaseURL)
+	pcfg, err := pgxpool.ParseConfig(rt.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", redactURL(err, rt.DatabaseURL))
+	}
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		// pgx sets none: a connection attempt into a silent network would
+		// wait for TCP to give up. The URL's connect_timeout wins.
+		pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("database: %w", redactURL(err, rt.DatabaseURL))
 	}
