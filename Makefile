@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: test deps vet fmt-check bench fuzz
+.PHONY: test deps vet fmt-check bench fuzz soak
 
 ## test: install what is missing, then vet and run every test with the race detector
 test: deps fmt-check vet
@@ -33,3 +33,8 @@ fuzz:
 	$(GO) test ./derive -run '^$$' -fuzz '^FuzzKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./outbox -run '^$$' -fuzz '^FuzzEncodePayload$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./effects -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME)
+
+## soak: 1,000,000 effects through dispatcher processes killed every tenth of the way
+SOAK ?= 1000000
+soak: deps
+	$(GO) test ./dispatcher -run '^TestSoak$$' -soak $(SOAK) -timeout 60m -v
