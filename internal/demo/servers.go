@@ -123,6 +123,16 @@ func (s *server) wait(r *http.Request, d time.Duration) bool {
 // done, the answer never leaves.
 func (s *server) hold(r *http.Request) { s.wait(r, maxHold) }
 
+// writeAnswer writes a stored JSON answer, marked as a replay when it
+// answers a repeat of a request already performed for the same key.
+func writeAnswer(w http.ResponseWriter, answer []byte, replayed bool) {
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(answer)
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, _ := json.Marshal(v)
 	w.Header().Set("Content-Type", "application/json")
@@ -213,9 +223,7 @@ func (s *stripeServer) create(w http.ResponseWriter, r *http.Request) {
 	if answer, ok := s.answers[key]; ok {
 		s.c.Replays++
 		s.mu.Unlock()
-		w.Header().Set("Idempotent-Replayed", "true")
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(answer)
+		writeAnswer(w, answer, true)
 		return
 	}
 	f := faultNone
@@ -244,8 +252,7 @@ func (s *stripeServer) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(answer)
+	writeAnswer(w, answer, false)
 }
 
 func (s *stripeServer) count(f func(*StripeCounts)) {
@@ -470,9 +477,7 @@ func (s *receiver) deliver(w http.ResponseWriter, r *http.Request) {
 	if answer, ok := s.answers[id]; ok {
 		s.c.Duplicates++
 		s.mu.Unlock()
-		w.Header().Set("Idempotent-Replayed", "true")
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(answer)
+		writeAnswer(w, answer, true)
 		return
 	}
 	f := faultNone
@@ -496,8 +501,7 @@ func (s *receiver) deliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(answer)
+	writeAnswer(w, answer, false)
 }
 
 func (s *receiver) count(f func(*WebhookCounts)) {
