@@ -122,24 +122,22 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 func (d *Dispatcher) WorkerID() string { return d.cfg.WorkerID }
 
 // Run dispatches until ctx ends, then shuts down gracefully: it stops
-// claiming, waits up to ShutdownTimeout for calls in flight (cancelling those
-// still running then, which are recorded as unknown), and records every
-// outcome it can. It returns nil after a clean shutdown. Database outages do
-// not end Run: it backs off and carries on, keeping outcomes it could not yet
-// record.
+// claiming (a claim in progress is let finish, and what it claimed is
+// called), waits until ShutdownTimeout after ctx ended for calls in flight
+// (cancelling those still running then, which are recorded as unknown), and
+// records every outcome it can. It returns nil after a clean shutdown.
+// Database outages do not end Run: it backs off and carries on, keeping
+// outcomes it could not yet record.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return errors.New("dispatcher: Run is already running")
 	}
 	defer d.running.Store(false)
 
-	// Calls and outcome writes outlive ctx until the shutdown deadline.
+	// The claim in progress, calls and outcome writes outlive ctx until the
+	// shutdown deadline.
 	hardCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardStop()
-
-	if err := d.store.Analyze(ctx); err != nil {
-		d.log.Warn("could not analyze side_effects; claims are planned with the statistics there are", "err", err)
-	}
 
 	var bg sync.WaitGroup
 	bg.Go(func() { d.listen(ctx) })
@@ -149,24 +147,32 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	completed := make(chan struct{})
 	go d.completer(giveUp, completed)
 
+	// The shutdown deadline is ShutdownTimeout after ctx ends: then the
+	// claim still in progress and the calls still running are cancelled.
 	var calls sync.WaitGroup
+	callsDone, deadlineDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(deadlineDone)
+		<-ctx.Done()
+		timer := time.NewTimer(d.cfg.ShutdownTimeout)
+		defer timer.Stop()
+		select {
+		case <-callsDone:
+		case <-timer.C:
+			d.log.Warn("shutdown deadline passed: cancelling calls in flight", "in_flight", d.inFlight())
+			hardStop()
+		}
+	}()
 	d.claimLoop(ctx, hardCtx, &calls)
 
 	// Shutdown: no more claims. Wait for the calls in flight.
 	d.log.Info("shutting down: waiting for calls in flight", "in_flight", d.inFlight())
-	done := make(chan struct{})
-	go func() { calls.Wait(); close(done) }()
-	timer := time.NewTimer(d.cfg.ShutdownTimeout)
-	select {
-	case <-done:
-	case <-timer.C:
-		d.log.Warn("shutdown deadline passed: cancelling calls in flight", "in_flight", d.inFlight())
-		hardStop()
-		<-done
-	}
+	calls.Wait()
+	close(callsDone)
+	<-deadlineDone
 	close(d.outcomes)
 	// Record what is left, for at most ShutdownTimeout more.
-	timer.Reset(d.cfg.ShutdownTimeout)
+	timer := time.NewTimer(d.cfg.ShutdownTimeout)
 	select {
 	case <-completed:
 	case <-timer.C:
@@ -256,6 +262,9 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 // rate-limited provider may start a call again.
 func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGroup) (more, blocked bool, rateWait time.Duration, err error) {
 	for _, g := range d.groups {
+		if ctx.Err() != nil {
+			break // shutting down: no new claim
+		}
 		d.mu.Lock()
 		n := min(d.cfg.Workers-d.inflight, g.limit-g.inflight, d.cfg.BatchSize)
 		d.mu.Unlock()
@@ -277,7 +286,12 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			continue
 		}
 		claimedAt := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+		// Under hardCtx, not ctx: a claim in progress when ctx ends may
+		// already be committed, and abandoning it would leave its effects
+		// fired with nobody calling them until their lease expires (and make
+		// those of a kind without keys uncertain, though never sent). It is
+		// let finish, and its effects called, until the shutdown deadline.
+		cctx, cancel := context.WithTimeout(hardCtx, d.dbTimeout())
 		got, err := d.store.Claim(cctx, effects.ClaimParams{Kinds: g.kinds, Limit: n, Lease: d.cfg.Lease, Worker: d.cfg.WorkerID})
 		cancel()
 		if err != nil {
@@ -590,6 +604,13 @@ func (d *Dispatcher) maintain(ctx context.Context) {
 		reap = t.C
 	}
 	d.rescue(ctx) // a previous run may have died with effects fired
+	// Fresh statistics for the planner, in the background: on a table with
+	// millions of finished rows ANALYZE takes a second or more, and claims
+	// must not wait for it (they find their rows by primary key and the
+	// pending index whatever the statistics say).
+	if err := d.store.Analyze(ctx); err != nil && ctx.Err() == nil {
+		d.log.Warn("could not analyze side_effects; claims are planned with the statistics there are", "err", err)
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/invariant"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
 
@@ -61,18 +61,24 @@ func window(d time.Duration) {
 	<-timer.C
 }
 
-// levelCounter is a slog handler that counts records by level.
-type levelCounter struct{ warn, err *atomic.Int64 }
+// levelCounter is a slog handler that counts records by level, and the
+// warnings that a shutdown deadline passed (calls in flight were cancelled).
+type levelCounter struct{ warn, err, deadline *atomic.Int64 }
 
-func newLevelCounter() levelCounter { return levelCounter{new(atomic.Int64), new(atomic.Int64)} }
+func newLevelCounter() levelCounter {
+	return levelCounter{new(atomic.Int64), new(atomic.Int64), new(atomic.Int64)}
+}
 
-func (h levelCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h levelCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
 func (h levelCounter) Handle(_ context.Context, r slog.Record) error {
 	switch {
 	case r.Level >= slog.LevelError:
 		h.err.Add(1)
 	case r.Level >= slog.LevelWarn:
 		h.warn.Add(1)
+		if strings.HasPrefix(r.Message, "shutdown deadline passed") {
+			h.deadline.Add(1)
+		}
 	}
 	return nil
 }
@@ -93,42 +99,6 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// runDispatcher starts a dispatcher; stop cancels it and waits for Run to
-// return, failing with every goroutine's stack if it does not within 15s.
-func runDispatcher(t *testing.T, pool *pgxpool.Pool, cfg *dispatcher.Config) (stop func()) {
-	t.Helper()
-	d, err := dispatcher.New(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		t.Helper()
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		timer := time.NewTimer(15 * time.Second)
-		defer timer.Stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("dispatcher Run: %v", err)
-			}
-		case <-timer.C:
-			var b strings.Builder
-			_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-			t.Fatalf("dispatcher Run did not return 15s after its context ended:\n%s", b.String())
-		}
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 func stateCounts(t *testing.T, store *effects.Store) map[effects.State]int64 {
 	t.Helper()
 	c, err := store.StateCounts(context.Background())
@@ -142,11 +112,6 @@ func stateCounts(t *testing.T, store *effects.Store) map[effects.State]int64 {
 	return out
 }
 
-// The dispatcher's pool reaches PostgreSQL through Toxiproxy: 200ms of
-// latency, then connections reset, then a black hole (data dropped,
-// connections hang), then a clean network. Nothing is lost or done twice,
-// no progress is recorded during the black hole, and the dispatcher
-// recovers on its own once the network is back.
 // proxiedDB returns a fresh database twice: directly, and through a
 // Toxiproxy proxy whose toxics the test controls.
 func proxiedDB(t *testing.T) (direct, proxied *pgxpool.Pool, proxy *toxiproxy.Proxy) {
@@ -181,36 +146,115 @@ func proxiedDB(t *testing.T) (direct, proxied *pgxpool.Pool, proxy *toxiproxy.Pr
 	return direct, proxied, proxy
 }
 
+// slowCall is how long a call takes when a scenario wants calls in flight
+// across the start of a fault.
+const slowCall = 600 * time.Millisecond
+
+// The dispatcher's pool reaches PostgreSQL through Toxiproxy: 200ms of
+// latency, then connections reset, then a black hole (data dropped,
+// connections hang), then a clean network. Nothing is lost or done twice,
+// no progress is recorded during the black hole, and the dispatcher
+// recovers on its own once the network is back.
+//
+// Then the same faults with a graceful shutdown during each: slow calls are
+// put in flight, the fault starts, the dispatcher is stopped and Run must
+// return within its bound; the promises that hold at any moment are
+// checked, and a fresh dispatcher (the restarted process) carries on
+// through the rest of the fault.
 func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
 	t.Parallel()
+	for _, stops := range []bool{false, true} {
+		name := "uninterrupted"
+		if stops {
+			name = "shutdown during each fault"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			networkFaultsToPostgres(t, stops)
+		})
+	}
+}
+
+func networkFaultsToPostgres(t *testing.T, stops bool) {
 	direct, proxied, proxy := proxiedDB(t)
 	const n = 500
 	keys := enqueue(t, direct, "charge.create", n)
-	fake := providertest.New(providertest.Config{Name: "stripe", Idempotent: true, Latency: 5 * time.Millisecond})
+	// While slow is set, calls take slowCall: a stop then finds calls in
+	// flight that began before the fault.
+	var slow atomic.Bool
+	fake, w := watchFake(providertest.Config{Name: "stripe", Idempotent: true, Latency: 5 * time.Millisecond,
+		Faults: func(providers.Call, int) providertest.Fault {
+			if slow.Load() {
+				return providertest.Latency(slowCall)
+			}
+			return providertest.None
+		}})
 	k := quick
-	k.Provider = fake
+	k.Provider = w
+	grace := 2 * time.Second
+	if stops {
+		k.Timeout, grace = time.Second, 1500*time.Millisecond
+	}
 	logs := newLevelCounter()
 	cfg := func() *dispatcher.Config {
 		return &dispatcher.Config{
 			Kinds: map[string]dispatcher.Kind{"charge.create": k}, Workers: 8, BatchSize: 10,
 			Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond,
-			ShutdownTimeout: 2 * time.Second, Logger: slog.New(logs),
+			ShutdownTimeout: grace, Logger: slog.New(logs),
 		}
 	}
+	exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys},
+		Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true}
 	store, _ := effects.NewStore(direct, nil)
 	confirmed := func() int64 { return stateCounts(t, store)[effects.Confirmed] }
+	// slowCallsInFlight puts three slow calls in flight.
+	slowCallsInFlight := func() {
+		t.Helper()
+		slow.Store(true)
+		stopWhen(t, fake, "slow calls in flight", func(providertest.Stats) bool {
+			_, inFlight := w.counts(providertest.KindNone)
+			return inFlight >= 3
+		})
+		slow.Store(false)
+	}
+	// stop stops r during a fault and checks what holds at any moment;
+	// reachable: the database is slow but answers, so every outcome must be
+	// recorded.
+	stop := func(r *running, reachable bool) stopped {
+		t.Helper()
+		return shutdownMidway(t, r, direct, midway{exp: exp, calls: w, dbImpaired: !reachable})
+	}
 
-	stop := runDispatcher(t, proxied, cfg())
+	r := start(t, proxied, cfg())
 	waitFor(t, 10*time.Second, "first confirmations", func() bool { return confirmed() >= 20 })
 
 	addToxic(t, proxy, "lat_down", "latency", "downstream", `{"latency":200,"jitter":50}`)
 	addToxic(t, proxy, "lat_up", "latency", "upstream", `{"latency":200,"jitter":50}`)
 	window(time.Second)
+	if stops {
+		// Calls claimed through the slow network are in flight, and a claim
+		// most likely is: the database is slow, not down, so the stop must
+		// let it come back and record every outcome. The restarted
+		// dispatcher starts on the slow network.
+		slowCallsInFlight()
+		stop(r, true)
+		r = start(t, proxied, cfg())
+	}
 	removeToxic(t, proxy, "lat_down")
 	removeToxic(t, proxy, "lat_up")
 
 	errsBefore := logs.err.Load()
+	if stops {
+		slowCallsInFlight()
+	}
 	addToxic(t, proxy, "reset", "reset_peer", "downstream", `{"timeout":0}`)
+	if stops {
+		// The calls in flight finish while every statement is reset: their
+		// outcomes cannot be recorded.
+		waitFor(t, 5*time.Second, "errors during the resets", func() bool { return logs.err.Load() > errsBefore })
+		stop(r, false)
+		r = start(t, proxied, cfg())
+	}
 	window(time.Second)
 	removeToxic(t, proxy, "reset")
 	if logs.err.Load() == errsBefore {
@@ -222,18 +266,31 @@ func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
 		return c > atReset || c == n
 	})
 
+	if stops {
+		slowCallsInFlight()
+	}
 	addToxic(t, proxy, "hole_up", "timeout", "upstream", `{"timeout":0}`)
 	addToxic(t, proxy, "hole_down", "timeout", "downstream", `{"timeout":0}`)
 	// Statements already in flight may land just as the hole opens; after
 	// a moment nothing can reach or leave the server.
 	window(300 * time.Millisecond)
 	holeStart := confirmed()
-	window(2 * time.Second)
+	if stops {
+		// The slow calls end in the hole: their outcomes cannot be
+		// recorded, and the stop must not wait for TCP to give up. What it
+		// leaves fired is rescued after the lease. The restarted dispatcher
+		// starts in the hole.
+		if c := stop(r, false).states; c[effects.Fired] == 0 {
+			t.Errorf("states %v after a stop in the black hole: the outcomes of the calls in flight cannot have been recorded, yet nothing is fired", c)
+		}
+		r = start(t, proxied, cfg())
+	} else {
+		window(2 * time.Second)
+	}
 	holeEnd := confirmed()
-	// Removing a timeout toxic closes the connections it held: that, not a
-	// deadline of the dispatcher's own, is what ends the statements stuck in
-	// the hole: the claim statement runs under Run's context, with no
-	// deadline, and logs nothing while stuck.
+	// Removing a timeout toxic closes the connections it held, which ends
+	// the statements stuck in the hole (each also has a deadline of its own:
+	// half the lease, at least 2s).
 	removeToxic(t, proxy, "hole_up")
 	removeToxic(t, proxy, "hole_down")
 	if holeEnd != holeStart {
@@ -246,16 +303,14 @@ func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
 		c := stateCounts(t, store)
 		return c[effects.Confirmed] > holeEnd || c[effects.Pending]+c[effects.Fired] == 0
 	})
-	stop()
+	r.stop()
 	t.Logf("dispatcher logs: %d errors, %d warnings", logs.err.Load(), logs.warn.Load())
 	if logs.err.Load() == 0 {
 		t.Errorf("the faults caused no error: the scenario exercised nothing")
 	}
 
 	drain(t, direct, cfg())
-	vs := check(t, direct, invariant.Expect{Keys: map[string][]string{"charge.create": keys},
-		Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true})
-	if len(vs) != 0 {
+	if vs := check(t, direct, exp); len(vs) != 0 {
 		t.Fatal(invariant.Summary(vs, 10))
 	}
 	if c := stateCounts(t, store); c[effects.Confirmed] != n {
@@ -266,10 +321,20 @@ func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
 // The dispatcher reaches the provider (a fake served over HTTP) through
 // Toxiproxy: answers black-holed after the provider acted, answers slower
 // than the kind's Timeout, connections reset as the answer comes back.
+//
+// Then the same with a graceful shutdown during each fault, calls in flight,
+// and a fresh dispatcher (the restarted process) carrying on through the
+// rest of it. Each stop must record every outcome (the database is fine);
+// an effect without keys that is uncertain at a stop is never called again.
 func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 	t.Parallel()
-	for _, idempotent := range []bool{true, false} {
-		t.Run(fmt.Sprintf("idempotent=%v", idempotent), func(t *testing.T) {
+	for _, tc := range []struct{ idempotent, stops bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
+		name := fmt.Sprintf("idempotent=%v", tc.idempotent)
+		if tc.stops {
+			name += "/shutdown during each fault"
+		}
+		idempotent := tc.idempotent
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.DB(t)
 			const n = 300
@@ -293,8 +358,9 @@ func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(client.Close)
+			w := newWatch(client)
 			k := quick
-			k.Provider = client
+			k.Provider = w
 			logs := newLevelCounter()
 			cfg := func() *dispatcher.Config {
 				return &dispatcher.Config{
@@ -304,30 +370,54 @@ func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 				}
 			}
 			store, _ := effects.NewStore(pool, nil)
+			exp := invariant.Expect{Keys: map[string][]string{kind: keys},
+				Kinds: map[string]invariant.Kind{kind: {Fake: fake}}, Settled: true}
+			frozen := map[string]int{} // uncertain at a stop: key → calls by then
+			// restart stops r with calls in flight, while the fault is on,
+			// and starts a fresh dispatcher in its place.
+			restart := func(r *running) *running {
+				t.Helper()
+				if !tc.stops {
+					return r
+				}
+				stopWhen(t, fake, "a call in flight", func(s providertest.Stats) bool { return s.InFlight > 0 })
+				shutdownMidway(t, r, pool, midway{exp: exp, calls: w})
+				freeze(t, store, fake, frozen)
+				return start(t, pool, cfg())
+			}
 
 			// Answers lost after the provider acted, from the start.
 			addToxic(t, proxy, "hole", "timeout", "downstream", `{"timeout":0}`)
-			stop := runDispatcher(t, pool, cfg())
+			r := start(t, pool, cfg())
 			waitFor(t, 10*time.Second, "calls into the black hole", func() bool { return fake.Stats().Performed >= 10 })
+			r = restart(r)
 			window(500 * time.Millisecond)
 			removeToxic(t, proxy, "hole")
 			// Answers later than the kind's Timeout (300ms).
 			addToxic(t, proxy, "slow", "latency", "downstream", `{"latency":600}`)
 			window(time.Second)
+			r = restart(r)
 			removeToxic(t, proxy, "slow")
 			// Connections reset as the answer comes back.
 			// Short: a reset fails a call at once, so a long window would
 			// leave nothing for the clean network.
 			addToxic(t, proxy, "reset", "reset_peer", "downstream", `{"timeout":0}`)
 			window(150 * time.Millisecond)
+			r = restart(r)
 			removeToxic(t, proxy, "reset")
-			stop()
+			r.stop()
 
 			drain(t, pool, cfg())
-			vs := check(t, pool, invariant.Expect{Keys: map[string][]string{kind: keys},
-				Kinds: map[string]invariant.Kind{kind: {Fake: fake}}, Settled: true})
-			if len(vs) != 0 {
+			if vs := check(t, pool, exp); len(vs) != 0 {
 				t.Fatal(invariant.Summary(vs, 10))
+			}
+			for key, n := range frozen {
+				if got := len(fake.Calls(key)); got != n {
+					t.Errorf("%s was uncertain at a stop after %d calls, and was called %d times in all", key, n, got)
+				}
+			}
+			if tc.stops && !idempotent && len(frozen) == 0 {
+				t.Errorf("no effect was uncertain at any stop: the stops exercised nothing")
 			}
 			c := stateCounts(t, store)
 			st := fake.Stats()
@@ -369,11 +459,13 @@ func TestScenario_BlackHoledDatabaseIsReportedAndShutdownReturns(t *testing.T) {
 	logs := newLevelCounter()
 	store, _ := effects.NewStore(direct, nil)
 	confirmed := func() int64 { return stateCounts(t, store)[effects.Confirmed] }
-	stop := runDispatcher(t, proxied, &dispatcher.Config{
+	r := start(t, proxied, &dispatcher.Config{
 		Kinds: map[string]dispatcher.Kind{"charge.create": k}, Workers: 8, BatchSize: 10,
 		Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond,
 		ShutdownTimeout: time.Second, Logger: slog.New(logs),
 	})
+	exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys},
+		Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true}
 	waitFor(t, 10*time.Second, "first confirmations", func() bool { return confirmed() >= 20 })
 
 	addToxic(t, proxy, "hole_up", "timeout", "upstream", `{"timeout":0}`)
@@ -382,7 +474,10 @@ func TestScenario_BlackHoledDatabaseIsReportedAndShutdownReturns(t *testing.T) {
 	// Statements time out (half the 2s lease, at least 2s): errors are
 	// logged while the hole lasts.
 	waitFor(t, 15*time.Second, "errors logged during the black hole", func() bool { return logs.err.Load() > before })
-	stop() // fails with every goroutine's stack if Run does not return within 15s
+	// Run returns within twice ShutdownTimeout and a second; what holds at
+	// any moment holds (checked on the direct pool). Outcomes not recorded
+	// are left fired.
+	shutdownMidway(t, r, direct, midway{exp: exp, dbImpaired: true})
 	removeToxic(t, proxy, "hole_up")
 	removeToxic(t, proxy, "hole_down")
 
@@ -390,9 +485,60 @@ func TestScenario_BlackHoledDatabaseIsReportedAndShutdownReturns(t *testing.T) {
 	// on a clean network finishes the rest.
 	drain(t, direct, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{"charge.create": k},
 		Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond})
-	vs := check(t, direct, invariant.Expect{Keys: map[string][]string{"charge.create": keys},
-		Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true})
-	if len(vs) != 0 {
+	if vs := check(t, direct, exp); len(vs) != 0 {
 		t.Fatal(invariant.Summary(vs, 10))
+	}
+}
+
+// A stop that lands while a claim statement is on its way back. The
+// database answers slowly (300ms of latency on its answers), so the claim
+// loop is almost always waiting for a claim the server has already
+// committed. The stop must let that claim come back and call what it
+// claimed within the shutdown grace: an abandoned claim leaves its effects
+// fired with nobody calling them, and at a provider without keys the rescue
+// then makes them uncertain, though they were never sent.
+func TestScenario_ShutdownDuringSlowClaims(t *testing.T) {
+	t.Parallel()
+	direct, proxied, proxy := proxiedDB(t)
+	const n = 200
+	keys := enqueue(t, direct, "email.receipt", n)
+	fake, w := watchFake(providertest.Config{Name: "mail", Idempotent: false, Latency: 5 * time.Millisecond})
+	k := quick
+	k.Provider = w
+	cfg := func() *dispatcher.Config {
+		// Free workers for every claim: a claim that comes back full is
+		// followed by the next one at once.
+		return &dispatcher.Config{
+			Kinds: map[string]dispatcher.Kind{"email.receipt": k}, Workers: 100, BatchSize: 10,
+			Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond, ShutdownTimeout: 2 * time.Second,
+		}
+	}
+	exp := invariant.Expect{Keys: map[string][]string{"email.receipt": keys},
+		Kinds: map[string]invariant.Kind{"email.receipt": {Fake: fake}}, Settled: true}
+	store, _ := effects.NewStore(direct, nil)
+
+	addToxic(t, proxy, "slow", "latency", "downstream", `{"latency":300}`)
+	r := start(t, proxied, cfg())
+	stopWhen(t, fake, "calls from two claims", func(s providertest.Stats) bool { return s.Calls >= 20 && s.InFlight > 0 })
+	// The database is slow, not down: within the grace, the claim in
+	// progress comes back, its effects are called, and every outcome is
+	// recorded.
+	if s := shutdownMidway(t, r, direct, midway{exp: exp, calls: w}); s.begun == 0 {
+		t.Errorf("no call began during the stop: the claim in progress was abandoned, or there was none")
+	}
+	removeToxic(t, proxy, "slow")
+
+	drain(t, direct, cfg())
+	if vs := check(t, direct, exp); len(vs) != 0 {
+		t.Fatal(invariant.Summary(vs, 10))
+	}
+	c := stateCounts(t, store)
+	if c[effects.Confirmed] != n {
+		t.Errorf("states %v: every email was sent once and confirmed, none should be anything else", c)
+	}
+	for _, key := range keys {
+		if e, err := store.GetByKey(context.Background(), key); err == nil && e.State == effects.Uncertain && len(fake.Calls(key)) == 0 {
+			t.Errorf("%s is uncertain, but was never sent: %s", key, e.LastError)
+		}
 	}
 }
