@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
 
@@ -43,7 +44,23 @@ type Violation struct {
 func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.Key, v.What) }
 
 // Check reads every effect and compares it with what the fakes performed.
+// Beyond the counts, it holds the attempt number to its promise as the
+// fencing token: no call carries an attempt the row never reached (a call
+// made without its claim recorded), and a confirmed row's attempt had a call
+// answered confirmed with the row's reference (no outcome recorded for
+// another attempt than the one it answered), unless an operator resolved
+// it.
 func Check(ctx context.Context, store *effects.Store, exp Expect) ([]Violation, error) {
+	// The fakes' calls are read before the rows and again after them. A call
+	// recorded before is for an attempt its claim had already committed, so
+	// every row read later has reached that attempt; an answer recorded
+	// after is complete for every outcome the rows hold.
+	before := map[*providertest.Fake][]providertest.CallRecord{}
+	for _, k := range exp.Kinds {
+		if _, ok := before[k.Fake]; k.Fake != nil && !ok {
+			before[k.Fake] = k.Fake.AllCalls()
+		}
+	}
 	var rows []*effects.Effect
 	for after := int64(0); ; {
 		page, err := store.List(ctx, effects.Filter{AfterID: after, Limit: 10000})
@@ -59,6 +76,10 @@ func Check(ctx context.Context, store *effects.Store, exp Expect) ([]Violation, 
 	byKey := make(map[string]*effects.Effect, len(rows))
 	for _, e := range rows {
 		byKey[e.Key] = e
+	}
+	seen := map[*providertest.Fake]callLog{}
+	for f, recs := range before {
+		seen[f] = snapshot(f, recs)
 	}
 	var out []Violation
 	bad := func(kind, key, format string, args ...any) {
@@ -82,7 +103,8 @@ func Check(ctx context.Context, store *effects.Store, exp Expect) ([]Violation, 
 				continue
 			}
 			performed := k.Fake.Performed(key)
-			calls := k.Fake.Calls(key)
+			sn := seen[k.Fake]
+			calls := sn.after[key]
 			idempotent := k.Fake.Idempotent()
 			switch {
 			case idempotent && performed > 1:
@@ -90,14 +112,25 @@ func Check(ctx context.Context, store *effects.Store, exp Expect) ([]Violation, 
 			case !idempotent && !k.AtLeastOnce && performed > 1:
 				bad(kind, key, "performed %d times at a provider without keys: at most once was promised", performed)
 			}
+			// Attempts are fencing tokens: each call is made for an attempt
+			// the claim recorded first, so no call can carry a higher one.
+			if a := maxAttempt(sn.before[key]); a > e.Attempts {
+				bad(kind, key, "the provider was called for attempt %d, but the row reached only attempt %d: a call was made without its claim being recorded", a, e.Attempts)
+			}
 			switch e.State {
 			case effects.Confirmed:
-				if performed == 0 {
+				switch {
+				case performed == 0:
 					bad(kind, key, "confirmed, but the provider never performed it")
-				}
 				// Calls are kept unless the fake caps its records.
-				if e.ProviderRef != "" && len(calls) > 0 && !refSeen(calls, e.ProviderRef) {
+				case e.ProviderRef != "" && len(calls) > 0 && !refSeen(calls, e.ProviderRef):
 					bad(kind, key, "confirmed with reference %q, which no call to the provider returned", e.ProviderRef)
+				// An outcome is recorded only for the attempt it answers (the
+				// outcome of a rescued attempt nobody claimed again included),
+				// so some call of the row's attempt was confirmed.
+				case !sn.capped && !confirmedAt(calls, e.Attempts, e.ProviderRef) && !resolvedByOperator(ctx, store, e.ID):
+					bad(kind, key, "confirmed at attempt %d, but no call of attempt %d was confirmed%s (calls: %s): the outcome of a stale attempt was recorded",
+						e.Attempts, e.Attempts, withRef(e.ProviderRef), describe(calls))
 				}
 			case effects.Failed:
 				if performed > 0 && !idempotent {
@@ -115,6 +148,85 @@ func Check(ctx context.Context, store *effects.Store, exp Expect) ([]Violation, 
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out, nil
+}
+
+// callLog is a fake's call records by key: before, read before the rows;
+// after, read after them. capped: the fake keeps fewer records than it
+// received calls, so after may lack some.
+type callLog struct {
+	before, after map[string][]providertest.CallRecord
+	capped        bool
+}
+
+func snapshot(f *providertest.Fake, before []providertest.CallRecord) callLog {
+	st := f.Stats() // before the records: a call recorded since then is not missing
+	after := f.AllCalls()
+	return callLog{before: byKey(before), after: byKey(after), capped: len(after) < st.Calls}
+}
+
+func byKey(recs []providertest.CallRecord) map[string][]providertest.CallRecord {
+	m := map[string][]providertest.CallRecord{}
+	for _, r := range recs {
+		m[r.Key] = append(m[r.Key], r)
+	}
+	return m
+}
+
+func maxAttempt(calls []providertest.CallRecord) int {
+	n := 0
+	for _, c := range calls {
+		n = max(n, c.Attempt)
+	}
+	return n
+}
+
+// confirmedAt reports whether a call of attempt was answered confirmed, with
+// ref unless ref is empty.
+func confirmedAt(calls []providertest.CallRecord, attempt int, ref string) bool {
+	for _, c := range calls {
+		if c.Attempt == attempt && c.Class == providers.Confirmed && (ref == "" || c.Ref == ref) {
+			return true
+		}
+	}
+	return false
+}
+
+// resolvedByOperator reports whether an operator resolved effect id as
+// confirmed: its outcome came from no call.
+func resolvedByOperator(ctx context.Context, store *effects.Store, id int64) bool {
+	evs, err := store.History(ctx, id)
+	if err != nil {
+		return false
+	}
+	for _, ev := range evs {
+		if ev.To == effects.Confirmed {
+			return true
+		}
+	}
+	return false
+}
+
+func withRef(ref string) string {
+	if ref == "" {
+		return ""
+	}
+	return fmt.Sprintf(" with reference %q", ref)
+}
+
+// describe lists the attempt and answer of each call, for a violation.
+func describe(calls []providertest.CallRecord) string {
+	if len(calls) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(calls))
+	for i, c := range calls {
+		class := "in flight"
+		if c.Class != 0 {
+			class = c.Class.String()
+		}
+		parts[i] = fmt.Sprintf("attempt %d %s", c.Attempt, class)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func refSeen(calls []providertest.CallRecord, ref string) bool {

@@ -1,0 +1,209 @@
+package invariant_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/invariant"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/outbox"
+	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/providertest"
+)
+
+// The checker sees outcomes that belong to another attempt than the one
+// they were recorded for: the attempt number is the fencing token, and a
+// broken fence or a call made without a recorded claim shows in it.
+func TestChecker_CatchesStaleAttempts(t *testing.T) {
+	t.Parallel()
+	t.Run("a stale attempt's outcome written over a newer attempt", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.DB(t)
+		ctx := context.Background()
+		keys := staleEnqueue(t, pool, "charge.create", 3)
+		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.Sequence(providertest.None, providertest.PerformedThenTimeout)})
+		store, err := effects.NewStore(pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Worker A claims attempt 1 and calls: performed and confirmed. It
+		// pauses before recording, past its lease.
+		a, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
+		if err != nil || len(a) != 3 {
+			t.Fatalf("claim A: %d, %v", len(a), err)
+		}
+		late := make([]effects.Outcome, len(a))
+		for i, e := range a {
+			res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts})
+			if !res.IsConfirmed() {
+				t.Fatalf("attempt 1: %+v", res)
+			}
+			late[i] = effects.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
+		}
+		// Its leases are rescued; worker B claims attempt 2, whose answer
+		// is lost on the way back: B does not know it is done, and retries
+		// later.
+		rescued := 0
+		staleWait(t, 10*time.Second, func() (bool, string) {
+			got, err := store.Rescue(ctx, []effects.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rescued += len(got)
+			return rescued == 3, fmt.Sprintf("%d rescued", rescued)
+		})
+		b, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
+		if err != nil || len(b) != 3 {
+			t.Fatalf("claim B: %d, %v", len(b), err)
+		}
+		var retry []effects.Outcome
+		for _, e := range b {
+			if res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts}); !res.IsUnknown() {
+				t.Fatalf("attempt 2: %+v", res)
+			}
+			retry = append(retry, effects.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Pending, RetryIn: time.Hour})
+		}
+		if fenced, err := store.Complete(ctx, retry); err != nil || len(fenced) != 0 {
+			t.Fatalf("B's outcomes: fenced %v, %v", fenced, err)
+		}
+		exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys}, Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}}
+		// A's answer arrives. Recorded with its own attempt, it is fenced
+		// out, and the checker has nothing to say.
+		if fenced, err := store.Complete(ctx, late); err != nil || len(fenced) != 3 {
+			t.Fatalf("A's late outcomes: fenced %v, %v; want all 3 fenced", fenced, err)
+		}
+		if vs := staleCheck(t, store, exp); len(vs) != 0 {
+			t.Fatalf("the fenced flow: %s", invariant.Summary(vs, 5))
+		}
+		// A broken recorder that writes with the row's current attempt
+		// instead of its claim's gets A's answer in over attempt 2.
+		for i := range late {
+			late[i].Attempt = 2
+		}
+		if fenced, err := store.Complete(ctx, late); err != nil || len(fenced) != 0 {
+			t.Fatalf("the unfenced write: fenced %v, %v", fenced, err)
+		}
+		exp.Settled = true
+		vs := staleCheck(t, store, exp)
+		if len(vs) != 3 {
+			t.Fatalf("want 3 violations: %s", invariant.Summary(vs, 10))
+		}
+		for _, v := range vs {
+			if !strings.Contains(v.What, "confirmed at attempt 2, but no call of attempt 2 was confirmed") || !strings.Contains(v.What, "stale attempt") {
+				t.Fatalf("not caught as a stale attempt: %s", invariant.Summary(vs, 10))
+			}
+		}
+	})
+	t.Run("a call for an attempt that was never claimed", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.DB(t)
+		keys := staleEnqueue(t, pool, "charge.create", 5)
+		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.FailFirst(1, providertest.PerformedThenTimeout)})
+		k := dispatcher.Kind{Provider: &retryInPlace{Provider: fake}, Timeout: 300 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
+		staleDrain(t, pool, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{"charge.create": k}})
+		store, _ := effects.NewStore(pool, nil)
+		vs := staleCheck(t, store, invariant.Expect{Keys: map[string][]string{"charge.create": keys},
+			Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true})
+		got := invariant.Summary(vs, 20)
+		// Each key: the unclaimed call, and the outcome it gave recorded
+		// for attempt 1.
+		if len(vs) != 10 || strings.Count(got, "called for attempt 2, but the row reached only attempt 1") != 5 ||
+			strings.Count(got, "confirmed at attempt 1, but no call of attempt 1 was confirmed") != 5 {
+			t.Fatalf("not caught: %s", got)
+		}
+	})
+}
+
+// retryInPlace is a broken integration: after an unknown outcome it calls
+// again at once, as the next attempt, without the dispatcher having
+// recorded a claim for it (a fire before record).
+type retryInPlace struct{ providers.Provider }
+
+func (p *retryInPlace) Call(ctx context.Context, c providers.Call) providers.Result {
+	res := p.Provider.Call(ctx, c)
+	if res.IsUnknown() {
+		c.Attempt++
+		res = p.Provider.Call(ctx, c)
+	}
+	return res
+}
+
+func staleEnqueue(t *testing.T, pool *pgxpool.Pool, kind string, n int) []string {
+	t.Helper()
+	var es []outbox.Effect
+	for i := range n {
+		es = append(es, outbox.Effect{SourceID: fmt.Sprintf("stale-%d", i), Kind: kind, Payload: json.RawMessage(`{}`)})
+	}
+	res, err := outbox.EnqueueMany(context.Background(), pool, es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, len(res))
+	for i, r := range res {
+		keys[i] = r.Key
+	}
+	return keys
+}
+
+func staleCheck(t *testing.T, store *effects.Store, exp invariant.Expect) []invariant.Violation {
+	t.Helper()
+	vs, err := invariant.Check(context.Background(), store, exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
+
+// staleWait polls cond every 10ms until it holds, failing at the deadline.
+func staleWait(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", timeout, msg)
+		}
+		<-tick.C
+	}
+}
+
+// staleDrain runs a dispatcher until no effect is pending or fired.
+func staleDrain(t *testing.T, pool *pgxpool.Pool, cfg *dispatcher.Config) {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.PollInterval = 20 * time.Millisecond
+	d, err := dispatcher.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	store, _ := effects.NewStore(pool, nil)
+	staleWait(t, time.Minute, func() (bool, string) {
+		c, err := store.StateCounts(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c[effects.Pending]+c[effects.Fired] == 0, fmt.Sprint(c)
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
