@@ -261,7 +261,9 @@ type Beginner interface {
 // Exclusive runs fn, with a Store bound to a transaction, only if no other
 // process holds the job's advisory lock for this schema; the lock is held
 // until the transaction ends. It reports whether fn ran. Jobs that must run
-// once across replicas (rescue, reap, drift) use it.
+// once across replicas (rescue, reap) use it. When ctx has a deadline, the
+// server ends the transaction if it sits idle past it, so a paused holder
+// does not keep the lock from the others.
 func (s *Store) Exclusive(ctx context.Context, db Beginner, job string, fn func(*Store) error) (bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -274,6 +276,16 @@ func (s *Store) Exclusive(ctx context.Context, db Beginner, job string, fn func(
 	}
 	if !got {
 		return false, nil
+	}
+	// A process paused while holding the lock (SIGSTOP, a frozen VM) would
+	// keep every other replica from the job until its connection died,
+	// hours later: the server ends a transaction left idle past ctx's
+	// deadline, which releases the lock.
+	if dl, ok := ctx.Deadline(); ok {
+		ms := max(time.Until(dl).Milliseconds(), 1000)
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", ms)); err != nil {
+			return false, fmt.Errorf("%s: idle timeout: %w", job, err)
+		}
 	}
 	if err := fn(s.WithDB(tx)); err != nil {
 		return true, err

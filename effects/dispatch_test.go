@@ -1,6 +1,7 @@
 package effects_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -215,6 +216,48 @@ func TestStore_ExclusiveRunsOnce(t *testing.T) {
 	}
 	if ran, err := b.store.Exclusive(b.ctx, b.pool, "job", func(*effects.Store) error { return nil }); err != nil || !ran {
 		t.Fatalf("after release = %v, %v", ran, err)
+	}
+}
+
+// A holder paused inside its transaction (a SIGSTOPped replica) loses the
+// lock once its deadline passes: the server ends the idle transaction, and
+// another replica takes the job.
+func TestStore_ExclusivePausedHolderLosesTheLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	held, resume := make(chan struct{}), make(chan struct{})
+	holder := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		_, err := b.store.Exclusive(ctx, b.pool, "job", func(*effects.Store) error {
+			close(held)
+			<-resume // paused, idle in transaction, past the deadline
+			return nil
+		})
+		holder <- err
+	}()
+	<-held
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ran, err := b.store.Exclusive(b.ctx, b.pool, "job", func(*effects.Store) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(resume)
+			t.Fatal("the paused holder kept the lock past its deadline")
+		}
+		<-tick.C
+	}
+	close(resume)
+	if err := <-holder; err == nil {
+		t.Fatal("the paused holder's transaction committed after its session was ended")
 	}
 }
 
