@@ -167,3 +167,83 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, tbl string) error {
 	_, err := pool.Exec(ctx, "CHECKPOINT")
 	return err
 }
+
+// bulkLoad runs the INSERT sql into tbl with every secondary index and
+// unique constraint dropped, then builds them again: how a large backfill is
+// done, and many times faster than maintaining random-keyed B-trees (and GIN
+// indexes) row by row. The primary key stays. Both contenders' history is
+// loaded this way, so both start from freshly built indexes.
+func bulkLoad(ctx context.Context, pool *pgxpool.Pool, tbl, sql string, args ...any) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	type def struct{ name, sql string }
+	var constraints, indexes []def
+	rows, err := conn.Query(ctx, `SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
+		WHERE conrelid = $1::regclass AND contype = 'u' ORDER BY conname`, tbl)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var d def
+		if err := rows.Scan(&d.name, &d.sql); err != nil {
+			return err
+		}
+		constraints = append(constraints, d)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = conn.Query(ctx, `SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) FROM pg_index i
+		WHERE i.indrelid = $1::regclass AND NOT i.indisprimary
+		AND NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conindid = i.indexrelid)
+		ORDER BY 1`, tbl)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var d def
+		if err := rows.Scan(&d.name, &d.sql); err != nil {
+			return err
+		}
+		indexes = append(indexes, d)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	exec := func(sql string, args ...any) error {
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+		return nil
+	}
+	if err := exec(`SET maintenance_work_mem = '512MB'`); err != nil {
+		return err
+	}
+	for _, c := range constraints {
+		if err := exec(fmt.Sprintf(`ALTER TABLE %s DROP CONSTRAINT %s`, tbl, pgx.Identifier{c.name}.Sanitize())); err != nil {
+			return err
+		}
+	}
+	for _, i := range indexes {
+		if err := exec(`DROP INDEX ` + pgx.Identifier{i.name}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	if err := exec(sql, args...); err != nil {
+		return err
+	}
+	for _, i := range indexes {
+		if err := exec(i.sql); err != nil {
+			return err
+		}
+	}
+	for _, c := range constraints {
+		if err := exec(fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, tbl, pgx.Identifier{c.name}.Sanitize(), c.sql)); err != nil {
+			return err
+		}
+	}
+	return exec(`RESET maintenance_work_mem`)
+}

@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +40,8 @@ type options struct {
 	history        int
 	tune           bool
 	historySyncOff bool
+	only           string
+	cpuProfile     string
 }
 
 func main() {
@@ -52,15 +56,39 @@ func main() {
 	flag.Float64Var(&o.enqueueSeconds, "enqueue-seconds", 3, "duration of each enqueue measurement")
 	flag.IntVar(&o.history, "history", 1000000, "terminal rows preloaded for the history workloads (0 skips them)")
 	flag.BoolVar(&o.historySyncOff, "history-sync-off", false, "also run the history workloads in the synchronous_commit=off pass")
+	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run (enqueue, drain, latency, history); empty: all")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (dispatchers and River clients run in it) to the file")
 	flag.BoolVar(&o.tune, "tune", false, "also drain with each candidate tuning and report every one (slow)")
 	flag.Parse()
-	if o.quick {
-		o.runs, o.drainN, o.latencySeconds, o.history, o.enqueueSeconds = 1, 5000, 3, 20000, 1
+	if err := o.checkOnly(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if o.quick { // smaller sizes, except where a flag sets one
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range map[string]string{"runs": "1", "drain-n": "5000", "latency-seconds": "3", "history": "20000", "enqueue-seconds": "1"} {
+			if !set[name] {
+				flag.Set(name, v) //nolint:errcheck // the names and values above are valid
+			}
+		}
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: --cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, &o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -113,14 +141,19 @@ func runPass(ctx context.Context, o *options, settings string, history bool) (*t
 	if err := e.templates(ctx); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{e.enqueueAll, e.drainAll, e.latencyAll}
-	if history {
-		steps = append(steps, e.historyAll)
-	}
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{{"enqueue", e.enqueueAll}, {"drain", e.drainAll}, {"latency", e.latencyAll}, {"history", e.historyAll}}
 	for _, s := range steps {
-		if err := s(ctx); err != nil {
+		if !o.selected(s.name) || (s.name == "history" && !history) {
+			continue
+		}
+		began := time.Now()
+		if err := s.run(ctx); err != nil {
 			return nil, err
 		}
+		logf("%s took %s", s.name, time.Since(began).Round(time.Second))
 	}
 	return e.t, nil
 }
@@ -142,4 +175,32 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+var workloads = []string{"enqueue", "drain", "latency", "history"}
+
+// checkOnly refuses an --only naming no workload.
+func (o *options) checkOnly() error {
+	if o.only == "" {
+		return nil
+	}
+	for _, w := range strings.Split(o.only, ",") {
+		if !slices.Contains(workloads, strings.TrimSpace(w)) {
+			return fmt.Errorf("--only: %q is not a workload (%s)", w, strings.Join(workloads, ", "))
+		}
+	}
+	return nil
+}
+
+// runs reports whether the workload is selected.
+func (o *options) selected(w string) bool {
+	if o.only == "" {
+		return true
+	}
+	for _, x := range strings.Split(o.only, ",") {
+		if strings.TrimSpace(x) == w {
+			return true
+		}
+	}
+	return false
 }

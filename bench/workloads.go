@@ -546,7 +546,7 @@ func (e *env) historyAll(ctx context.Context) error {
 	}
 	defer dropR()
 	began := time.Now()
-	if _, err := sfxPool.Exec(ctx, `INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash,
+	if err := bulkLoad(ctx, sfxPool, "side_effects", `INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash,
 			state, attempts, provider_ref, created_at, fired_at, confirmed_at, updated_at)
 		SELECT 'h-' || i, $2, sidefx_key(s.namespace, 'h-' || i, $2), '{"amount": 4200, "currency": "eur"}',
 			sha256(convert_to('{"amount": 4200, "currency": "eur"}', 'UTF8')),
@@ -560,7 +560,7 @@ func (e *env) historyAll(ctx context.Context) error {
 	}
 	logf("  preloaded %d confirmed effects in %s", h, time.Since(began).Round(time.Millisecond))
 	began = time.Now()
-	if _, err := rivPool.Exec(ctx, `INSERT INTO river_job (args, attempt, attempted_at, attempted_by, created_at,
+	if err := bulkLoad(ctx, rivPool, "river_job", `INSERT INTO river_job (args, attempt, attempted_at, attempted_by, created_at,
 			finalized_at, kind, max_attempts, priority, queue, state, scheduled_at)
 		SELECT jsonb_build_object('source_id', 'h-' || i, 'amount', 4200, 'currency', 'eur'), 1,
 			now() - interval '1 day', '{bench}', now() - interval '1 day', now() - interval '1 day',
@@ -587,6 +587,14 @@ func (e *env) historyAll(ctx context.Context) error {
 			return err
 		}
 		e.t.add(workload, "drain, best settings found", "effects/s", colFloor, rate)
+		// The drains' dead rows are vacuumed first, as before every timed
+		// measurement, so neither contender's latency pays for them.
+		if err := prepare(ctx, sfxPool, "side_effects"); err != nil {
+			return err
+		}
+		if err := prepare(ctx, rivPool, "river_job"); err != nil {
+			return err
+		}
 		if err := e.latencyRun(ctx, sfxPool, rivPool, workload); err != nil {
 			return err
 		}
