@@ -179,38 +179,16 @@ func bulkLoad(ctx context.Context, pool *pgxpool.Pool, tbl, sql string, args ...
 		return err
 	}
 	defer conn.Release()
-	type def struct{ name, sql string }
-	var constraints, indexes []def
-	rows, err := conn.Query(ctx, `SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
+	constraints, err := defs(ctx, conn, `SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
 		WHERE conrelid = $1::regclass AND contype = 'u' ORDER BY conname`, tbl)
 	if err != nil {
 		return err
 	}
-	for rows.Next() {
-		var d def
-		if err := rows.Scan(&d.name, &d.sql); err != nil {
-			return err
-		}
-		constraints = append(constraints, d)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	rows, err = conn.Query(ctx, `SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) FROM pg_index i
+	indexes, err := defs(ctx, conn, `SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) FROM pg_index i
 		WHERE i.indrelid = $1::regclass AND NOT i.indisprimary
 		AND NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conindid = i.indexrelid)
 		ORDER BY 1`, tbl)
 	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var d def
-		if err := rows.Scan(&d.name, &d.sql); err != nil {
-			return err
-		}
-		indexes = append(indexes, d)
-	}
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	exec := func(sql string, args ...any) error {
@@ -246,4 +224,20 @@ func bulkLoad(ctx context.Context, pool *pgxpool.Pool, tbl, sql string, args ...
 		}
 	}
 	return exec(`RESET maintenance_work_mem`)
+}
+
+// def is a named index or constraint and the SQL that makes it.
+type def struct{ name, sql string }
+
+// defs reads (name, definition) pairs of tbl's indexes or constraints.
+func defs(ctx context.Context, conn *pgxpool.Conn, query, tbl string) ([]def, error) {
+	rows, err := conn.Query(ctx, query, tbl)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (def, error) {
+		var d def
+		err := r.Scan(&d.name, &d.sql)
+		return d, err
+	})
 }

@@ -515,14 +515,27 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string) ([3]f
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	ls := make([]float64, 0, total)
+	var worstDue time.Time
+	worst := -1.0
+	slow := 0 // items over a second
 	for id, d := range due {
 		if t, ok := rec.done[id]; ok {
-			ls = append(ls, float64(t.Sub(d))/float64(time.Millisecond))
+			l := float64(t.Sub(d)) / float64(time.Millisecond)
+			if l > worst {
+				worst, worstDue = l, d
+			}
+			if l > 1000 {
+				slow++
+			}
+			ls = append(ls, l)
 		}
 	}
 	if len(ls) != total {
 		return [3]float64{}, fmt.Errorf("%d latencies for %d items", len(ls), total)
 	}
+	// Where in the run the tail was: at the start (a contender's start-up),
+	// or in the middle (a stall).
+	logf("  %s: the slowest item was due %.1f s into the run; %d items over 1 s", col, worstDue.Sub(began).Seconds(), slow)
 	slices.Sort(ls)
 	pct := func(p float64) float64 { return ls[min(len(ls)-1, int(math.Ceil(p*float64(len(ls))))-1)] }
 	return [3]float64{pct(0.5), pct(0.99), ls[len(ls)-1]}, nil

@@ -58,8 +58,10 @@ type Config struct {
 	ReapInterval time.Duration
 
 	// ShutdownTimeout bounds how long Run waits, after its context ends, for
-	// calls in flight; calls still running then are cancelled and recorded
-	// as unknown. Default 30s.
+	// the claim in progress and the calls in flight; calls still running
+	// then are cancelled and recorded as unknown. Recording the outcomes
+	// gets up to ShutdownTimeout more, so Run returns within about twice
+	// this. Default 30s.
 	ShutdownTimeout time.Duration
 
 	// Limits bounds calls per provider, by provider name. A provider with no

@@ -24,8 +24,9 @@
 //     cannot overwrite the newer attempt.
 //
 // Replicas share one table without coordination. A dispatcher wakes on the
-// NOTIFY that enqueue sends at commit and polls every PollInterval as a
-// fallback. Per provider, Limits bound calls in flight and calls per second;
+// NOTIFY that enqueue sends at commit (one open transaction at a time per
+// kind sends it; the others rely on that one) and polls every PollInterval
+// as a fallback. Per provider, Limits bound calls in flight and calls per second;
 // the claim takes no more than that capacity, so claimed effects do not wait
 // out their lease in a queue.
 //

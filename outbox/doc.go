@@ -15,7 +15,8 @@
 // # The contract
 //
 //   - Atomic with the business rows: the effect exists if and only if the
-//     caller's transaction commits. Dispatchers are notified at commit.
+//     caller's transaction commits. Dispatchers are notified at commit (by
+//     one open transaction per kind at a time: NOTIFY serializes commits).
 //   - Once per (SourceID, Kind), ever. Enqueuing the same pair again with the
 //     same payload (a redelivered event, a retried request, a consumer
 //     rebalance) is a no-op that reports Inserted false and returns the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -406,6 +407,63 @@ func TestEnqueue_NotifiesAtCommit(t *testing.T) {
 	}
 	if got["email.receipt"] != 1 || got["webhook.paid"] != 1 {
 		t.Fatalf("notifications = %v, want one per kind", got)
+	}
+}
+
+// Only one transaction at a time notifies a kind: NOTIFY serializes the
+// commits of every transaction that sends one. A second enqueue of the same
+// kind while the first is open commits without notifying; another kind
+// still notifies.
+func TestEnqueue_ConcurrentTransactionsNotifyAKindOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(b.ctx, `LISTEN "sidefx_public"`); err != nil {
+		t.Fatal(err)
+	}
+	enqueueIn := func(source, kind string) pgx.Tx {
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := outbox.Enqueue(b.ctx, tx, outbox.Effect{SourceID: source, Kind: kind, Payload: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	first := enqueueIn("o-1", "email.receipt")
+	second := enqueueIn("o-2", "email.receipt") // the same kind, while first is open
+	other := enqueueIn("o-3", "webhook.paid")
+	for _, tx := range []pgx.Tx{second, other, first} { // notifications arrive in commit order
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.pool.Exec(b.ctx, `SELECT pg_notify('sidefx_public', 'end')`); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		n, err := conn.Conn().WaitForNotification(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("waiting for notifications (have %v): %v", got, err)
+		}
+		if n.Payload == "end" {
+			break
+		}
+		got = append(got, n.Payload)
+	}
+	if want := []string{"webhook.paid", "email.receipt"}; !slices.Equal(got, want) {
+		t.Fatalf("notifications in commit order = %v, want %v (the second email transaction must not notify)", got, want)
+	}
+	if n := count(t, b); n != 3 {
+		t.Fatalf("rows = %d, want 3", n)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/migrations"
 )
 
 // cli runs the sidefx command in-process against a database.
@@ -88,7 +89,7 @@ func TestCLI_UsageAndExitCodes(t *testing.T) {
 func TestCLI_MigrateEnqueueStatusInspect(t *testing.T) {
 	t.Parallel()
 	c, _, store := newCLI(t)
-	if out := c.ok("migrate", "--schema", "opsdemo"); !strings.Contains(out, "applied versions [1 2 3]") {
+	if out := c.ok("migrate", "--schema", "opsdemo"); !strings.Contains(out, fmt.Sprintf("now at version %d", migrations.Latest())) {
 		t.Fatalf("migrate: %s", out)
 	}
 	if out := c.ok("migrate", "--schema", "opsdemo"); !strings.Contains(out, "is current") {

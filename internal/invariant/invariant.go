@@ -30,8 +30,11 @@ type Expect struct {
 	// Kinds judge each kind's effects.
 	Kinds map[string]Kind
 	// Settled: every effect must be confirmed, failed, uncertain or
-	// cancelled (the scenario ran to the end). Otherwise pending effects are
-	// allowed, and fired ones only with a live lease.
+	// cancelled (the scenario ran to the end). Otherwise pending and fired
+	// effects are allowed: a stop while the database is unreachable
+	// legitimately leaves fired effects, even past their lease, for the
+	// rescuer. Scenarios that must leave none fired check the states
+	// themselves.
 	Settled bool
 }
 

@@ -2,21 +2,14 @@ package invariant_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/invariant"
 	"github.com/sidefx/sidefx/internal/pgtest"
-	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -30,7 +23,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.DB(t)
 		ctx := context.Background()
-		keys := staleEnqueue(t, pool, "charge.create", 3)
+		keys := enqueue(t, pool, "charge.create", 3)
 		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.Sequence(providertest.None, providertest.PerformedThenTimeout)})
 		store, err := effects.NewStore(pool, nil)
 		if err != nil {
@@ -54,13 +47,13 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		// is lost on the way back: B does not know it is done, and retries
 		// later.
 		rescued := 0
-		staleWait(t, 10*time.Second, func() (bool, string) {
+		waitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
 			got, err := store.Rescue(ctx, []effects.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rescued += len(got)
-			return rescued == 3, fmt.Sprintf("%d rescued", rescued)
+			return rescued == 3
 		})
 		b, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
 		if err != nil || len(b) != 3 {
@@ -82,7 +75,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		if fenced, err := store.Complete(ctx, late); err != nil || len(fenced) != 3 {
 			t.Fatalf("A's late outcomes: fenced %v, %v; want all 3 fenced", fenced, err)
 		}
-		if vs := staleCheck(t, store, exp); len(vs) != 0 {
+		if vs := check(t, pool, exp); len(vs) != 0 {
 			t.Fatalf("the fenced flow: %s", invariant.Summary(vs, 5))
 		}
 		// A broken recorder that writes with the row's current attempt
@@ -94,7 +87,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 			t.Fatalf("the unfenced write: fenced %v, %v", fenced, err)
 		}
 		exp.Settled = true
-		vs := staleCheck(t, store, exp)
+		vs := check(t, pool, exp)
 		if len(vs) != 3 {
 			t.Fatalf("want 3 violations: %s", invariant.Summary(vs, 10))
 		}
@@ -107,12 +100,11 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 	t.Run("a call for an attempt that was never claimed", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.DB(t)
-		keys := staleEnqueue(t, pool, "charge.create", 5)
+		keys := enqueue(t, pool, "charge.create", 5)
 		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.FailFirst(1, providertest.PerformedThenTimeout)})
 		k := dispatcher.Kind{Provider: &retryInPlace{Provider: fake}, Timeout: 300 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
-		staleDrain(t, pool, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{"charge.create": k}})
-		store, _ := effects.NewStore(pool, nil)
-		vs := staleCheck(t, store, invariant.Expect{Keys: map[string][]string{"charge.create": keys},
+		drain(t, pool, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{"charge.create": k}})
+		vs := check(t, pool, invariant.Expect{Keys: map[string][]string{"charge.create": keys},
 			Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true})
 		got := invariant.Summary(vs, 20)
 		// Each key: the unclaimed call, and the outcome it gave recorded
@@ -136,74 +128,4 @@ func (p *retryInPlace) Call(ctx context.Context, c providers.Call) providers.Res
 		res = p.Provider.Call(ctx, c)
 	}
 	return res
-}
-
-func staleEnqueue(t *testing.T, pool *pgxpool.Pool, kind string, n int) []string {
-	t.Helper()
-	var es []outbox.Effect
-	for i := range n {
-		es = append(es, outbox.Effect{SourceID: fmt.Sprintf("stale-%d", i), Kind: kind, Payload: json.RawMessage(`{}`)})
-	}
-	res, err := outbox.EnqueueMany(context.Background(), pool, es)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := make([]string, len(res))
-	for i, r := range res {
-		keys[i] = r.Key
-	}
-	return keys
-}
-
-func staleCheck(t *testing.T, store *effects.Store, exp invariant.Expect) []invariant.Violation {
-	t.Helper()
-	vs, err := invariant.Check(context.Background(), store, exp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return vs
-}
-
-// staleWait polls cond every 10ms until it holds, failing at the deadline.
-func staleWait(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, msg)
-		}
-		<-tick.C
-	}
-}
-
-// staleDrain runs a dispatcher until no effect is pending or fired.
-func staleDrain(t *testing.T, pool *pgxpool.Pool, cfg *dispatcher.Config) {
-	t.Helper()
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.PollInterval = 20 * time.Millisecond
-	d, err := dispatcher.New(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	store, _ := effects.NewStore(pool, nil)
-	staleWait(t, time.Minute, func() (bool, string) {
-		c, err := store.StateCounts(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c[effects.Pending]+c[effects.Fired] == 0, fmt.Sprint(c)
-	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
