@@ -370,17 +370,25 @@ func TestEnqueueMany_MismatchInsertsNothing(t *testing.T) {
 	}
 }
 
-func TestEnqueue_NotifiesAtCommit(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+// listen holds a connection listening on the public schema's channel until
+// the test ends.
+func listen(t *testing.T, b bundle) *pgxpool.Conn {
+	t.Helper()
 	conn, err := b.pool.Acquire(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
+	t.Cleanup(conn.Release)
 	if _, err := conn.Exec(b.ctx, `LISTEN "sidefx_public"`); err != nil {
 		t.Fatal(err)
 	}
+	return conn
+}
+
+func TestEnqueue_NotifiesAtCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	conn := listen(t, b)
 	tx, err := b.pool.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -417,14 +425,7 @@ func TestEnqueue_NotifiesAtCommit(t *testing.T) {
 func TestEnqueue_ConcurrentTransactionsNotifyAKindOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	conn, err := b.pool.Acquire(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(b.ctx, `LISTEN "sidefx_public"`); err != nil {
-		t.Fatal(err)
-	}
+	conn := listen(t, b)
 	enqueueIn := func(source, kind string) pgx.Tx {
 		tx, err := b.pool.Begin(b.ctx)
 		if err != nil {
