@@ -5,7 +5,9 @@
 -- commit, flush included, so notifying from every enqueue serialized all
 -- enqueueing commits. A row whose notification was skipped is claimed when
 -- the holder's notification wakes the dispatcher, at the latest at its next
--- poll (PollInterval).
+-- poll (PollInterval). CREATE OR REPLACE restates the whole function of
+-- version 1 (a schema migrated to version 1 must get it); only the
+-- pg_notify statement's WHERE is new.
 
 -- Enqueues effects inside the caller's transaction, one result row per input
 -- (ord is the input's 1-based position). An effect whose (source_id, kind)

@@ -74,6 +74,20 @@ const maxHold = 30 * time.Second
 
 // server is one local provider: an HTTP server on a free port of
 // 127.0.0.1.
+// counted holds a local provider's counts, and the mutex that guards them
+// and the rest of its state.
+type counted[C any] struct {
+	mu sync.Mutex
+	c  C
+}
+
+// count changes the counts under the lock.
+func (t *counted[C]) count(f func(*C)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f(&t.c)
+}
+
 type server struct {
 	url     string
 	srv     *http.Server
@@ -170,15 +184,14 @@ type stripeServer struct {
 	apiKey string
 	plan   plan
 
-	mu      sync.Mutex
-	seen    map[string]int    // key → requests received
-	answers map[string][]byte // key → the stored answer
-	c       StripeCounts
+	counted[StripeCounts]                   // its mu also guards seen and answers
+	seen                  map[string]int    // key → requests received
+	answers               map[string][]byte // key → the stored answer
 }
 
 func startStripe(apiKey string, p plan) (*stripeServer, error) {
 	s := &stripeServer{apiKey: apiKey, plan: p, seen: map[string]int{}, answers: map[string][]byte{},
-		c: StripeCounts{CreatedPerKey: map[string]int{}}}
+		counted: counted[StripeCounts]{c: StripeCounts{CreatedPerKey: map[string]int{}}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/payment_intents", s.create)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -255,12 +268,6 @@ func (s *stripeServer) create(w http.ResponseWriter, r *http.Request) {
 	writeAnswer(w, answer, false)
 }
 
-func (s *stripeServer) count(f func(*StripeCounts)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f(&s.c)
-}
-
 // Counts returns a copy of the counts.
 func (s *stripeServer) Counts() StripeCounts {
 	s.mu.Lock()
@@ -304,14 +311,13 @@ type mailServer struct {
 	apiKey string
 	plan   plan
 
-	mu   sync.Mutex
-	seen map[string]int // sidefx key → requests received
-	c    MailCounts
+	counted[MailCounts]                // its mu also guards seen
+	seen                map[string]int // sidefx key → requests received
 }
 
 func startMail(apiKey string, p plan) (*mailServer, error) {
 	s := &mailServer{apiKey: apiKey, plan: p, seen: map[string]int{},
-		c: MailCounts{AcceptedPerKey: map[string]int{}, MessageIDs: map[string]string{}}}
+		counted: counted[MailCounts]{c: MailCounts{AcceptedPerKey: map[string]int{}, MessageIDs: map[string]string{}}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v3/mail/send", s.send)
 	srv, err := startServer(mux)
@@ -384,12 +390,6 @@ func (s *mailServer) send(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
-func (s *mailServer) count(f func(*MailCounts)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f(&s.c)
-}
-
 // Counts returns a copy of the counts.
 func (s *mailServer) Counts() MailCounts {
 	s.mu.Lock()
@@ -431,10 +431,9 @@ type receiver struct {
 	wh   *standardwebhooks.Webhook
 	plan plan
 
-	mu      sync.Mutex
-	seen    map[string]int    // webhook-id → requests received
-	answers map[string][]byte // webhook-id → the answer to its processing
-	c       WebhookCounts
+	counted[WebhookCounts]                   // its mu also guards seen and answers
+	seen                   map[string]int    // webhook-id → requests received
+	answers                map[string][]byte // webhook-id → the answer to its processing
 }
 
 // receiverPath is where the receiver listens.
@@ -446,7 +445,7 @@ func startReceiver(secret string, p plan) (*receiver, error) {
 		return nil, fmt.Errorf("webhook receiver: %w", err)
 	}
 	s := &receiver{wh: wh, plan: p, seen: map[string]int{}, answers: map[string][]byte{},
-		c: WebhookCounts{ProcessedPerID: map[string]int{}}}
+		counted: counted[WebhookCounts]{c: WebhookCounts{ProcessedPerID: map[string]int{}}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+receiverPath, s.deliver)
 	srv, err := startServer(mux)
@@ -502,12 +501,6 @@ func (s *receiver) deliver(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	writeAnswer(w, answer, false)
-}
-
-func (s *receiver) count(f func(*WebhookCounts)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f(&s.c)
 }
 
 // Counts returns a copy of the counts.
