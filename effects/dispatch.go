@@ -3,8 +3,10 @@ package effects
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +17,17 @@ import (
 // one owner of SQL on side_effects.
 
 type dispatchQueries struct {
-	claim, complete, rescue, reap, analyze string
+	claim, complete, late, rescue, putBack, reap, purge, analyze string
+}
+
+// windowPassed is the SQL condition "an effect that may have been performed
+// (its maybe_attempts are maybe) could not be sent again and answered
+// inside its provider's key window": the window in milliseconds is w (0: no
+// window), the call would end m milliseconds from now, and the window runs
+// from the effect's first fire.
+func windowPassed(maybe, w, m string) string {
+	return `(cardinality(` + maybe + `) > 0 AND ` + w + ` > 0 AND now() + ` + m +
+		` * interval '1 millisecond' >= coalesce(e.first_fired_at, now()) + ` + w + ` * interval '1 millisecond')`
 }
 
 func buildDispatchQueries(t string) dispatchQueries {
@@ -25,48 +37,79 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// hold; the UPDATE commits fired before any provider is called. The
 		// ids go through an array so the UPDATE finds its rows by primary
 		// key: joined as a CTE, the planner may hash-join against a scan of
-		// the whole table, whose cost grows with history.
+		// the whole table, whose cost grows with history. An effect that may
+		// have been performed and whose provider's key window would pass
+		// before the call ends is not fired: it becomes uncertain, and is
+		// returned as such for the dispatcher to report, not to call.
 		claim: `UPDATE ` + t + ` AS e
-			SET state = 'fired', attempts = e.attempts + 1,
-				lease_until = now() + $3 * interval '1 millisecond',
-				claimed_by = $4, fired_at = now(), updated_at = now()
+			SET state = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN 'uncertain' ELSE 'fired' END,
+				attempts = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN e.attempts ELSE e.attempts + 1 END,
+				last_error = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + `
+					THEN format('not sent again: attempt %s may have been performed, and the provider forgets keys %s after the first attempt at %s',
+						array_to_string(e.maybe_attempts, ', '), k.window_ms * interval '1 millisecond', e.first_fired_at)
+					ELSE e.last_error END,
+				lease_until = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN NULL
+					ELSE now() + $3 * interval '1 millisecond' END,
+				claimed_by = $4, fired_at = now(), first_fired_at = coalesce(e.first_fired_at, now()), updated_at = now()
+			FROM unnest($1::text[], $5::bigint[], $6::bigint[]) AS k(kind, window_ms, timeout_ms)
 			WHERE e.id = ANY(ARRAY(
 				SELECT id FROM ` + t + `
 				WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($1::text[])
 				ORDER BY next_attempt_at, id
 				LIMIT $2
 				FOR UPDATE SKIP LOCKED))
-				AND e.state = 'pending'
+				AND e.state = 'pending' AND k.kind = e.kind
 			RETURNING ` + columnsOf("e."),
-		// Fenced by the attempt: only the attempt that was claimed can record
-		// its outcome. A late definite outcome (confirmed, failed) is also
-		// taken when the lease was rescued meanwhile and nobody has claimed
-		// the effect again (same attempt, now pending or uncertain): it is
-		// the answer the rescue lacked.
+		// Fenced by the attempt: only the attempt that was claimed, while
+		// the effect is still fired, records its outcome here; Complete
+		// hands the rest to the late statement. maybe_attempts gains this
+		// attempt when its answer was unknown, loses it when the answer was
+		// definite, and is emptied by a definite answer for the key (settles)
+		// or a confirmation. A failure with evidence left is uncertain, never
+		// failed; a retry that could not end inside the key window is
+		// uncertain too.
 		complete: `UPDATE ` + t + ` AS e
-			SET state = u.state,
+			SET state = CASE
+					WHEN u.state = 'failed' AND cardinality(` + newMaybe + `) > 0 THEN 'uncertain'
+					WHEN u.state = 'pending' AND ` + windowPassed(newMaybe, "u.window_ms", "(u.delay_ms + u.margin_ms)") + ` THEN 'uncertain'
+					ELSE u.state END,
+				maybe_attempts = ` + newMaybe + `,
 				provider_ref = coalesce(u.ref, e.provider_ref),
 				outcome = coalesce(u.outcome_text::jsonb, e.outcome),
-				last_error = coalesce(u.err, e.last_error),
+				last_error = CASE
+					WHEN u.state = 'pending' AND ` + windowPassed(newMaybe, "u.window_ms", "(u.delay_ms + u.margin_ms)") + `
+					THEN coalesce(u.err || '; ', '') || format('not retried: the next attempt could not end before the provider forgets the key (%s after the first attempt at %s)',
+						u.window_ms * interval '1 millisecond', e.first_fired_at)
+					ELSE coalesce(u.err, e.last_error) END,
 				next_attempt_at = CASE WHEN u.state = 'pending'
 					THEN now() + u.delay_ms * interval '1 millisecond' ELSE e.next_attempt_at END,
 				lease_until = NULL,
 				confirmed_at = CASE WHEN u.state = 'confirmed' THEN now() ELSE e.confirmed_at END,
+				outcome_attempt = u.attempt,
 				updated_at = now()
-			FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[])
-				AS u(id, attempt, state, ref, outcome_text, err, delay_ms)
-			WHERE e.id = u.id AND e.attempts = u.attempt
-				AND (e.state = 'fired'
-					OR (e.state IN ('pending', 'uncertain') AND u.state IN ('confirmed', 'failed')))
+			FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+					$8::boolean[], $9::boolean[], $10::bigint[], $11::bigint[])
+				AS u(id, attempt, state, ref, outcome_text, err, delay_ms, maybe, settles, window_ms, margin_ms)
+			WHERE e.id = u.id AND e.attempts = u.attempt AND e.state = 'fired'
 			RETURNING e.id`,
-		// A fired effect whose lease ran out lost its worker. Kinds that may
-		// be repeated (idempotent provider, or at-least-once) go back to
-		// pending with the same key, unless out of attempts; the rest become
-		// uncertain.
+		// One outcome that the complete statement did not apply, with its
+		// effect locked: see Store.late.
+		late: `SELECT e.state, e.attempts, e.maybe_attempts, coalesce(e.provider_ref, ''), e.outcome_attempt,
+				EXISTS (SELECT 1 FROM ` + eventsOf(t) + ` ev
+					WHERE ev.effect_id = e.id AND ev.action IN ('resolve', 'cancel') AND ev.to_state = e.state)
+			FROM ` + t + ` e WHERE e.id = $1 FOR UPDATE`,
+		// A fired effect whose lease ran out lost its worker, whose call may
+		// have reached the provider: the attempt joins maybe_attempts. Kinds
+		// that may be repeated (idempotent provider, or at-least-once) go
+		// back to pending with the same key, unless out of attempts or past
+		// the provider's key window; the rest become uncertain.
 		rescue: `WITH policy AS (
-				SELECT * FROM unnest($1::text[], $2::boolean[], $3::integer[]) AS p(kind, repeatable, max_attempts)
+				SELECT * FROM unnest($1::text[], $2::boolean[], $3::integer[], $5::bigint[], $6::bigint[])
+					AS p(kind, repeatable, max_attempts, window_ms, timeout_ms)
 			), due AS (
-				SELECT e.id, p.repeatable AND e.attempts < coalesce(e.max_attempts, p.max_attempts) AS again
+				SELECT e.id, p.repeatable AND e.attempts < coalesce(e.max_attempts, p.max_attempts)
+					AND NOT (p.window_ms > 0 AND now() + p.timeout_ms * interval '1 millisecond'
+						>= coalesce(e.first_fired_at, now()) + p.window_ms * interval '1 millisecond') AS again
 				FROM ` + t + ` e JOIN policy p ON p.kind = e.kind
 				WHERE e.state = 'fired' AND e.lease_until < now()
 				ORDER BY e.lease_until
@@ -75,20 +118,53 @@ func buildDispatchQueries(t string) dispatchQueries {
 			)
 			UPDATE ` + t + ` AS e
 			SET state = CASE WHEN due.again THEN 'pending' ELSE 'uncertain' END,
+				maybe_attempts = array_append(array_remove(e.maybe_attempts, e.attempts), e.attempts),
 				lease_until = NULL, next_attempt_at = now(), updated_at = now(),
 				last_error = format('attempt %s: lease expired at %s with no outcome recorded (worker %s)',
 					e.attempts, e.lease_until, coalesce(e.claimed_by, 'unknown'))
 			FROM due WHERE e.id = due.id
 			RETURNING e.id, e.kind, e.state, e.attempts`,
-		reap: `DELETE FROM ` + t + ` WHERE id IN (
+		// A claim whose answer never reached its worker (a timeout, a lost
+		// connection) may still have committed: its effects are fired with
+		// nobody calling them. The worker puts them back as they were, so
+		// they are not rescued as possibly performed.
+		putBack: `UPDATE ` + t + ` SET state = 'pending', attempts = attempts - 1, lease_until = NULL,
+				first_fired_at = CASE WHEN attempts = 1 THEN NULL ELSE first_fired_at END,
+				updated_at = now()
+			WHERE state = 'fired' AND claimed_by = $1
+			RETURNING id`,
+		// Reaping compacts finished effects into tombstones in place: the
+		// payload and the stored answer go, the row and its guard stay.
+		reap: `UPDATE ` + t + ` SET payload = NULL, outcome = NULL, reaped_at = now()
+			WHERE id IN (
 				SELECT id FROM ` + t + `
-				WHERE state IN ('confirmed', 'failed', 'cancelled')
+				WHERE reaped_at IS NULL AND state IN ('confirmed', 'failed', 'cancelled')
 					AND updated_at < now() - $1 * interval '1 millisecond'
-				ORDER BY id
+				ORDER BY updated_at
+				LIMIT $2
+				FOR UPDATE SKIP LOCKED)`,
+		// Deleting tombstones frees their guard: only when configured.
+		purge: `DELETE FROM ` + t + ` WHERE id IN (
+				SELECT id FROM ` + t + `
+				WHERE reaped_at < now() - $1 * interval '1 millisecond'
 				LIMIT $2
 				FOR UPDATE SKIP LOCKED)`,
 		analyze: `ANALYZE ` + t,
 	}
+}
+
+// newMaybe is maybe_attempts after outcome u of effect e: with u's attempt
+// when it may have been performed; emptied by a confirmation or an answer
+// that settles the key; else without u's attempt (its answer was definite).
+const newMaybe = `(CASE
+	WHEN u.state = 'confirmed' THEN '{}'::integer[]
+	WHEN u.maybe THEN array_append(array_remove(e.maybe_attempts, u.attempt), u.attempt)
+	WHEN u.settles THEN '{}'::integer[]
+	ELSE array_remove(e.maybe_attempts, u.attempt) END)`
+
+// eventsOf names the history table next to the side_effects table t.
+func eventsOf(t string) string {
+	return strings.TrimSuffix(t, "side_effects") + "side_effect_events"
 }
 
 // ClaimParams says what Claim takes.
@@ -96,7 +172,14 @@ type ClaimParams struct {
 	Kinds  []string      // only effects of these kinds
 	Limit  int           // at most this many
 	Lease  time.Duration // how long the claimer has to record an outcome
-	Worker string        // recorded in claimed_by
+	Worker string        // recorded in claimed_by: give each claim its own, for PutBack
+	// KeyWindows holds, by kind, how long the kind's provider remembers a
+	// key (absent or 0: no window).
+	KeyWindows map[string]time.Duration
+	// Timeouts holds, by kind, how long a call may take: an effect that may
+	// have been performed is claimed only if its call can end inside the
+	// window.
+	Timeouts map[string]time.Duration
 }
 
 // Claim moves up to p.Limit due pending effects of p.Kinds to fired, with
@@ -104,13 +187,22 @@ type ClaimParams struct {
 // committed on its own (run it on a pool, not in a transaction), so the
 // effects are recorded as fired before any provider is called. Effects
 // locked by another claimer are skipped, never waited for.
+//
+// An effect that may have been performed (see Effect.MaybePerformed) whose
+// call could not end inside its kind's key window is not fired: it is moved
+// to uncertain and returned in that state. The caller reports it and must
+// not call it.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]*Effect, error) {
 	if p.Limit <= 0 || len(p.Kinds) == 0 {
 		return nil, nil
 	}
+	windows, timeouts := make([]int64, len(p.Kinds)), make([]int64, len(p.Kinds))
+	for i, k := range p.Kinds {
+		windows[i], timeouts[i] = p.KeyWindows[k].Milliseconds(), p.Timeouts[k].Milliseconds()
+	}
 	// QueryExecModeExec plans the claim for each execution's parameters: a
 	// plan cached while the table was small can scan it whole once it grows.
-	rows, err := s.db.Query(ctx, s.dq.claim, pgx.QueryExecModeExec, p.Kinds, p.Limit, p.Lease.Milliseconds(), p.Worker)
+	rows, err := s.db.Query(ctx, s.dq.claim, pgx.QueryExecModeExec, p.Kinds, p.Limit, p.Lease.Milliseconds(), p.Worker, windows, timeouts)
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", translate(err))
 	}
@@ -119,6 +211,22 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]*Effect, error) {
 		return nil, fmt.Errorf("claim effects: %w", translate(err))
 	}
 	return list, nil
+}
+
+// PutBack returns to pending, as they were before, the effects still fired
+// under worker (a ClaimParams.Worker): those of a claim whose answer the
+// claimer never received, so it never called them. They are not evidence of
+// anything performed. It returns their ids.
+func (s *Store) PutBack(ctx context.Context, worker string) ([]int64, error) {
+	rows, err := s.db.Query(ctx, s.dq.putBack, worker)
+	if err != nil {
+		return nil, fmt.Errorf("put back claimed effects: %w", translate(err))
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("put back claimed effects: %w", translate(err))
+	}
+	return ids, nil
 }
 
 // Outcome is what one attempt at one effect came to.
@@ -134,15 +242,35 @@ type Outcome struct {
 	Error string
 	// RetryIn delays the next attempt of a Pending outcome.
 	RetryIn time.Duration
+	// MaybePerformed: the attempt may have reached the provider without a
+	// definite answer (an unknown outcome). Otherwise the answer was
+	// definite for this attempt: performed, refused, or not done.
+	MaybePerformed bool
+	// Settles: the answer is definite for the effect's key, so it answers
+	// for every earlier attempt too (a confirmation or refusal from a
+	// provider that honours keys, inside its key window).
+	Settles bool
+	// KeyWindow is how long the provider remembers the key (0: no window),
+	// and CallTimeout how long the next call may take: a Pending outcome of
+	// an effect that may have been performed becomes Uncertain when the next
+	// call could not end inside the window.
+	KeyWindow, CallTimeout time.Duration
 }
 
 // Complete records outcomes in one statement. A detail that is not JSON
 // PostgreSQL can store is kept as a JSON string, and texts are made valid
-// UTF-8 without NUL. Each outcome is fenced: it applies only
-// while the effect is still fired with the same attempt (or, for a confirmed
-// or failed outcome, was rescued from that attempt and not claimed again).
-// The ids of outcomes that did not apply are returned as fenced; they are not
-// an error.
+// UTF-8 without NUL. Each outcome is fenced: it applies while the effect is
+// still fired with the same attempt.
+//
+// An outcome that arrives late (its lease was rescued, or another attempt
+// was claimed since) is never thrown away when it is definite: a late
+// confirmation confirms the effect with its reference, unless that would
+// overrule an operator (an effect resolved as failed or cancelled), where
+// the reference and answer are kept, the effect flagged, and the history
+// says so; a late refusal settles an effect nobody claimed since. An
+// outcome already recorded (a write retried after an ambiguous commit)
+// counts as applied. The ids of outcomes that changed nothing are returned
+// as fenced; they are not an error.
 func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []int64, err error) {
 	if len(outs) == 0 {
 		return nil, nil
@@ -150,7 +278,8 @@ func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []int64, e
 	n := len(outs)
 	ids, attempts, states := make([]int64, n), make([]int32, n), make([]string, n)
 	refs, details, errs := make([]pgtype.Text, n), make([]pgtype.Text, n), make([]pgtype.Text, n)
-	delays := make([]int64, n)
+	delays, windows, margins := make([]int64, n), make([]int64, n), make([]int64, n)
+	maybe, settles := make([]bool, n), make([]bool, n)
 	for i, o := range outs {
 		if !CanTransition(Fired, o.State) {
 			return nil, fmt.Errorf("complete effect %d: %s is not an outcome of a fired effect", o.ID, o.State)
@@ -164,8 +293,11 @@ func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []int64, e
 		details[i] = pgtype.Text{String: string(detail), Valid: detail != nil}
 		errs[i] = pgtype.Text{String: cleanText(o.Error), Valid: o.Error != ""}
 		delays[i] = max(o.RetryIn.Milliseconds(), 0)
+		maybe[i], settles[i] = o.MaybePerformed, o.Settles && !o.MaybePerformed
+		windows[i], margins[i] = max(o.KeyWindow.Milliseconds(), 0), max(o.CallTimeout.Milliseconds(), 0)
 	}
-	rows, err := s.db.Query(ctx, s.dq.complete, ids, attempts, states, refs, details, errs, delays)
+	rows, err := s.db.Query(ctx, s.dq.complete, ids, attempts, states, refs, details, errs, delays,
+		maybe, settles, windows, margins)
 	if err != nil {
 		return nil, fmt.Errorf("record outcomes: %w", translate(err))
 	}
@@ -177,12 +309,194 @@ func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []int64, e
 	for _, id := range applied {
 		done[id] = true
 	}
-	for _, id := range ids {
-		if !done[id] {
-			fenced = append(fenced, id)
+	for i, o := range outs {
+		if done[o.ID] {
+			continue
+		}
+		o.ProviderRef, o.Error = refs[i].String, errs[i].String
+		o.Detail = storableDetail(o.Detail)
+		ok, err := s.late(ctx, o)
+		if err != nil {
+			return nil, fmt.Errorf("record late outcome of effect %d: %w", o.ID, err)
+		}
+		if !ok {
+			fenced = append(fenced, o.ID)
 		}
 	}
 	return fenced, nil
+}
+
+// Beginner starts transactions: *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
+// savepoint) satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// dispatcherActor is the actor of late answers in the history.
+const dispatcherActor = "sidefx dispatcher"
+
+// late records outcome o that the complete statement did not apply, in a
+// transaction that locks its effect, and reports whether it changed
+// anything or had been recorded already.
+func (s *Store) late(ctx context.Context, o Outcome) (bool, error) {
+	b, ok := s.db.(Beginner)
+	if !ok {
+		return false, errors.New("the store's database cannot begin a transaction")
+	}
+	var changed bool
+	err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+		var (
+			state           string
+			attempts        int32
+			maybe           []int32
+			ref             string
+			outcomeAttempt  pgtype.Int4
+			operatorDecided bool
+		)
+		err := tx.QueryRow(ctx, s.dq.late, o.ID).Scan(&state, &attempts, &maybe, &ref, &outcomeAttempt, &operatorDecided)
+		if err != nil {
+			return translate(err)
+		}
+		cur := State(state)
+		if int(attempts) < o.Attempt {
+			return nil // no such attempt: nothing to record
+		}
+		if outcomeAttempt.Valid && int(outcomeAttempt.Int32) == o.Attempt && int(attempts) == o.Attempt && cur != Fired {
+			changed = true // recorded already, by a write whose commit looked failed
+			return nil
+		}
+		newest := int(attempts) == o.Attempt
+		left := removeInt(maybe, int32(o.Attempt))
+		switch {
+		case o.MaybePerformed:
+			left = append(left, int32(o.Attempt))
+		case o.Settles && newest:
+			left = nil
+		}
+		if cur == Confirmed && o.State != Confirmed {
+			return nil // performed; nothing a refusal could change
+		}
+		upd := lateUpdate{to: cur, maybe: left}
+		note := fmt.Sprintf("attempt %d answered after its lease: %s", o.Attempt, orNone(o.Error))
+		switch {
+		case o.State == Confirmed && (cur == Pending || cur == Fired || cur == Uncertain || (cur == Failed && !operatorDecided)):
+			upd.to, upd.maybe, upd.store = Confirmed, nil, true
+			note = fmt.Sprintf("attempt %d answered after its lease: performed", o.Attempt)
+		case o.State == Confirmed && cur == Confirmed:
+			if o.ProviderRef == "" || o.ProviderRef == ref {
+				changed = true // the same answer again
+				return nil
+			}
+			upd.flag = fmt.Sprintf("attempt %d was also performed, with reference %s, but the effect was confirmed with %s: a duplicate at the provider?", o.Attempt, o.ProviderRef, orNone(ref))
+			note = upd.flag
+		case o.State == Confirmed:
+			// It was performed, but an operator decided otherwise: keep the
+			// answer as evidence and ask an operator to look.
+			upd.maybe = append(removeInt(left, int32(o.Attempt)), int32(o.Attempt))
+			upd.store = true
+			upd.flag = fmt.Sprintf("attempt %d answered late that it was performed (reference %s), after an operator made the effect %s", o.Attempt, orNone(o.ProviderRef), cur)
+			note = upd.flag
+		case cur == Confirmed || o.MaybePerformed || !newest:
+			// Evidence for or against an old attempt: the state stays.
+		case cur == Pending || cur == Uncertain:
+			// The answer the rescue lacked, and nobody claimed the effect
+			// since: it settles the effect, unless evidence of another
+			// attempt is left.
+			switch {
+			case len(left) == 0:
+				upd.to = o.State
+			case o.State == Failed:
+				upd.to = Uncertain
+			}
+			upd.retry = upd.to == Pending
+		}
+		changedMaybe := !sameInts(upd.maybe, maybe)
+		if upd.to == cur && !upd.store && upd.flag == "" && !changedMaybe {
+			return nil
+		}
+		// Applied means it changed what the effect is, not only its evidence.
+		changed = upd.to != cur || upd.store || upd.flag != ""
+		return s.applyLate(ctx, tx, o, cur, upd, note)
+	})
+	if err != nil {
+		return false, err
+	}
+	return changed, nil
+}
+
+// lateUpdate is what a late answer does to its effect.
+type lateUpdate struct {
+	to    State
+	maybe []int32
+	store bool   // store the reference and the answer
+	retry bool   // due now
+	flag  string // for an operator
+}
+
+func (s *Store) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from State, u lateUpdate, note string) error {
+	if u.maybe == nil {
+		u.maybe = []int32{}
+	}
+	store := u.store
+	_, err := tx.Exec(ctx, `UPDATE `+s.q.table+` SET state = $2, maybe_attempts = $3,
+			provider_ref = CASE WHEN $4 THEN coalesce($5, provider_ref) ELSE provider_ref END,
+			outcome = CASE WHEN $4 THEN coalesce($6::jsonb, outcome) ELSE outcome END,
+			last_error = CASE WHEN $4 THEN last_error ELSE coalesce($7, last_error) END,
+			confirmed_at = CASE WHEN $2 = 'confirmed' AND confirmed_at IS NULL THEN now() ELSE confirmed_at END,
+			next_attempt_at = CASE WHEN $8 THEN now() ELSE next_attempt_at END,
+			lease_until = CASE WHEN $2 = 'fired' THEN lease_until ELSE NULL END,
+			flag = coalesce($9, flag), updated_at = now()
+		WHERE id = $1`,
+		o.ID, string(u.to), u.maybe, store,
+		pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""},
+		pgtype.Text{String: string(o.Detail), Valid: o.Detail != nil},
+		pgtype.Text{String: o.Error, Valid: o.Error != ""},
+		u.retry, pgtype.Text{String: u.flag, Valid: u.flag != ""})
+	if err != nil {
+		return translate(err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO `+eventsOf(s.q.table)+` (effect_id, action, from_state, to_state, actor, note, provider_ref)
+		VALUES ($1, 'late_answer', $2, $3, $4, $5, $6)`,
+		o.ID, string(from), string(u.to), dispatcherActor, truncate(note, 4096),
+		pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""})
+	return translate(err)
+}
+
+func removeInt(xs []int32, x int32) []int32 {
+	var out []int32
+	for _, v := range xs {
+		if v != x {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func sameInts(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n])
 }
 
 // RescuePolicy is what Rescue needs to know of one kind.
@@ -193,6 +507,10 @@ type RescuePolicy struct {
 	Repeatable bool
 	// MaxAttempts applies where the effect has no max_attempts of its own.
 	MaxAttempts int
+	// KeyWindow is how long the kind's provider remembers a key (0: no
+	// window) and Timeout how long a call may take: a repeatable effect is
+	// put back only if its next call can end inside the window.
+	KeyWindow, Timeout time.Duration
 }
 
 // Rescued is one effect Rescue moved.
@@ -204,16 +522,22 @@ type Rescued struct {
 }
 
 // Rescue moves up to limit fired effects of the given kinds whose lease has
-// expired: to pending when repeatable and attempts remain, else to uncertain.
+// expired: to pending when repeatable, attempts remain and the next call can
+// end inside the provider's key window, else to uncertain. Either way the
+// expired attempt joins the effect's MaybeAttempts: its call may have
+// reached the provider.
 func (s *Store) Rescue(ctx context.Context, policies []RescuePolicy, limit int) ([]Rescued, error) {
 	if len(policies) == 0 || limit <= 0 {
 		return nil, nil
 	}
-	kinds, repeatable, maxAttempts := make([]string, len(policies)), make([]bool, len(policies)), make([]int32, len(policies))
+	n := len(policies)
+	kinds, repeatable, maxAttempts := make([]string, n), make([]bool, n), make([]int32, n)
+	windows, timeouts := make([]int64, n), make([]int64, n)
 	for i, p := range policies {
 		kinds[i], repeatable[i], maxAttempts[i] = p.Kind, p.Repeatable, int32(p.MaxAttempts)
+		windows[i], timeouts[i] = p.KeyWindow.Milliseconds(), p.Timeout.Milliseconds()
 	}
-	rows, err := s.db.Query(ctx, s.dq.rescue, kinds, repeatable, maxAttempts, limit)
+	rows, err := s.db.Query(ctx, s.dq.rescue, kinds, repeatable, maxAttempts, limit, windows, timeouts)
 	if err != nil {
 		return nil, fmt.Errorf("rescue expired leases: %w", translate(err))
 	}
@@ -231,14 +555,33 @@ func (s *Store) Rescue(ctx context.Context, policies []RescuePolicy, limit int) 
 	return out, nil
 }
 
-// Reap deletes up to limit confirmed, failed or cancelled effects last
-// updated more than retention ago, and returns how many. Deleting an effect
-// frees its (source_id, kind): a replay of its source after that would
-// enqueue it again, so retention must outlast every replay window.
+// Reap compacts up to limit confirmed, failed or cancelled effects last
+// updated more than retention ago into tombstones, and returns how many. A
+// tombstone drops the payload and the stored answer and keeps the rest: the
+// (source_id, kind) guard, key, payload hash, final state, reference, times
+// and operator history. A replay of its source after reaping is still a
+// duplicate (or a payload mismatch), never a new effect.
 func (s *Store) Reap(ctx context.Context, retention time.Duration, limit int) (int64, error) {
 	tag, err := s.db.Exec(ctx, s.dq.reap, retention.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("reap effects: %w", translate(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PurgeTombstones deletes up to limit tombstones reaped more than retention
+// ago, and returns how many. Deleting a tombstone frees its (source_id,
+// kind): a replay of its source afterwards enqueues the effect again, under
+// the same key, which the provider may have forgotten, so it may be
+// performed twice. Call it only with a retention longer than any replay of
+// the sources. It scans the table.
+func (s *Store) PurgeTombstones(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	if retention <= 0 {
+		return 0, errors.New("purge tombstones: the retention must be positive")
+	}
+	tag, err := s.db.Exec(ctx, s.dq.purge, retention.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge tombstones: %w", translate(err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -251,11 +594,6 @@ func (s *Store) Analyze(ctx context.Context) error {
 		return fmt.Errorf("analyze side_effects: %w", translate(err))
 	}
 	return nil
-}
-
-// Beginner starts transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Exclusive runs fn, with a Store bound to a transaction, only if no other

@@ -38,11 +38,18 @@ var States = []State{Pending, Fired, Confirmed, Failed, Uncertain, Cancelled}
 // Transitions lists, for each state, the states an effect may move to. It is
 // the single statement of the state machine: the Store refuses any other
 // move.
+//
+// Besides the dispatcher's and the operators' moves, a late answer (one
+// that arrives after its lease was rescued) may settle an effect: pending
+// or uncertain to confirmed or failed, and failed to confirmed when the
+// failure was the dispatcher's conclusion, not an operator's. A claim moves
+// a pending effect that may have been performed to uncertain instead of
+// fired when its provider's key window has passed.
 var Transitions = map[State][]State{
-	Pending:   {Fired, Cancelled},
+	Pending:   {Fired, Cancelled, Uncertain, Confirmed, Failed},
 	Fired:     {Confirmed, Failed, Pending, Uncertain},
 	Uncertain: {Confirmed, Failed, Pending}, // an operator's resolution; Pending is an explicit re-fire
-	Failed:    {Pending},                    // an operator's retry
+	Failed:    {Pending, Confirmed},         // an operator's retry; a late answer that it was performed
 	Confirmed: nil,
 	Cancelled: nil,
 }
@@ -89,6 +96,29 @@ type Effect struct {
 	FiredAt       time.Time
 	ConfirmedAt   time.Time
 	UpdatedAt     time.Time
+	// MaybeAttempts lists the attempts that may have reached the provider
+	// without a definite answer: an unknown outcome, or a lease that expired
+	// with no outcome recorded. Only a definite answer removes one.
+	MaybeAttempts []int
+	// FirstFiredAt is when the effect was first claimed; the provider's key
+	// window runs from it.
+	FirstFiredAt time.Time
+	// Flag, if not empty, says why an operator must look at the effect (a
+	// late answer that would overrule an operator's decision).
+	Flag string
+	// ReapedAt is set on a tombstone: a finished effect compacted by the
+	// reaper. Its payload and stored answer are gone (Payload and Outcome are
+	// nil); its key, payload hash, state, reference, times and history stay,
+	// and so does its guard on (SourceID, Kind).
+	ReapedAt time.Time
+}
+
+// MaybePerformed reports whether the effect may have been performed at its
+// provider: it is confirmed, it is fired (its call may be under way), or an
+// attempt may have reached the provider without a definite answer. Such an
+// effect is never cancelled, superseded or called failed.
+func (e *Effect) MaybePerformed() bool {
+	return e.State == Confirmed || e.State == Fired || len(e.MaybeAttempts) > 0
 }
 
 // Limits on what an effect may hold; the table's CHECK constraints say the

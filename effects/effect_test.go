@@ -22,6 +22,12 @@ func TestTransitions_MatchTheDiagram(t *testing.T) {
 		{effects.Uncertain, effects.Failed}:    true,
 		{effects.Uncertain, effects.Pending}:   true,
 		{effects.Failed, effects.Pending}:      true,
+		// A late answer settles a rescued effect; a claim past the key
+		// window makes an effect that may have been performed uncertain.
+		{effects.Pending, effects.Confirmed}: true,
+		{effects.Pending, effects.Failed}:    true,
+		{effects.Pending, effects.Uncertain}: true,
+		{effects.Failed, effects.Confirmed}:  true,
 	}
 	for _, from := range effects.States {
 		for _, to := range effects.States {

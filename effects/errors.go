@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,7 +24,74 @@ var (
 	ErrInvalid = errors.New("invalid effect")
 	// ErrWrongState: the effect is not in the state the operation needs.
 	ErrWrongState = errors.New("effect is not in the expected state")
+	// ErrMaybePerformed: the operation would withdraw or replace an effect
+	// that may have been performed at its provider (see MaybePerformedError).
+	ErrMaybePerformed = errors.New("effect may have been performed")
+	// ErrPastKeyWindow: sending the effect again now could perform it twice,
+	// because its provider's key window has passed since it was first fired;
+	// an operator must say so explicitly.
+	ErrPastKeyWindow = errors.New("the provider's key window has passed")
 )
+
+// MaybePerformedError says why an effect may have been performed, so an
+// operation that needs it never performed was refused; nothing was changed.
+type MaybePerformedError struct {
+	ID       int64
+	Op       string
+	State    State
+	Attempts int
+	// MaybeAttempts are the attempts that reached, or may have reached, the
+	// provider without a definite answer.
+	MaybeAttempts []int
+	// Why is the effect's last error, which says what happened to it.
+	Why string
+}
+
+func (e *MaybePerformedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s effect %d: refused, it may have been performed: it is %s after %d attempt", e.Op, e.ID, e.State, e.Attempts)
+	if e.Attempts != 1 {
+		b.WriteString("s")
+	}
+	switch {
+	case e.State == Fired:
+		b.WriteString(", and its call may be under way")
+	case len(e.MaybeAttempts) > 0:
+		fmt.Fprintf(&b, ", and attempt %s reached the provider without a definite answer", joinInts(e.MaybeAttempts))
+	}
+	if e.Why != "" {
+		fmt.Fprintf(&b, " (%s)", e.Why)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrMaybePerformed) hold.
+func (e *MaybePerformedError) Is(target error) bool { return target == ErrMaybePerformed }
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+// PastKeyWindowError says an operator asked to send an effect again after
+// its provider's key window; nothing was changed.
+type PastKeyWindowError struct {
+	ID           int64
+	Op           string
+	FirstFiredAt time.Time
+	Window       time.Duration
+}
+
+func (e *PastKeyWindowError) Error() string {
+	return fmt.Sprintf("%s effect %d: refused, it was first fired at %s and its provider forgets keys after %s: sent again, it could be performed twice; say so explicitly to go ahead",
+		e.Op, e.ID, e.FirstFiredAt.UTC().Format(time.RFC3339), e.Window)
+}
+
+// Is makes errors.Is(err, ErrPastKeyWindow) hold.
+func (e *PastKeyWindowError) Is(target error) bool { return target == ErrPastKeyWindow }
 
 // ValidationError says which field of which item is wrong, and why.
 type ValidationError struct {

@@ -47,6 +47,13 @@ type Event struct {
 // recording the action in the history, in one statement. An effect in
 // another state is reported with a *StateError and left as it is.
 func (s *Store) transition(ctx context.Context, op string, id int64, from, to State, set string, ref string, a Action, args ...any) (*Effect, error) {
+	return s.guardedTransition(ctx, op, id, from, to, "", set, ref, a, args...)
+}
+
+// guardedTransition is transition with an extra condition on the effect
+// (guard, SQL); an effect in the right state that fails it is reported by
+// refusal.
+func (s *Store) guardedTransition(ctx context.Context, op string, id int64, from, to State, guard, set string, ref string, a Action, args ...any) (*Effect, error) {
 	if err := a.validate(); err != nil {
 		return nil, err
 	}
@@ -61,7 +68,7 @@ func (s *Store) transition(ctx context.Context, op string, id int64, from, to St
 	}
 	sql := `WITH upd AS (
 			UPDATE ` + t + ` SET state = $3, updated_at = now()` + set + `
-			WHERE id = $1 AND state = $2
+			WHERE id = $1 AND state = $2` + guard + `
 			RETURNING *
 		), ev AS (
 			INSERT INTO ` + events + ` (effect_id, action, from_state, to_state, actor, note, provider_ref)
@@ -80,7 +87,7 @@ func (s *Store) transition(ctx context.Context, op string, id int64, from, to St
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	return nil, &StateError{ID: id, State: cur.State, Want: []State{from}, Op: op}
+	return nil, refusal(op, cur, from)
 }
 
 // Retry moves a failed effect back to pending, due now, with extra more
@@ -118,9 +125,11 @@ func (s *Store) Resolve(ctx context.Context, id int64, to State, ref string, a A
 	return nil, invalid("as", fmt.Sprintf("%q: an uncertain effect resolves as confirmed or failed", to))
 }
 
-// CancelByID moves the pending effect id to cancelled.
+// CancelByID moves the pending effect id to cancelled. Like Cancel, it
+// refuses an effect that may have been performed with a
+// *MaybePerformedError.
 func (s *Store) CancelByID(ctx context.Context, id int64, a Action) (*Effect, error) {
-	return s.transition(ctx, "cancel", id, Pending, Cancelled, "", "", a)
+	return s.guardedTransition(ctx, "cancel", id, Pending, Cancelled, " AND "+neverPerformed, "", "", a)
 }
 
 // History returns the operator actions on effect id, oldest first.

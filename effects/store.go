@@ -72,7 +72,8 @@ func columnsOf(alias string) string {
 		a + "payload_hash, " + a + "state, " + a + "attempts, coalesce(" + a + "max_attempts, 0), " +
 		a + "next_attempt_at, " + a + "lease_until, " + a + "claimed_by, " + a + "provider_ref, " +
 		a + "outcome, " + a + "last_error, " + a + "created_at, " + a + "fired_at, " +
-		a + "confirmed_at, " + a + "updated_at"
+		a + "confirmed_at, " + a + "updated_at, " + a + "maybe_attempts, " + a + "first_fired_at, " +
+		a + "flag, " + a + "reaped_at"
 }
 
 var columns = columnsOf("")
@@ -91,7 +92,7 @@ func buildQueries(q string) *queries {
 		getByKey:    `SELECT ` + columns + ` FROM ` + t + ` WHERE idempotency_key = $1`,
 		getBySource: `SELECT ` + columns + ` FROM ` + t + ` WHERE source_id = $1 AND kind = $2`,
 		cancel: `UPDATE ` + t + ` SET state = 'cancelled', updated_at = now()
-			WHERE source_id = $1 AND kind = $2 AND state = 'pending' RETURNING ` + columns,
+			WHERE source_id = $1 AND kind = $2 AND state = 'pending' AND ` + neverPerformed + ` RETURNING ` + columns,
 		counts: `SELECT state, kind, count(*) FROM ` + t + ` GROUP BY state, kind ORDER BY kind, state`,
 		list:   `SELECT ` + columns + ` FROM ` + t,
 		stats: `SELECT kind, state, count(*),
@@ -105,16 +106,26 @@ func scanEffect(row pgx.Row) (*Effect, error) {
 		e                                 Effect
 		state                             string
 		lease, fired, confirmed           pgtype.Timestamptz
+		firstFired, reaped                pgtype.Timestamptz
 		claimedBy, providerRef, lastError pgtype.Text
-		outcome                           []byte
+		flag                              pgtype.Text
+		outcome, payload                  []byte
 		attempts, maxAttempts             int32
+		maybe                             []int32
 	)
-	err := row.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Key, &e.Payload, &e.PayloadHash, &state, &attempts,
+	err := row.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Key, &payload, &e.PayloadHash, &state, &attempts,
 		&maxAttempts, &e.NextAttemptAt, &lease, &claimedBy, &providerRef, &outcome,
-		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt)
+		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt, &maybe, &firstFired, &flag, &reaped)
 	if err != nil {
 		return nil, err
 	}
+	if payload != nil {
+		e.Payload = json.RawMessage(payload)
+	}
+	for _, a := range maybe {
+		e.MaybeAttempts = append(e.MaybeAttempts, int(a))
+	}
+	e.FirstFiredAt, e.ReapedAt, e.Flag = firstFired.Time, reaped.Time, flag.String
 	e.State = State(state)
 	e.Attempts, e.MaxAttempts = int(attempts), int(maxAttempts)
 	e.LeaseUntil, e.FiredAt, e.ConfirmedAt = lease.Time, fired.Time, confirmed.Time
@@ -361,10 +372,28 @@ func (s *Store) StateCounts(ctx context.Context) (map[State]int, error) {
 	return out, nil
 }
 
+// neverPerformed holds for an effect no attempt of which may have reached
+// its provider without a definite answer: the condition for cancelling.
+const neverPerformed = `cardinality(maybe_attempts) = 0`
+
+// refusal explains why op found cur in the wrong state: a
+// *MaybePerformedError when op needs the effect never performed (cancel)
+// and cur may have been, else a *StateError.
+func refusal(op string, cur *Effect, want ...State) error {
+	if op == "cancel" && cur.MaybePerformed() && cur.State != Confirmed {
+		return &MaybePerformedError{ID: cur.ID, Op: op, State: cur.State, Attempts: cur.Attempts,
+			MaybeAttempts: cur.MaybeAttempts, Why: cur.LastError}
+	}
+	return &StateError{ID: cur.ID, State: cur.State, Want: want, Op: op}
+}
+
 // Cancel moves the pending effect of kind caused by sourceID to cancelled
-// and returns it. An effect in any other state is left as it is and reported
-// with a *StateError (errors.Is ErrWrongState); a missing one with
-// ErrNotFound.
+// and returns it. Only an effect that was never performed can be cancelled:
+// one that is fired, or whose attempts may have reached the provider without
+// a definite answer, is refused with a *MaybePerformedError (errors.Is
+// ErrMaybePerformed); an effect in another state with a *StateError
+// (errors.Is ErrWrongState); a missing one with ErrNotFound. A cancelled
+// effect keeps its (source_id, kind): enqueuing it again is a duplicate.
 func (s *Store) Cancel(ctx context.Context, sourceID, kind string) (*Effect, error) {
 	e, err := scanEffect(s.db.QueryRow(ctx, s.q.cancel, sourceID, kind))
 	if err == nil {
@@ -377,5 +406,5 @@ func (s *Store) Cancel(ctx context.Context, sourceID, kind string) (*Effect, err
 	if err != nil {
 		return nil, fmt.Errorf("cancel: %w", err)
 	}
-	return nil, &StateError{ID: cur.ID, State: cur.State, Want: []State{Pending}, Op: "cancel"}
+	return nil, refusal("cancel", cur, Pending)
 }

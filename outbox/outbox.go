@@ -22,8 +22,13 @@ var (
 	ErrInvalid = effects.ErrInvalid
 	// ErrNotFound: Cancel found no effect for the source and kind.
 	ErrNotFound = effects.ErrNotFound
-	// ErrWrongState: Cancel found the effect claimed or finished already.
+	// ErrWrongState: Cancel found the effect finished already.
 	ErrWrongState = effects.ErrWrongState
+	// ErrMaybePerformed: Cancel found an effect that may have been performed
+	// (fired, or an attempt reached the provider without a definite answer).
+	// The error is an *effects.MaybePerformedError naming state, attempts and
+	// why.
+	ErrMaybePerformed = effects.ErrMaybePerformed
 )
 
 // DefaultMaxPayloadBytes is the default limit on one payload's JSON.
@@ -167,9 +172,14 @@ func (o *Outbox) EnqueueMany(ctx context.Context, db DB, es []Effect) ([]Enqueue
 }
 
 // Cancel moves the pending effect of kind caused by sourceID to cancelled.
-// An effect already claimed or finished is not changed: the error is an
-// *effects.StateError (errors.Is ErrWrongState) naming its state; a missing
-// one is ErrNotFound.
+// Only an effect that was never performed is cancelled: one that is fired,
+// or pending again after an attempt that may have reached the provider (an
+// answer lost, a lease rescued), is refused with an
+// *effects.MaybePerformedError (errors.Is ErrMaybePerformed). A finished
+// effect is not changed: the error is an *effects.StateError (errors.Is
+// ErrWrongState) naming its state; a missing one is ErrNotFound. A
+// cancelled effect keeps its (source_id, kind): enqueuing it again is a
+// duplicate, not a new effect.
 func (o *Outbox) Cancel(ctx context.Context, db DB, sourceID, kind string) error {
 	if err := effects.ValidateSourceID(sourceID); err != nil {
 		return err
