@@ -272,3 +272,32 @@ func TestStore_PutBackUndoesALostClaim(t *testing.T) {
 		t.Fatalf("a second put back moved %v, %v", ids, err)
 	}
 }
+
+func TestStore_RefirePastTheKeyWindowNeedsConsent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := one(t, b, "r", "k.keyed")
+	claim(t, b, "w", time.Minute, "k.keyed")
+	complete(t, b, effects.Outcome{ID: id, Attempt: 1, State: effects.Uncertain, MaybePerformed: true, Error: "timeout"})
+	op := effects.Action{Actor: "ops", Note: "nothing at the provider"}
+	inside := effects.RefireOptions{KeyWindow: 24 * time.Hour}
+
+	ageFirstFire(t, b, id, 25*time.Hour)
+	_, err := b.store.Refire(b.ctx, id, 1, inside, op)
+	var pw *effects.PastKeyWindowError
+	if !errors.As(err, &pw) || !errors.Is(err, effects.ErrPastKeyWindow) || pw.Window != 24*time.Hour {
+		t.Fatalf("refire past the window: %v", err)
+	}
+	if e := get(t, b, id); e.State != effects.Uncertain {
+		t.Fatalf("a refused refire changed the effect: %s", e.State)
+	}
+	inside.PastKeyWindow = true
+	e, err := b.store.Refire(b.ctx, id, 1, inside, op)
+	if err != nil || e.State != effects.Pending || len(e.MaybeAttempts) != 0 {
+		t.Fatalf("refire with consent: %+v, %v", e, err)
+	}
+	hist, _ := b.store.History(b.ctx, id)
+	if len(hist) != 1 || !strings.Contains(hist[0].Note, "past the provider's key window") {
+		t.Fatalf("history = %+v", hist)
+	}
+}

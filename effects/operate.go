@@ -2,6 +2,7 @@ package effects
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -65,6 +66,7 @@ func (s *Store) guardedTransition(ctx context.Context, op string, id int64, from
 	n := 7 // placeholders $1…$7 are taken below
 	for i := range args {
 		set = strings.ReplaceAll(set, fmt.Sprintf("$x%d", i+1), fmt.Sprintf("$%d", n+i+1))
+		guard = strings.ReplaceAll(guard, fmt.Sprintf("$x%d", i+1), fmt.Sprintf("$%d", n+i+1))
 	}
 	sql := `WITH upd AS (
 			UPDATE ` + t + ` SET state = $3, updated_at = now()` + set + `
@@ -90,25 +92,71 @@ func (s *Store) guardedTransition(ctx context.Context, op string, id int64, from
 	return nil, refusal(op, cur, from)
 }
 
-// Retry moves a failed effect back to pending, due now, with extra more
-// attempts than it has made. Its key is unchanged.
-func (s *Store) Retry(ctx context.Context, id int64, extra int, a Action) (*Effect, error) {
+// RefireOptions says what an operator accepts when an effect is sent again.
+type RefireOptions struct {
+	// KeyWindow is how long the effect's provider remembers a key (0: it
+	// has no window, or does not take keys).
+	KeyWindow time.Duration
+	// PastKeyWindow sends an effect that may have been performed although
+	// its provider's key window has passed since it was first fired,
+	// accepting that it may be performed twice. Without it, such a request
+	// is refused with a *PastKeyWindowError. Its evidence is cleared: the
+	// operator has decided.
+	PastKeyWindow bool
+}
+
+// sendAgain moves effect id from one state to pending, due now, with extra
+// more attempts, checking the key window first.
+func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, extra int, o RefireOptions, a Action) (*Effect, error) {
 	if extra < 1 {
 		return nil, invalid("attempts", "must be at least 1")
 	}
-	return s.transition(ctx, "retry", id, Failed, Pending,
-		`, next_attempt_at = now(), max_attempts = attempts + $x1`, "", a, extra)
+	if o.KeyWindow < 0 {
+		return nil, invalid("key window", "must not be negative")
+	}
+	// Past the window, an effect that may have been performed is sent again
+	// only when the operator says so, and then without its evidence (the
+	// claim would otherwise refuse it again).
+	guard := ` AND ($x2 OR $x3 = 0 OR cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
+		OR now() < first_fired_at + $x3 * interval '1 millisecond')`
+	set := `, next_attempt_at = now(), max_attempts = attempts + $x1,
+		maybe_attempts = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
+			AND now() >= first_fired_at + $x3 * interval '1 millisecond' THEN '{}' ELSE maybe_attempts END`
+	if o.PastKeyWindow {
+		a.Note = strings.TrimSpace(a.Note + " [sent again past the provider's key window: may be performed twice]")
+		if err := a.validate(); err != nil {
+			return nil, err
+		}
+	}
+	e, err := s.guardedTransition(ctx, op, id, from, Pending, guard, set, "", a, extra, o.PastKeyWindow, o.KeyWindow.Milliseconds())
+	var se *StateError
+	if errors.As(err, &se) && se.State == from {
+		// The state was right: the window refused it.
+		cur, gerr := s.Get(ctx, id)
+		if gerr != nil {
+			return nil, fmt.Errorf("%s: %w", op, gerr)
+		}
+		return nil, &PastKeyWindowError{ID: id, Op: op, FirstFiredAt: cur.FirstFiredAt, Window: o.KeyWindow}
+	}
+	return e, err
+}
+
+// Retry moves a failed effect back to pending, due now, with extra more
+// attempts than it has made. Its key is unchanged. A failed effect that may
+// have been performed (an operator resolved it as failed, or a late answer
+// said it was performed) is refused past its provider's key window unless
+// o.PastKeyWindow.
+func (s *Store) Retry(ctx context.Context, id int64, extra int, o RefireOptions, a Action) (*Effect, error) {
+	return s.sendAgain(ctx, "retry", id, Failed, extra, o, a)
 }
 
 // Refire moves an uncertain effect back to pending, due now, with extra more
 // attempts. The effect may have happened already: at a provider without
-// idempotency keys the refire may do it twice. The caller accepts that.
-func (s *Store) Refire(ctx context.Context, id int64, extra int, a Action) (*Effect, error) {
-	if extra < 1 {
-		return nil, invalid("attempts", "must be at least 1")
-	}
-	return s.transition(ctx, "refire", id, Uncertain, Pending,
-		`, next_attempt_at = now(), max_attempts = attempts + $x1`, "", a, extra)
+// idempotency keys the refire may do it twice, and so may one at a provider
+// that honours keys once its key window has passed, which is refused unless
+// o.PastKeyWindow. The caller accepts that.
+func (s *Store) Refire(ctx context.Context, id int64, extra int, o RefireOptions, a Action) (*Effect, error) {
+	return s.sendAgain(ctx, "refire", id, Uncertain, extra, o, a)
 }
 
 // Resolve settles an uncertain effect as confirmed (it happened; ref, if

@@ -47,15 +47,15 @@ func TestStore_OperatorTransitionsAreGuardedAndRecorded(t *testing.T) {
 		do   func() (*effects.Effect, error)
 		was  effects.State
 	}{
-		{"retry a pending effect", func() (*effects.Effect, error) { return b.store.Retry(b.ctx, pending.ID, 3, ops) }, effects.Pending},
-		{"retry an uncertain effect", func() (*effects.Effect, error) { return b.store.Retry(b.ctx, unsure.ID, 3, ops) }, effects.Uncertain},
+		{"retry a pending effect", func() (*effects.Effect, error) { return b.store.Retry(b.ctx, pending.ID, 3, effects.RefireOptions{}, ops) }, effects.Pending},
+		{"retry an uncertain effect", func() (*effects.Effect, error) { return b.store.Retry(b.ctx, unsure.ID, 3, effects.RefireOptions{}, ops) }, effects.Uncertain},
 		{"resolve a failed effect", func() (*effects.Effect, error) {
 			return b.store.Resolve(b.ctx, failed.ID, effects.Confirmed, "", ops)
 		}, effects.Failed},
 		{"resolve a pending effect", func() (*effects.Effect, error) {
 			return b.store.Resolve(b.ctx, pending.ID, effects.Failed, "", ops)
 		}, effects.Pending},
-		{"refire a failed effect", func() (*effects.Effect, error) { return b.store.Refire(b.ctx, failed.ID, 1, ops) }, effects.Failed},
+		{"refire a failed effect", func() (*effects.Effect, error) { return b.store.Refire(b.ctx, failed.ID, 1, effects.RefireOptions{}, ops) }, effects.Failed},
 		{"cancel an uncertain effect", func() (*effects.Effect, error) { return b.store.CancelByID(b.ctx, unsure.ID, ops) }, effects.Uncertain},
 	}
 	for _, r := range refusals {
@@ -65,10 +65,10 @@ func TestStore_OperatorTransitionsAreGuardedAndRecorded(t *testing.T) {
 			t.Errorf("%s: err = %v, want a StateError naming %s", r.name, err, r.was)
 		}
 	}
-	if _, err := b.store.Retry(b.ctx, 999999, 1, ops); !errors.Is(err, effects.ErrNotFound) {
+	if _, err := b.store.Retry(b.ctx, 999999, 1, effects.RefireOptions{}, ops); !errors.Is(err, effects.ErrNotFound) {
 		t.Errorf("retry a missing effect: %v", err)
 	}
-	if _, err := b.store.Retry(b.ctx, failed.ID, 1, effects.Action{}); !errors.Is(err, effects.ErrInvalid) {
+	if _, err := b.store.Retry(b.ctx, failed.ID, 1, effects.RefireOptions{}, effects.Action{}); !errors.Is(err, effects.ErrInvalid) {
 		t.Errorf("retry without an actor: %v", err)
 	}
 	if _, err := b.store.Resolve(b.ctx, unsure.ID, effects.Pending, "", ops); !errors.Is(err, effects.ErrInvalid) {
@@ -76,7 +76,7 @@ func TestStore_OperatorTransitionsAreGuardedAndRecorded(t *testing.T) {
 	}
 
 	// The allowed moves.
-	e, err := b.store.Retry(b.ctx, failed.ID, 3, ops)
+	e, err := b.store.Retry(b.ctx, failed.ID, 3, effects.RefireOptions{}, ops)
 	if err != nil || e.State != effects.Pending || e.MaxAttempts != 4 || e.Attempts != 1 {
 		t.Fatalf("retry = %+v, %v", e, err)
 	}
@@ -88,7 +88,7 @@ func TestStore_OperatorTransitionsAreGuardedAndRecorded(t *testing.T) {
 	if err != nil || e.State != effects.Failed || !strings.Contains(e.LastError, "resolved as failed by ops: never arrived") {
 		t.Fatalf("resolve failed = %+v, %v", e, err)
 	}
-	e, err = b.store.Refire(b.ctx, unsure3.ID, 1, effects.Action{Actor: "ops", Note: "accepting a possible duplicate"})
+	e, err = b.store.Refire(b.ctx, unsure3.ID, 1, effects.RefireOptions{}, effects.Action{Actor: "ops", Note: "accepting a possible duplicate"})
 	if err != nil || e.State != effects.Pending || e.MaxAttempts != 2 {
 		t.Fatalf("refire = %+v, %v", e, err)
 	}

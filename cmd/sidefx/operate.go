@@ -58,7 +58,7 @@ func retryCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	defer done()
-	e, err = store.Retry(ctx, e.ID, *attempts, op.action())
+	e, err = store.Retry(ctx, e.ID, *attempts, effects.RefireOptions{}, op.action())
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func resolveCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	defer done()
 	if *refire {
-		e, err = store.Refire(ctx, e.ID, *attempts, op.action())
+		e, err = store.Refire(ctx, e.ID, *attempts, effects.RefireOptions{}, op.action())
 		if err != nil {
 			return err
 		}
