@@ -47,15 +47,21 @@ func TestStore_OperatorTransitionsAreGuardedAndRecorded(t *testing.T) {
 		do   func() (*effects.Effect, error)
 		was  effects.State
 	}{
-		{"retry a pending effect", func() (*effects.Effect, error) { return b.store.Retry(b.ctx, pending.ID, 3, effects.RefireOptions{}, ops) }, effects.Pending},
-		{"retry an uncertain effect", func() (*effects.Effect, error) { return b.store.Retry(b.ctx, unsure.ID, 3, effects.RefireOptions{}, ops) }, effects.Uncertain},
+		{"retry a pending effect", func() (*effects.Effect, error) {
+			return b.store.Retry(b.ctx, pending.ID, 3, effects.RefireOptions{}, ops)
+		}, effects.Pending},
+		{"retry an uncertain effect", func() (*effects.Effect, error) {
+			return b.store.Retry(b.ctx, unsure.ID, 3, effects.RefireOptions{}, ops)
+		}, effects.Uncertain},
 		{"resolve a failed effect", func() (*effects.Effect, error) {
 			return b.store.Resolve(b.ctx, failed.ID, effects.Confirmed, "", ops)
 		}, effects.Failed},
 		{"resolve a pending effect", func() (*effects.Effect, error) {
 			return b.store.Resolve(b.ctx, pending.ID, effects.Failed, "", ops)
 		}, effects.Pending},
-		{"refire a failed effect", func() (*effects.Effect, error) { return b.store.Refire(b.ctx, failed.ID, 1, effects.RefireOptions{}, ops) }, effects.Failed},
+		{"refire a failed effect", func() (*effects.Effect, error) {
+			return b.store.Refire(b.ctx, failed.ID, 1, effects.RefireOptions{}, ops)
+		}, effects.Failed},
 		{"cancel an uncertain effect", func() (*effects.Effect, error) { return b.store.CancelByID(b.ctx, unsure.ID, ops) }, effects.Uncertain},
 	}
 	for _, r := range refusals {
