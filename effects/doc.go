@@ -12,11 +12,53 @@
 //	   ▲                 │ ──rejected─────────────▶ failed
 //	   └──retryable──────┤ ──attempts exhausted──▶ failed
 //	                     └──unknown outcome, non-idempotent provider──▶ uncertain
-//	pending ──cancel──▶ cancelled
+//	pending ──cancel (never possibly performed)──▶ cancelled
 //
 // Transitions holds these moves as data; operators may also resolve an
 // uncertain effect (to confirmed, failed, or pending for an explicit re-fire)
 // and retry a failed one.
+//
+// # Evidence
+//
+// An effect records the attempts that may have reached its provider without
+// a definite answer (Effect.MaybeAttempts): an unknown outcome, or a lease
+// that expired with no outcome recorded. Only a definite answer removes an
+// attempt: an answer to that attempt, or, from a provider that honours keys,
+// a confirmation or refusal for the key, which answers for every attempt.
+// An effect that may have been performed (Effect.MaybePerformed: fired, or
+// with evidence) is never cancelled (*MaybePerformedError) and never called
+// failed: a failure with evidence left is recorded as uncertain. failed
+// means definitely not performed, or definitely refused.
+//
+// # Late answers
+//
+// An answer that arrives after its lease was rescued, or after another
+// attempt was claimed, is never thrown away. A late "performed" confirms the
+// effect with its reference, from pending, fired, uncertain, or failed when
+// the failure was the dispatcher's conclusion. Where it would overrule an
+// operator (an effect resolved as failed, or cancelled), the reference and
+// answer are stored, the attempt is kept as evidence, and Effect.Flag asks an
+// operator to look. A late definite "not performed" settles an effect nobody
+// claimed since. Each late answer is in the history (action late_answer).
+//
+// # Key windows
+//
+// A provider remembers a key for a window from the first request (Stripe:
+// 24 hours). Effect.FirstFiredAt is when the effect was first claimed. An
+// effect that may have been performed is never sent after its window: the
+// claim, the outcome write and the rescue make it uncertain instead, whether
+// the repeat would come from a rescue, a retry after an unknown outcome, a
+// backoff or a Retry-After. An operator's Retry or Refire past the window is
+// refused (*PastKeyWindowError) unless RefireOptions.PastKeyWindow.
+//
+// # Tombstones
+//
+// Reaping never frees a guard. Store.Reap compacts a finished effect in
+// place: its payload and stored answer go; its (source_id, kind), key,
+// payload hash, final state, reference, times and history stay. A replay of
+// its source afterwards is a duplicate (same payload) or a mismatch (another
+// payload), in Go and in the SQL functions alike. Tombstones are kept
+// forever unless Store.PurgeTombstones is called, which frees their guards.
 //
 // # Errors
 //
