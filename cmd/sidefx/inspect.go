@@ -114,6 +114,7 @@ func printEffect(io *IO, e *effects.Effect, history []effects.Event) {
 	row("attempts", fmt.Sprintf("%d (max: %s)", e.Attempts, maxA))
 	row("created", when(e.CreatedAt))
 	row("next attempt", when(e.NextAttemptAt))
+	row("first fired", when(e.FirstFiredAt))
 	row("fired", when(e.FiredAt))
 	if e.State == effects.Fired {
 		row("lease until", when(e.LeaseUntil))
@@ -123,8 +124,16 @@ func printEffect(io *IO, e *effects.Effect, history []effects.Event) {
 	row("updated", when(e.UpdatedAt))
 	row("provider ref", orDash(e.ProviderRef))
 	row("last error", orDash(e.LastError))
-	row("payload", string(e.Payload))
-	row("outcome", orDash(string(e.Outcome)))
+	row("maybe performed", evidence(e))
+	if e.Flag != "" {
+		row("flag", e.Flag)
+	}
+	if !e.ReapedAt.IsZero() {
+		row("tombstone", "reaped at "+when(e.ReapedAt)+": payload and stored answer dropped; the key and guard stay")
+	} else {
+		row("payload", string(e.Payload))
+		row("outcome", orDash(string(e.Outcome)))
+	}
 	w.Flush()
 	if len(history) == 0 {
 		fmt.Fprintln(io.Out, "history\tno operator action")
@@ -141,6 +150,25 @@ func printEffect(io *IO, e *effects.Effect, history []effects.Event) {
 		}
 		fmt.Fprintln(io.Out, strings.TrimRight(line, " "))
 	}
+}
+
+// evidence says whether e may have been performed, and why.
+func evidence(e *effects.Effect) string {
+	switch {
+	case e.State == effects.Confirmed:
+		return "yes: confirmed"
+	case e.State == effects.Fired:
+		return "maybe: its call may be under way"
+	case len(e.MaybeAttempts) > 0:
+		s := make([]string, len(e.MaybeAttempts))
+		for i, a := range e.MaybeAttempts {
+			s[i] = strconv.Itoa(a)
+		}
+		return "maybe: attempt " + strings.Join(s, ", ") + " reached the provider without a definite answer"
+	case e.Attempts == 0:
+		return "no: never sent"
+	}
+	return "no: every attempt had a definite answer"
 }
 
 func orDash(s string) string {
