@@ -4,21 +4,50 @@
 // A Provider takes one claimed effect — its derived key, payload and attempt
 // number — makes one call, and classifies the answer:
 //
-//	class      meaning                                         next state
-//	confirmed  accepted (first time, or replayed for our key)  confirmed
-//	rejected   a definite no (validation, declined, 4xx)       failed
-//	retryable  definitely not done (429, 5xx, refused)         pending, with backoff
-//	unknown    may have happened (timeout, reset after send)   pending if Idempotent, else uncertain
+//	class      meaning                                          next state
+//	confirmed  accepted (first time, or replayed for our key)   confirmed
+//	rejected   definitely not performed, or definitely refused  failed
+//	           (validation, declined, bad credentials)
+//	retryable  definitely not done, worth asking again (429,    pending, with backoff
+//	           a request never received whole, refused conn.)
+//	unknown    may have happened (timeout or reset after send,  pending if Idempotent (same key,
+//	           a 5xx, a conflict with an attempt in flight)     inside the key window), else uncertain
 //
-// Getting the class right is the provider's whole job: calling a timeout
-// "retryable" at a provider without idempotency keys sends a second email or
-// a second charge; calling a decline "unknown" leaves an effect uncertain
-// that an operator must clear by hand.
+// Getting the class right is the provider's whole job, and the rule is to
+// claim "not performed" only where the answer proves it. Calling a timeout
+// or a 5xx "retryable" at a provider without idempotency keys sends a second
+// email; calling Stripe's stored 500 "retryable" retries into the same 500
+// until the effect ends failed although the charge may exist; calling a
+// decline "unknown" leaves an effect uncertain that an operator must clear
+// by hand. ClassifyStatus is the generic table for HTTP statuses and
+// TransportResult the one for errors from sending; each provider's package
+// documentation has its own table, with the vendor's rule behind each line.
 //
 // Callers branch on the Result's predicates (IsConfirmed, IsRejected,
-// IsRetryable, IsUnknown), not on its fields. Results carry no secrets: their
-// Err message and Detail are stored in the effect's row.
+// IsRetryable, IsUnknown), not on its fields.
 //
-// Package providertest has fakes that count what was performed per key and
-// inject faults, for tests and benchmarks.
+// # Key windows
+//
+// An idempotent provider's peer remembers a key for a bounded time: Stripe
+// for 24 hours, a webhook receiver for as long as it keeps webhook-ids. A
+// provider states it by implementing KeyWindower; KeyWindow(p) reads it (0:
+// no window, or not idempotent). A possibly-performed effect is never sent
+// again once its first attempt is older than the window: the peer may have
+// forgotten the key, and a repeat would perform the effect twice.
+//
+// # Secrets
+//
+// A Result's Err message and Detail are stored in the effect's row
+// (last_error, outcome) and logged, so they must hold no secret, whatever a
+// peer echoes back. Every provider builds a Redactor from each value it is
+// configured with that bears a secret — API keys, signing secrets, header
+// values, a URL's user information and query values (URLSecrets,
+// HeaderSecrets) — and passes each Result through Redactor.Result: every
+// occurrence, as is or in the encodings an echo carries it in, becomes
+// "[redacted]", and the Detail stays valid JSON. RedactURL shows a URL
+// without its secrets.
+//
+// Package providertest has fakes that count what was performed per key,
+// model key windows and inject faults, and the conformance suite every
+// provider passes.
 package providers

@@ -69,15 +69,32 @@ func RetryAfter(h http.Header, now time.Time) time.Duration {
 }
 
 // ClassifyStatus gives the class of an HTTP status for a provider without
-// special cases: 2xx confirmed; 408, 409, 425, 429 and 5xx retryable (the
-// peer did not act, or asks to be asked again); other 4xx rejected; 1xx and
-// 3xx unknown (the peer answered something we cannot read as a decision).
+// special cases, claiming "not performed" only where the status proves it:
+//
+//	2xx                 confirmed  the peer accepted the request
+//	408, 425, 429       retryable  refused before it was acted on: the request
+//	                               was not received in full (408), not
+//	                               processed as early data (425), or rate
+//	                               limited (a limiter runs before the work)
+//	409                 unknown    a conflict, at an API with idempotency keys
+//	                               another request under the same key still in
+//	                               flight: the effect may be in progress
+//	other 4xx           rejected   a definite refusal of this request
+//	5xx                 unknown    the peer failed while handling the request,
+//	                               perhaps after it acted; a gateway's 502 or
+//	                               504 may follow the upstream's work
+//	1xx, 3xx, other     unknown    no decision the provider can read
+//
+// Providers with documented exceptions (Stripe's card errors, a receiver's
+// 410) check those first.
 func ClassifyStatus(code int) Class {
 	switch {
 	case code >= 200 && code < 300:
 		return Confirmed
-	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooEarly, code == http.StatusTooManyRequests, code >= 500:
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests:
 		return Retryable
+	case code == http.StatusConflict:
+		return Unknown
 	case code >= 400 && code < 500:
 		return Rejected
 	}

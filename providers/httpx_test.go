@@ -45,9 +45,11 @@ func TestClassifyStatus(t *testing.T) {
 	cases := map[int]providers.Class{
 		200: providers.Confirmed, 201: providers.Confirmed, 202: providers.Confirmed, 204: providers.Confirmed,
 		400: providers.Rejected, 401: providers.Rejected, 402: providers.Rejected, 404: providers.Rejected, 410: providers.Rejected, 422: providers.Rejected,
-		408: providers.Retryable, 409: providers.Retryable, 425: providers.Retryable, 429: providers.Retryable,
-		500: providers.Retryable, 502: providers.Retryable, 503: providers.Retryable,
-		100: providers.Unknown, 301: providers.Unknown, 302: providers.Unknown,
+		408: providers.Retryable, 425: providers.Retryable, 429: providers.Retryable,
+		// The peer may have acted: another attempt under the key in
+		// flight, or a failure after the work began.
+		409: providers.Unknown, 500: providers.Unknown, 502: providers.Unknown, 503: providers.Unknown, 504: providers.Unknown,
+		100: providers.Unknown, 301: providers.Unknown, 302: providers.Unknown, 303: providers.Unknown, 600: providers.Unknown,
 	}
 	for code, want := range cases {
 		if got := providers.ClassifyStatus(code); got != want {

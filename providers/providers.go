@@ -30,15 +30,23 @@ const (
 	// Confirmed: the provider accepted the effect, the first time or as a
 	// replay of an earlier attempt with the same key.
 	Confirmed Class = iota + 1
-	// Rejected: a definite no (validation error, card declined, most 4xx).
+	// Rejected: the effect was definitely not performed, or definitely
+	// refused (a validation error, a declined card, a revoked key). The
+	// effect becomes failed, which readers take to mean exactly that:
+	// never use it for an answer after which the peer may have acted.
 	// Retrying would not help.
 	Rejected
-	// Retryable: definitely not done (429, 5xx before acceptance, connection
-	// refused), or safe to repeat. Retried with backoff.
+	// Retryable: definitely not done, and worth asking again: a refusal the
+	// peer makes before it begins (429, a request it never received in
+	// full), or a request that never left (connection refused). Retried
+	// with backoff.
 	Retryable
-	// Unknown: may have happened (a timeout or a connection reset after the
-	// request was sent). Retried with the same key at an idempotent
-	// provider; uncertain at one that is not.
+	// Unknown: may have happened. A timeout or a connection reset after the
+	// request was sent; a 5xx, after which the peer may have acted (Stripe
+	// saves a 500 for the key once it began executing and replays it); a
+	// conflict with another attempt under the same key still in flight.
+	// Retried with the same key at an idempotent provider, inside its key
+	// window; uncertain at one that is not.
 	Unknown
 )
 
@@ -137,4 +145,30 @@ type Provider interface {
 	Idempotent() bool
 	// Call performs c once and classifies the answer.
 	Call(ctx context.Context, c Call) Result
+}
+
+// KeyWindower is implemented by a provider whose peer remembers an
+// idempotency key for a bounded time: a repeat of the key after that window
+// is a new request, and may perform the effect again.
+type KeyWindower interface {
+	// KeyWindow returns how long the peer is sure to remember a key,
+	// counted from the first request that carried it. Zero or negative
+	// means no bound is known: the provider declares no window.
+	KeyWindow() time.Duration
+}
+
+// KeyWindow returns how long p's peer remembers a key: 0 means the provider
+// has no key window (keys never expire at the peer, or the provider is not
+// idempotent, so there is no key to remember). A possibly-performed effect
+// must not be sent again once its first attempt is older than the window.
+func KeyWindow(p Provider) time.Duration {
+	if p == nil || !p.Idempotent() {
+		return 0
+	}
+	if w, ok := p.(KeyWindower); ok {
+		if d := w.KeyWindow(); d > 0 {
+			return d
+		}
+	}
+	return 0
 }

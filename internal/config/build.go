@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,22 +83,9 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 	}
 	var problems []*FieldError
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
-		pc := c.Providers[name]
-		field, env := "api_key_env", pc.APIKeyEnv
-		if pc.Type == TypeWebhook {
-			field, env = "secret_env", pc.SecretEnv
-		}
-		path := providerPath(name) + "." + field
-		secret := getenv(env)
-		if secret == "" {
-			problems = append(problems, &FieldError{Path: path, Problem: fmt.Sprintf("environment variable %s is not set or empty", env)})
-			continue
-		}
-		p, err := newProvider(name, pc, secret, c.stripeOperations(name))
-		if err != nil {
-			// The configuration passed its dry run in validate: what the
-			// provider refuses now is the secret.
-			problems = append(problems, &FieldError{Path: path, Problem: fmt.Sprintf("the value of %s is not usable: %s", env, scrub(err.Error(), secret))})
+		p, ps := buildProvider(name, c.Providers[name], getenv, c.stripeOperations(name))
+		if len(ps) > 0 {
+			problems = append(problems, ps...)
 			continue
 		}
 		rt.Providers[name] = p
@@ -162,15 +150,111 @@ func (c *Config) stripeOperations(name string) map[string]string {
 	return ops
 }
 
-// newProvider builds the provider pc describes, with its secret.
-func newProvider(name string, pc ProviderConfig, secret string, ops map[string]string) (providers.Provider, error) {
+// secrets are the values a provider's *_env fields name, read at Build.
+type secrets struct {
+	apiKey  string            // stripe, sendgrid: api_key_env
+	signing []string          // webhook: secret_env, then secrets_env
+	headers map[string]string // webhook: headers_env, by header name
+}
+
+// all returns every secret value, for a Redactor.
+func (s secrets) all() []string {
+	out := append([]string{s.apiKey}, s.signing...)
+	for _, v := range s.headers {
+		out = append(out, providers.HeaderSecrets(v)...)
+	}
+	return out
+}
+
+// buildProvider reads the secrets pc names from the environment and builds
+// the provider. Its problems name the field and the variable, never a
+// value.
+func buildProvider(name string, pc ProviderConfig, getenv func(string) string, ops map[string]string) (providers.Provider, []*FieldError) {
+	path := providerPath(name)
+	var problems []*FieldError
+	var s secrets
+	// read returns the value of env, named by field, checked by check (nil:
+	// any value but empty).
+	read := func(field, env string, check func(string) error) string {
+		v := getenv(env)
+		if v == "" {
+			problems = append(problems, &FieldError{Path: path + "." + field, Problem: fmt.Sprintf("environment variable %s is not set or empty", env)})
+			return ""
+		}
+		if check != nil {
+			if err := check(v); err != nil {
+				problems = append(problems, &FieldError{Path: path + "." + field, Problem: fmt.Sprintf("the value of %s is not usable: %s",
+					env, providers.NewRedactor(v).String(err.Error()))})
+			}
+		}
+		return v
+	}
+	switch pc.Type {
+	case TypeStripe, TypeSendGrid:
+		s.apiKey = read("api_key_env", pc.APIKeyEnv, nil)
+	case TypeWebhook:
+		// Each secret and header value is tried on its own, so that a
+		// refusal names its field.
+		checkSecret := func(v string) error {
+			return tryWebhook(webhook.Config{URL: pc.URL, Secret: v})
+		}
+		if pc.SecretEnv != "" {
+			s.signing = append(s.signing, read("secret_env", pc.SecretEnv, checkSecret))
+		}
+		for i, env := range pc.SecretsEnv {
+			s.signing = append(s.signing, read("secrets_env["+strconv.Itoa(i)+"]", env, checkSecret))
+		}
+		for _, h := range slices.Sorted(maps.Keys(pc.HeadersEnv)) {
+			if s.headers == nil {
+				s.headers = map[string]string{}
+			}
+			s.headers[h] = read("headers_env["+strconv.Quote(h)+"]", pc.HeadersEnv[h], func(v string) error {
+				return tryWebhook(webhook.Config{URL: pc.URL, Secret: standIn[TypeWebhook], Headers: map[string]string{h: v}})
+			})
+		}
+	}
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	p, err := newProvider(name, pc, s, ops)
+	if err != nil {
+		// The configuration passed its dry run in validate, and each
+		// webhook secret its own check: what the provider refuses now is a
+		// secret.
+		field, what := "api_key_env", "the value of "+pc.APIKeyEnv
+		if pc.Type == TypeWebhook {
+			field, what = "secret_env", "a secret or header value"
+		}
+		return nil, []*FieldError{{Path: path + "." + field, Problem: fmt.Sprintf("%s is not usable: %s",
+			what, providers.NewRedactor(s.all()...).String(err.Error()))}}
+	}
+	return p, nil
+}
+
+// tryWebhook reports whether webhook.New accepts cfg.
+func tryWebhook(cfg webhook.Config) error {
+	p, err := webhook.New(&cfg)
+	if err == nil {
+		p.Close()
+	}
+	return err
+}
+
+// newProvider builds the provider pc describes, with its secrets.
+func newProvider(name string, pc ProviderConfig, s secrets, ops map[string]string) (providers.Provider, error) {
 	switch pc.Type {
 	case TypeStripe:
-		return stripe.New(&stripe.Config{Name: name, APIKey: secret, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout), Operations: ops})
+		return stripe.New(&stripe.Config{Name: name, APIKey: s.apiKey, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout), Operations: ops})
 	case TypeSendGrid:
-		return sendgrid.New(&sendgrid.Config{Name: name, APIKey: secret, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout)})
+		return sendgrid.New(&sendgrid.Config{Name: name, APIKey: s.apiKey, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout)})
 	case TypeWebhook:
-		return webhook.New(&webhook.Config{Name: name, URL: pc.URL, Secret: secret, Timeout: time.Duration(pc.Timeout), Headers: maps.Clone(pc.Headers)})
+		headers := maps.Clone(pc.Headers)
+		if len(s.headers) > 0 && headers == nil {
+			headers = map[string]string{}
+		}
+		maps.Copy(headers, s.headers)
+		return webhook.New(&webhook.Config{Name: name, URL: pc.URL, Secrets: s.signing, Timeout: time.Duration(pc.Timeout),
+			KeyWindow: time.Duration(pc.KeyWindow), Headers: headers})
 	}
 	return nil, fmt.Errorf("unknown provider type %q", pc.Type)
 }
@@ -182,24 +266,23 @@ var standIn = map[string]string{
 	TypeWebhook:  webhook.SecretPrefix + base64.StdEncoding.EncodeToString(make([]byte, 32)),
 }
 
-// dryRun builds the provider pc describes with a stand-in secret, to find
+// dryRun builds the provider pc describes with stand-in secrets, to find
 // what only the provider checks (a header it sets itself, say) at Load
 // rather than at Build. Building a provider opens no connection.
 func dryRun(name string, pc ProviderConfig) error {
-	p, err := newProvider(name, pc, standIn[pc.Type], nil)
+	s := secrets{apiKey: standIn[pc.Type], signing: []string{standIn[TypeWebhook]}}
+	for h := range pc.HeadersEnv {
+		if s.headers == nil {
+			s.headers = map[string]string{}
+		}
+		s.headers[h] = "stand-in"
+	}
+	p, err := newProvider(name, pc, s, nil)
 	if err != nil {
 		return err
 	}
 	closeProvider(p)
 	return nil
-}
-
-// scrub removes secret from a message, should a provider ever echo it.
-func scrub(msg, secret string) string {
-	if secret == "" {
-		return msg
-	}
-	return strings.ReplaceAll(msg, secret, "[REDACTED]")
 }
 
 func closeProvider(p providers.Provider) {
@@ -258,6 +341,8 @@ func (c *Config) clone() *Config {
 	n.Providers = make(map[string]ProviderConfig, len(c.Providers))
 	for name, p := range c.Providers {
 		p.Headers = maps.Clone(p.Headers)
+		p.HeadersEnv = maps.Clone(p.HeadersEnv)
+		p.SecretsEnv = slices.Clone(p.SecretsEnv)
 		n.Providers[name] = p
 	}
 	n.Kinds = maps.Clone(c.Kinds)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/providers/stripe"
 )
 
 // The environment variables that override the file. Each wins over the
@@ -39,10 +40,11 @@ const (
 	DefaultDriftKeep     = 720 * time.Hour
 )
 
-// StripeKeyWindow is how long Stripe is sure to keep an idempotency key. A
-// Stripe kind whose retries can span longer gets a warning: a retry after
-// the window may perform the effect again.
-const StripeKeyWindow = 24 * time.Hour
+// StripeKeyWindow is how long Stripe is sure to keep an idempotency key
+// (stripe.KeyWindow). A Stripe kind whose retries can span longer gets a
+// warning, as does a webhook kind whose retries can outlast its provider's
+// key_window: a retry after the window may perform the effect again.
+const StripeKeyWindow = stripe.KeyWindow
 
 // ErrInvalid is matched (errors.Is) by every error that Load, Parse and
 // Build return for a configuration that is wrong, as opposed to a file that
@@ -54,10 +56,12 @@ var ErrInvalid = errors.New("invalid configuration")
 // defaults filled in and validated; Build turns it into the objects the
 // daemon runs.
 //
-// Config holds no secret values: providers name the environment variables
-// that hold their secrets, and Build reads them. The database URL may hold
-// a password: String, Format and LogValue print it as "xxxxx", as they do
-// a webhook URL's credentials and query and every header value.
+// Config holds no secret values read from the environment: providers name
+// the environment variables that hold their secrets, and Build reads them.
+// The database URL may hold a password, a webhook URL credentials or a
+// token, and static headers may hold tokens: String, Format and LogValue
+// print the password as "xxxxx", a webhook URL without its user
+// information and query, and every header value as "[redacted]".
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string, a URL or key=value
 	// pairs as pgx accepts them. Required, in the file or in
@@ -174,12 +178,34 @@ type ProviderConfig struct {
 	URL string `yaml:"url"`
 
 	// SecretEnv names the environment variable holding the Standard
-	// Webhooks signing secret, "whsec_…" (webhook). Required for webhooks.
+	// Webhooks signing secret, "whsec_…" (webhook). SecretEnv or SecretsEnv
+	// is required for webhooks.
 	SecretEnv string `yaml:"secret_env"`
 
+	// SecretsEnv names more environment variables holding signing secrets
+	// (webhook), for rotation: every delivery is signed with secret_env's
+	// secret and with each of these, so a receiver that knows any one of
+	// them verifies it. Default none. A variable may appear once, here or
+	// in secret_env.
+	SecretsEnv []string `yaml:"secrets_env"`
+
 	// Headers are static request headers sent with every delivery
-	// (webhook). Default none. Their values are never printed.
+	// (webhook). Default none. Their values are treated as secrets: never
+	// printed, and redacted from whatever a receiver echoes back.
 	Headers map[string]string `yaml:"headers"`
+
+	// HeadersEnv are request headers whose values Build reads from the
+	// environment (webhook): header name → the name of the environment
+	// variable holding its value (an Authorization token, say). Default
+	// none. A header may not be in both headers and headers_env. Their
+	// values are secrets, as Headers' are.
+	HeadersEnv map[string]string `yaml:"headers_env"`
+
+	// KeyWindow is how long the receiver keeps the webhook-ids it has
+	// processed, and so absorbs a repeated delivery (webhook): sidefx never
+	// sends a possibly-delivered effect again after it. Positive. Default
+	// 24h (webhook.DefaultKeyWindow).
+	KeyWindow Duration `yaml:"key_window"`
 
 	// Timeout bounds one request. Default 30s for stripe and sendgrid, 10s
 	// for webhook. A kind's timeout bounds the call too; the shorter wins.

@@ -193,13 +193,33 @@ func TestParse_Invalid(t *testing.T) {
 		{"webhook without url", db + "providers:\n  partner: {type: webhook, secret_env: PARTNER_SECRET}\nkinds: {webhook.paid: {provider: partner}}\n",
 			nil, []string{`providers["partner"].url: required for webhook providers`}},
 		{"webhook without secret_env", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\"}\nkinds: {webhook.paid: {provider: partner}}\n",
-			nil, []string{`providers["partner"].secret_env: required for webhook providers`}},
+			nil, []string{`providers["partner"].secret_env: required for webhook providers (or secrets_env)`}},
 		{"webhook url not http", db + "providers:\n  partner: {type: webhook, url: \"ftp://p.example/h?token=abc\", secret_env: S}\nkinds: {webhook.paid: {provider: partner}}\n",
 			nil, []string{`providers["partner"].url: scheme "ftp" is not http or https`}},
 		{"webhook header the provider sets", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, headers: {Content-Type: text/plain}}\nkinds: {webhook.paid: {provider: partner}}\n",
 			nil, []string{`providers["partner"]: `, `"Content-Type" is set by the provider`}},
 		{"bad header name", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, headers: {\"X Tenant\": t1}}\nkinds: {webhook.paid: {provider: partner}}\n",
 			nil, []string{`providers["partner"].headers["X Tenant"]: not a valid header name`}},
+		{"webhook key_window negative", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, key_window: -1h}\nkinds: {webhook.paid: {provider: partner}}\n",
+			nil, []string{`line 3: providers["partner"].key_window: -1h0m0s: want a positive duration`}},
+		{"key_window on a stripe provider", db + "providers:\n  stripe: {type: stripe, api_key_env: K, key_window: 48h}\nkinds: {charge.create: {provider: stripe, operation: charges.create}}\n",
+			nil, []string{`providers["stripe"].key_window: only for webhook providers, this one is stripe`}},
+		{"key_window not a duration", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, key_window: 1}\nkinds: {webhook.paid: {provider: partner}}\n",
+			nil, []string{`providers["partner"].key_window: 1 is not a duration`}},
+		{"secrets_env with a bad name", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, secrets_env: [S2, new-secret]}\nkinds: {webhook.paid: {provider: partner}}\n",
+			nil, []string{`providers["partner"].secrets_env[1]: "new-secret" is not an environment variable name`}},
+		{"secrets_env repeating secret_env", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, secrets_env: [S]}\nkinds: {webhook.paid: {provider: partner}}\n",
+			nil, []string{`providers["partner"].secrets_env[0]: S is already named by secret_env`}},
+		{"secrets_env on a sendgrid provider", db + "providers:\n  mail: {type: sendgrid, api_key_env: K, secrets_env: [S]}\nkinds: {email.receipt: {provider: mail}}\n",
+			nil, []string{`providers["mail"].secrets_env: only for webhook providers, this one is sendgrid`}},
+		{"headers_env with a bad variable name", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, headers_env: {Authorization: partner-token}}\nkinds: {webhook.paid: {provider: partner}}\n",
+			nil, []string{`providers["partner"].headers_env["Authorization"]: "partner-token" is not an environment variable name`}},
+		{"headers_env and headers set one header", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, headers: {x-token: a}, headers_env: {X-Token: T}}\nkinds: {webhook.paid: {provider: partner}}\n",
+			nil, []string{`providers["partner"].headers_env["X-Token"]: also set in headers`}},
+		{"headers_env naming a header the provider sets", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, headers_env: {webhook-id: T}}\nkinds: {webhook.paid: {provider: partner}}\n",
+			nil, []string{`providers["partner"]: `, `"webhook-id" is set by the provider`}},
+		{"headers_env with a bad header name", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, headers_env: {\"X Token\": T}}\nkinds: {webhook.paid: {provider: partner}}\n",
+			nil, []string{`providers["partner"].headers_env["X Token"]: not a valid header name`}},
 		{"stripe without api_key_env", db + "providers:\n  stripe: {type: stripe}\nkinds: {charge.create: {provider: stripe, operation: charges.create}}\n",
 			nil, []string{`providers["stripe"].api_key_env: required for stripe providers`}},
 		{"bad env var name", db + "providers:\n  mail: {type: sendgrid, api_key_env: sendgrid-key}\nkinds: {email.receipt: {provider: mail}}\n",
@@ -606,7 +626,7 @@ func TestBuild_Secrets(t *testing.T) {
 		}
 		// What is hidden is still shown as hidden, and the rest is there.
 		s := fmt.Sprint(cfg)
-		for _, want := range []string{"postgres://sidefx:xxxxx@localhost:5432/app", "https://partner.example/hooks?[REDACTED]", "Authorization:[REDACTED]", "STRIPE_API_KEY"} {
+		for _, want := range []string{"postgres://sidefx:xxxxx@localhost:5432/app", "https://partner.example/hooks?[redacted]", "Authorization:[redacted]", "STRIPE_API_KEY"} {
 			if !strings.Contains(s, want) {
 				t.Errorf("config printing lacks %q:\n%s", want, s)
 			}
@@ -737,7 +757,7 @@ func TestRedactDatabaseURL(t *testing.T) {
 		"postgres://h/db":                           "postgres://h/db",
 		"host=h user=u password=pw dbname=db":       "host=h user=u password=xxxxx dbname=db",
 		"host=h password = 'p w\\' x' dbname=db":    "host=h password = xxxxx dbname=db",
-		"postgres://u:pw@h:bad port/db":             "[REDACTED]",
+		"postgres://u:pw@h:bad port/db":             "[redacted]",
 	} {
 		if got := config.RedactDatabaseURL(in); got != want {
 			t.Errorf("RedactDatabaseURL(%q) = %q, want %q", in, got, want)

@@ -40,17 +40,30 @@
 // namespace's — so that a mistake is reported against the YAML field, at
 // start-up, rather than by a constructor in Go terms. Each provider is also
 // built once with a stand-in secret, so that Build can fail only on a
-// secret. Doubtful but valid settings, such as a Stripe kind whose retries
-// can outlast Stripe's 24-hour idempotency-key window, or a provider no
-// kind uses, are returned in Config.Warnings.
+// secret. Doubtful but valid settings, such as a kind whose retries can
+// outlast its provider's key window (Stripe's 24 hours, a webhook's
+// key_window), or a provider no kind uses, are returned in Config.Warnings.
 //
 // # Secrets
 //
-// The file holds no secret: a provider names the environment variable that
-// holds its API key or signing secret, and Build reads it. Config therefore
-// never holds one; the built providers do, and none of them prints it. A
-// missing or refused secret is an error naming the field and the variable,
-// never the value. The database URL may hold a password: Config and
-// Runtime print it as "xxxxx" (String, every fmt verb, slog), along with a
-// webhook URL's credentials and query and every header value.
+// The file holds no secret read from the environment: a provider names the
+// environment variables that hold its API key (api_key_env), its signing
+// secrets (secret_env, and secrets_env for rotation: every delivery is
+// signed with each, so a receiver that knows any one verifies it) and the
+// values of headers that carry tokens (headers_env), and Build reads them.
+// Config therefore never holds one; the built providers do, treat each as
+// a secret along with static header values and a webhook URL's user
+// information and query values, and redact all of them from whatever a
+// peer echoes back before it reaches a Result, a row or a log. A missing or
+// refused secret is an error naming the field and the variable, never the
+// value. The database URL may hold a password: Config and Runtime print it
+// as "xxxxx" (String, every fmt verb, slog), a webhook URL without its
+// credentials and query, and every static header value as "[redacted]".
+//
+// # Key windows
+//
+// A webhook provider's key_window (default 24h) is how long its receiver
+// keeps webhook-ids; Stripe's is 24 hours. A kind whose retries can outlast
+// its provider's window gets a warning: a retry after the window may
+// perform the effect twice.
 package config

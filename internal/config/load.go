@@ -325,13 +325,14 @@ func index(root *yaml.Node) []entry {
 }
 
 // childPath is the path of the field key under path. The keys of the maps
-// whose keys are names (providers, kinds, headers) are quoted in brackets,
+// whose keys are names (providers, kinds, headers, headers_env) are quoted
+// in brackets,
 // since they may hold dots: kinds["charge.create"].
 func childPath(path, key string) string {
 	switch {
 	case path == "":
 		return key
-	case path == "providers" || path == "kinds" || strings.HasSuffix(path, ".headers"):
+	case path == "providers" || path == "kinds" || strings.HasSuffix(path, ".headers") || strings.HasSuffix(path, ".headers_env"):
 		return path + "[" + strconv.Quote(key) + "]"
 	}
 	return path + "." + key

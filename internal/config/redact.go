@@ -9,17 +9,20 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sidefx/sidefx/providers"
 )
 
 // redacted replaces what is never printed.
-const redacted = "[REDACTED]"
+const redacted = providers.Redacted
 
 // The printing of Config, ProviderConfig and Runtime goes through Format
 // for every verb (%v, %+v, %#v, %s, %d…) and through LogValue for slog, and
 // shows neither the database password, nor a webhook URL's credentials and
 // query, nor header values. Config holds no other secret: the providers'
-// are read from the environment by Build, and live only inside the built
-// providers.
+// (API keys, signing secrets, headers_env values) are read from the
+// environment by Build, and live only inside the built providers, which
+// redact them from every Result.
 
 // String describes c with the database password, webhook URLs' credentials
 // and queries and header values hidden.
@@ -42,7 +45,7 @@ func (p ProviderConfig) String() string {
 	type plain ProviderConfig
 	q := plain(p)
 	if q.URL != "" {
-		q.URL = redactURL(q.URL)
+		q.URL = providers.RedactURL(q.URL)
 	}
 	if q.Headers != nil {
 		q.Headers = make(map[string]string, len(p.Headers))
@@ -116,18 +119,4 @@ func RedactDatabaseURL(dsn string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
-}
-
-// redactURL shows a URL's scheme, host and path: never its user
-// information, query or fragment, which may hold a token.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "(invalid URL)"
-	}
-	shown := u.Scheme + "://" + u.Host + u.EscapedPath()
-	if u.RawQuery != "" {
-		shown += "?" + redacted
-	}
-	return shown
 }

@@ -8,10 +8,11 @@ const Reference = `# sidefx daemon configuration (YAML). Every field is optional
 # Durations are written as Go writes them: 500ms, 60s, 5m, 720h. A bare
 # number is refused: it has no unit. Unknown fields are errors.
 #
-# Secrets are never written here: a provider names the environment variable
-# that holds its secret (api_key_env, secret_env), and sidefx reads it at
-# start-up. sidefx never prints a secret, the database password or a webhook
-# URL's query.
+# Secrets are never written here: a provider names the environment variables
+# that hold its secrets (api_key_env, secret_env, secrets_env, headers_env),
+# and sidefx reads them at start-up. sidefx never prints a secret, the
+# database password, a header value or a webhook URL's query, and redacts
+# each from whatever a provider echoes back before it is stored or logged.
 
 # PostgreSQL connection string, as a URL or key=value pairs (pgx syntax).
 # Required, here or in SIDEFX_DATABASE_URL, which wins. A password may also
@@ -86,11 +87,22 @@ providers:
     timeout: 30s
   partner:                           # (example)
     type: webhook                    # Standard Webhooks, signed
-    url: https://partner.example/hooks # required; http or https
-    secret_env: PARTNER_WEBHOOK_SECRET # required: variable holding whsec_…
+    # Required; http or https. Its user information and query values are
+    # secrets: never printed, redacted from whatever the receiver echoes.
+    url: https://partner.example/hooks
+    secret_env: PARTNER_WEBHOOK_SECRET # required (or secrets_env): whsec_…
+    # More signing secrets, for rotation: each delivery is signed with
+    # every one, and a receiver that knows any one verifies it. Add the
+    # new secret here, give it to the receiver, then drop the old one.
+    secrets_env: []                  # e.g. [PARTNER_WEBHOOK_SECRET_NEW]
     timeout: 10s
-    headers:                         # static headers, default none; never
-      X-Tenant: t1                   # printed (example)
+    # How long the receiver keeps the webhook-ids it has processed: sidefx
+    # never sends a possibly-delivered effect again after it. Positive.
+    key_window: 24h
+    headers:                         # static headers, default none; values
+      X-Tenant: t1                   # never printed (example)
+    headers_env: {}                  # header → variable holding its value,
+                                     # e.g. {Authorization: PARTNER_TOKEN}
 
 # The effect kinds served, by kind (lowercase dotted words; at least one).
 kinds:

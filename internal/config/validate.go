@@ -82,6 +82,7 @@ func (c *Config) fillDefaults() {
 			defD(&p.Timeout, sendgrid.DefaultTimeout)
 		case TypeWebhook:
 			defD(&p.Timeout, webhook.DefaultTimeout)
+			defD(&p.KeyWindow, webhook.DefaultKeyWindow)
 		}
 		c.Providers[name] = p
 	}
@@ -201,7 +202,10 @@ var applies = []struct {
 	{"base_url", []string{TypeStripe, TypeSendGrid}, func(p *ProviderConfig) bool { return p.BaseURL != "" }},
 	{"url", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.URL != "" }},
 	{"secret_env", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.SecretEnv != "" }},
+	{"secrets_env", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.SecretsEnv != nil }},
 	{"headers", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.Headers != nil }},
+	{"headers_env", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.HeadersEnv != nil }},
+	{"key_window", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.KeyWindow != 0 }},
 }
 
 func (p ProviderConfig) check(v *checker, name string) {
@@ -223,25 +227,54 @@ func (p ProviderConfig) check(v *checker, name string) {
 			v.fail(path+"."+a.field, "only for %s providers, this one is %s", strings.Join(a.types, " and "), p.Type)
 		}
 	}
-	envName := func(field, value string) {
+	envName := func(field, value, example string) {
 		switch {
 		case value == "":
 			v.fail(path+"."+field, "required for %s providers: the name of the environment variable holding the secret", p.Type)
 		case !envNameRE.MatchString(value):
-			v.fail(path+"."+field, "%q is not an environment variable name (want e.g. %s)", value, exampleEnv(p.Type))
+			v.fail(path+"."+field, "%q is not an environment variable name (want e.g. %s)", value, example)
 		}
 	}
 	switch p.Type {
 	case TypeStripe, TypeSendGrid:
-		envName("api_key_env", p.APIKeyEnv)
+		envName("api_key_env", p.APIKeyEnv, exampleEnv(p.Type))
 		checkBaseURL(v, path+".base_url", p.BaseURL)
 	case TypeWebhook:
-		envName("secret_env", p.SecretEnv)
+		switch {
+		case p.SecretEnv == "" && len(p.SecretsEnv) == 0:
+			v.fail(path+".secret_env", "required for webhook providers (or secrets_env): the name of the environment variable holding the signing secret")
+		case p.SecretEnv != "":
+			envName("secret_env", p.SecretEnv, exampleEnv(p.Type))
+		}
+		seen := map[string]string{p.SecretEnv: "secret_env"}
+		for i, name := range p.SecretsEnv {
+			field := "secrets_env[" + strconv.Itoa(i) + "]"
+			envName(field, name, "PARTNER_WEBHOOK_SECRET_NEW")
+			if first, dup := seen[name]; dup && name != "" {
+				v.fail(path+"."+field, "%s is already named by %s: each secret once", name, first)
+			}
+			seen[name] = field
+		}
 		checkWebhookURL(v, path+".url", p.URL)
 		for _, h := range slices.Sorted(maps.Keys(p.Headers)) {
 			if h == "" || strings.ContainsFunc(h, func(r rune) bool { return !isTokenChar(r) }) {
 				v.fail(path+".headers["+strconv.Quote(h)+"]", "not a valid header name")
 			}
+		}
+		for _, h := range slices.Sorted(maps.Keys(p.HeadersEnv)) {
+			hp := path + ".headers_env[" + strconv.Quote(h) + "]"
+			if h == "" || strings.ContainsFunc(h, func(r rune) bool { return !isTokenChar(r) }) {
+				v.fail(hp, "not a valid header name")
+			}
+			if slices.ContainsFunc(slices.Collect(maps.Keys(p.Headers)), func(s string) bool { return strings.EqualFold(s, h) }) {
+				v.fail(hp, "also set in headers: give each header once")
+			}
+			if name := p.HeadersEnv[h]; !envNameRE.MatchString(name) {
+				v.fail(hp, "%q is not an environment variable name (want e.g. PARTNER_API_TOKEN)", name)
+			}
+		}
+		if p.KeyWindow <= 0 {
+			v.fail(path+".key_window", "%s: want a positive duration, how long the receiver keeps webhook-ids (default %s)", p.KeyWindow, Duration(webhook.DefaultKeyWindow))
 		}
 	}
 	if p.Timeout < 0 {
@@ -376,10 +409,10 @@ func (c *Config) checkKinds(v *checker) {
 		case k.BackoffMax < k.BackoffBase:
 			v.fail(path+".backoff_max", "%s is below backoff_base %s", k.BackoffMax, k.BackoffBase)
 		}
-		if ok && p.Type == TypeStripe && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase {
-			if span := RetrySpan(k); span > StripeKeyWindow {
-				v.warn(path, "retries can span %s (max_attempts %d, timeout %s, backoff_base %s, backoff_max %s), beyond Stripe's %s idempotency-key window: a retry after it may perform the effect twice; lower max_attempts or backoff_max",
-					span.Round(time.Minute), k.MaxAttempts, k.Timeout, k.BackoffBase, k.BackoffMax, StripeKeyWindow)
+		if window, which := keyWindow(p); ok && window > 0 && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase {
+			if span := RetrySpan(k); span > window {
+				v.warn(path, "retries can span %s (max_attempts %d, timeout %s, backoff_base %s, backoff_max %s), beyond %s: a retry after it may perform the effect twice; lower max_attempts or backoff_max",
+					span.Round(time.Minute), k.MaxAttempts, k.Timeout, k.BackoffBase, k.BackoffMax, which)
 			}
 		}
 	}
@@ -388,6 +421,18 @@ func (c *Config) checkKinds(v *checker) {
 			v.warn(providerPath(name), "no kind uses it")
 		}
 	}
+}
+
+// keyWindow returns how long the provider p configures remembers a key,
+// and names that window for a warning; 0 for a provider without keys.
+func keyWindow(p ProviderConfig) (time.Duration, string) {
+	switch p.Type {
+	case TypeStripe:
+		return StripeKeyWindow, fmt.Sprintf("Stripe's %s idempotency-key window", StripeKeyWindow)
+	case TypeWebhook:
+		return time.Duration(p.KeyWindow), fmt.Sprintf("the receiver's %s key window (key_window)", p.KeyWindow)
+	}
+	return 0, ""
 }
 
 // RetrySpan is the longest time from a kind's first attempt to the start

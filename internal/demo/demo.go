@@ -48,7 +48,7 @@ type Options struct {
 	// 0: none (the command's default is DefaultTimeoutRate).
 	TimeoutRate float64
 
-	// ErrorRate is the fraction of first requests answered 503 before
+	// ErrorRate is the fraction of first requests answered 429 before
 	// anything is performed. 0: none (the command's default is
 	// DefaultErrorRate). TimeoutRate + ErrorRate is at most 1.
 	ErrorRate float64
@@ -303,7 +303,7 @@ func (d *demo) run(ctx context.Context) error {
 	o := d.opts
 	d.n.text(
 		fmt.Sprintf("sidefx demo: %d orders paid, each charging a card, emailing a receipt and calling a partner's webhook.", o.Orders),
-		fmt.Sprintf("Faults at the providers: %s of first requests are done but never answered, %s get a 503 (seed %d).",
+		fmt.Sprintf("Faults at the providers: %s of first requests are done but never answered, %s get a 429 (rate limited, nothing done) (seed %d).",
 			percent(o.TimeoutRate), percent(o.ErrorRate), o.Seed),
 		"")
 	tmp, err := os.MkdirTemp("", "sidefx-demo-")

@@ -223,7 +223,7 @@ func checkSummary(t *testing.T, s *demo.Summary, o demo.Options) {
 		}
 	}
 	if s.Stripe.LostAnswers == 0 || s.Stripe.Unavailable == 0 || s.Stripe.Replays < s.Stripe.LostAnswers {
-		t.Errorf("stripe: %d lost answers, %d 503s, %d replays: the faults were not exercised", s.Stripe.LostAnswers, s.Stripe.Unavailable, s.Stripe.Replays)
+		t.Errorf("stripe: %d lost answers, %d 429s, %d replays: the faults were not exercised", s.Stripe.LostAnswers, s.Stripe.Unavailable, s.Stripe.Replays)
 	}
 
 	// The partner: each webhook processed once, duplicates absorbed.

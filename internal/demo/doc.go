@@ -8,7 +8,7 @@
 // `sidefx run` in a child process, which it kills with SIGKILL half-way and
 // starts again; and counts what the providers actually did. The providers
 // inject faults into first requests: answers lost after the work was done
-// ("charged, never heard back") and 503s before it. Last, a drift rule finds
+// ("charged, never heard back") and 429s before it. Last, a drift rule finds
 // nothing missing, then finds the one receipt whose row the demo deletes.
 //
 //	sum, err := demo.Run(ctx, demo.Options{Orders: 1000, Replays: 3, TimeoutRate: 0.05, ErrorRate: 0.05}, os.Stdout)

@@ -114,7 +114,7 @@ func (d *demo) report() {
 		{"performed (created / sent / processed)", itoa(s.Stripe.Created), itoa(s.Mail.Accepted), itoa(s.Webhook.Processed)},
 		{"performed twice", twice(s.Stripe.CreatedPerKey), itoa(s.Mail.Duplicates), twice(s.Webhook.ProcessedPerID)},
 		{"repeats absorbed by the provider's key", itoa(s.Stripe.Replays), "-", itoa(s.Webhook.Duplicates)},
-		{"503s injected (nothing done; retried)", itoa(s.Stripe.Unavailable), itoa(s.Mail.Unavailable), itoa(s.Webhook.Unavailable)},
+		{"429s injected (nothing done; retried)", itoa(s.Stripe.Unavailable), itoa(s.Mail.Unavailable), itoa(s.Webhook.Unavailable)},
 		{"answers lost (done; outcome unknown)", itoa(s.Stripe.LostAnswers), itoa(s.Mail.LostAnswers), itoa(s.Webhook.LostAnswers)},
 		{"confirmed", st(KindCharge, effects.Confirmed), st(KindReceipt, effects.Confirmed), st(KindWebhook, effects.Confirmed)},
 		{"uncertain (for an operator)", st(KindCharge, effects.Uncertain), st(KindReceipt, effects.Uncertain), st(KindWebhook, effects.Uncertain)},

@@ -24,7 +24,7 @@ type fault int
 
 const (
 	faultNone        fault = iota
-	faultUnavailable       // 503 before doing anything: a definite "not done"
+	faultUnavailable       // 429 before doing anything: a definite "not done"
 	faultLostAnswer        // done, then no answer until the client gives up
 )
 
@@ -163,7 +163,7 @@ type StripeCounts struct {
 	// Replays counts requests answered with the stored answer of an
 	// earlier request with the same Idempotency-Key, performing nothing.
 	Replays int
-	// Unavailable counts the 503s injected, before performing anything.
+	// Unavailable counts the 429s injected, before performing anything.
 	Unavailable int
 	// LostAnswers counts the payment intents created whose answer was then
 	// held until the client gave up.
@@ -246,7 +246,7 @@ func (s *stripeServer) create(w http.ResponseWriter, r *http.Request) {
 	if f == faultUnavailable {
 		s.c.Unavailable++
 		s.mu.Unlock()
-		writeJSON(w, http.StatusServiceUnavailable, stripeError("api_error", "The demo's Stripe is briefly unavailable; nothing was done."))
+		writeJSON(w, http.StatusTooManyRequests, stripeError("rate_limit_error", "Too many requests hit the demo's Stripe; nothing was done."))
 		return
 	}
 	s.c.Created++
@@ -286,7 +286,7 @@ type MailCounts struct {
 	// Duplicates counts messages accepted for a sidefx key already
 	// accepted once: second emails. At most once means none.
 	Duplicates int
-	// Unavailable counts the 503s injected, before accepting anything.
+	// Unavailable counts the 429s injected, before accepting anything.
 	Unavailable int
 	// LostAnswers counts the messages accepted whose answer was then held
 	// until the client gave up.
@@ -367,7 +367,7 @@ func (s *mailServer) send(w http.ResponseWriter, r *http.Request) {
 	}
 	if f == faultUnavailable {
 		s.count(func(c *MailCounts) { c.Unavailable++ })
-		writeJSON(w, http.StatusServiceUnavailable, mailError("service unavailable; nothing was sent"))
+		writeJSON(w, http.StatusTooManyRequests, mailError("too many requests; nothing was sent"))
 		return
 	}
 	s.mu.Lock()
@@ -410,7 +410,7 @@ type WebhookCounts struct {
 	// Duplicates counts deliveries of a webhook-id already processed,
 	// answered 2xx without processing again: duplicates absorbed.
 	Duplicates int
-	// Unavailable counts the 503s injected, before processing anything.
+	// Unavailable counts the 429s injected, before processing anything.
 	Unavailable int
 	// LostAnswers counts the deliveries processed whose answer was then
 	// held until the client gave up.
@@ -486,7 +486,7 @@ func (s *receiver) deliver(w http.ResponseWriter, r *http.Request) {
 	if f == faultUnavailable {
 		s.c.Unavailable++
 		s.mu.Unlock()
-		http.Error(w, "busy, try again", http.StatusServiceUnavailable)
+		http.Error(w, "too many requests, try again", http.StatusTooManyRequests)
 		return
 	}
 	s.c.Processed++

@@ -15,11 +15,11 @@ import (
 	"github.com/sidefx/sidefx/providers/webhook"
 )
 
-// The plans of the server tests: every first request fine, lost or 503.
+// The plans of the server tests: every first request fine, lost or 429.
 var (
 	noFaults = plan{seed: 1}
 	allLost  = plan{seed: 1, timeoutRate: 1}
-	all503   = plan{seed: 1, errorRate: 1}
+	all429   = plan{seed: 1, errorRate: 1}
 )
 
 // call makes one call for order-00001's effect of kind with its payload.
@@ -84,14 +84,14 @@ func TestStripe_LostAnswerIsReplayed(t *testing.T) {
 	}
 }
 
-func TestStripe_503PerformsNothing(t *testing.T) {
+func TestStripe_429PerformsNothing(t *testing.T) {
 	t.Parallel()
-	s, p := newStripe(t, all503)
+	s, p := newStripe(t, all429)
 	if r := call(t, p, KindCharge); !r.IsRetryable() {
 		t.Fatalf("first call: %+v, want retryable", r)
 	}
 	if c := s.Counts(); c.Created != 0 || c.Unavailable != 1 {
-		t.Fatalf("counts after the 503: %+v", c)
+		t.Fatalf("counts after the 429: %+v", c)
 	}
 	if r := call(t, p, KindCharge); !r.IsConfirmed() || r.Replayed {
 		t.Fatalf("retry: %+v, want confirmed, not a replay", r)
@@ -156,9 +156,9 @@ func TestMail_LostAnswer(t *testing.T) {
 	}
 }
 
-func TestMail_503(t *testing.T) {
+func TestMail_429(t *testing.T) {
 	t.Parallel()
-	s, p := newMail(t, all503)
+	s, p := newMail(t, all429)
 	if r := call(t, p, KindReceipt); !r.IsRetryable() {
 		t.Fatalf("call: %+v, want retryable", r)
 	}

@@ -3,10 +3,14 @@ package providertest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,21 +23,66 @@ import (
 // Answer is what a conformance server makes the provider's peer say.
 type Answer int
 
-// The answers every provider must classify.
+// The answers every provider must classify. Each names the class the suite
+// expects; the class table in package providers gives the reasons.
 const (
-	// AnswerOK: the request is accepted; the peer's reference is
-	// ConformanceRef where the protocol carries one.
+	// AnswerOK: the request is accepted (2xx); the peer's reference is
+	// ConformanceRef where the protocol carries one. Confirmed.
 	AnswerOK Answer = iota + 1
 	// AnswerReplay: accepted as a replay of an earlier request with the same
 	// key (Stripe's Idempotent-Replayed). Peers without keys answer as OK.
+	// Confirmed, and Replayed at an idempotent provider.
 	AnswerReplay
-	// AnswerReject: a definite refusal (a 4xx such as 400 or 402).
+	// AnswerReject: a definite refusal of this request (a 4xx such as 400 or
+	// 402: invalid, declined). Rejected.
 	AnswerReject
-	// AnswerUnavailable: 503, nothing done.
+	// AnswerUnavailable: 503. The peer failed while handling the request,
+	// perhaps after acting on it (a gateway's 503 can follow the upstream's
+	// work). Unknown.
 	AnswerUnavailable
-	// AnswerRateLimited: 429 with Retry-After: 7 (seconds).
+	// AnswerRateLimited: 429 with Retry-After: 7 (seconds): refused before
+	// any work. Retryable, with RetryAfter 7s.
 	AnswerRateLimited
+	// AnswerUnauthorized: 401, the credentials refused: nothing was done.
+	// Rejected.
+	AnswerUnauthorized
+	// AnswerServerError: 500 after the request reached the peer, which may
+	// have acted (Stripe stores such a 500 for the key and replays it).
+	// Unknown.
+	AnswerServerError
+	// AnswerConflict: 409, another request with the same key is still in
+	// flight at the peer: the effect may be in progress. Unknown.
+	AnswerConflict
+	// AnswerSeeOther: 303 See Other, the answer HTTP gives to a POST it
+	// processed and points elsewhere for the result; never followed.
+	// Unknown.
+	AnswerSeeOther
 )
+
+// String names the answer as the suite's subtests do.
+func (a Answer) String() string {
+	switch a {
+	case AnswerOK:
+		return "ok"
+	case AnswerReplay:
+		return "replay"
+	case AnswerReject:
+		return "reject"
+	case AnswerUnavailable:
+		return "unavailable_503"
+	case AnswerRateLimited:
+		return "rate_limited_429"
+	case AnswerUnauthorized:
+		return "unauthorized_401"
+	case AnswerServerError:
+		return "server_error_500"
+	case AnswerConflict:
+		return "conflict_409"
+	case AnswerSeeOther:
+		return "see_other_303"
+	}
+	return fmt.Sprintf("answer(%d)", int(a))
+}
 
 // ConformanceRef is the reference a conformance server's AnswerOK carries.
 const ConformanceRef = "ref_conformance_1"
@@ -42,20 +91,33 @@ const ConformanceRef = "ref_conformance_1"
 // against a local server, where its requests carry the key, and how its
 // peer's answers look on the wire.
 type Conformance struct {
-	// New returns the provider under test, sending its requests to baseURL.
+	// New returns the provider under test, sending its requests to baseURL
+	// ("http://127.0.0.1:port"). Configure every secret-bearing value the
+	// provider takes — API key, signing secrets, header values, a URL's
+	// user information and query — and list them in Secrets.
 	New func(t *testing.T, baseURL string) providers.Provider
 	// Kind and Payload make a valid call.
 	Kind    string
 	Payload json.RawMessage
 	// BadPayload is refused by the provider before any request (Rejected).
 	BadPayload json.RawMessage
-	// Secrets are the configured secret values (API keys, signing secrets):
-	// none may appear in any Result.
+	// Secrets are the configured secret values (API keys, signing secrets,
+	// header values, URL passwords and tokens): none may appear in any
+	// Result, as they are or URL-escaped. At least one of them must reach
+	// the peer in the requests (an Authorization header, a query token),
+	// so that the check can fail.
 	Secrets []string
 	// Key returns the idempotency key a request carries (a header, the body).
 	Key func(r *http.Request, body []byte) string
-	// Respond writes the peer's answer a to the request.
-	Respond func(w http.ResponseWriter, r *http.Request, a Answer)
+	// Respond writes the peer's answer a to the request. echo is the whole
+	// request as the peer received it on one line — method, request URI
+	// with its query, every header (an Authorization header carries a URL's
+	// user information) and the body — and Respond must return it in every
+	// answer, in each part of the answer the provider keeps (an error
+	// message, a body, a reference or request-id header), the way a careless
+	// or hostile peer echoes what it was sent. The suite has set Location to
+	// echo already.
+	Respond func(w http.ResponseWriter, r *http.Request, a Answer, echo string)
 }
 
 // conformanceServer answers every request with the current answer and
@@ -71,9 +133,16 @@ type conformanceServer struct {
 	stop   chan struct{}
 }
 
-func newConformanceServer(t *testing.T, c Conformance) *conformanceServer {
+func newConformanceServer(t *testing.T, c Conformance, sent *[]string, mu *sync.Mutex) *conformanceServer {
 	s := &conformanceServer{c: c, answer: AnswerOK, stop: make(chan struct{})}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		echo := s.serve(w, r)
+		if echo != "" {
+			mu.Lock()
+			*sent = append(*sent, echo)
+			mu.Unlock()
+		}
+	}))
 	t.Cleanup(func() {
 		close(s.stop)
 		s.CloseClientConnections()
@@ -82,7 +151,7 @@ func newConformanceServer(t *testing.T, c Conformance) *conformanceServer {
 	return s
 }
 
-func (s *conformanceServer) serve(w http.ResponseWriter, r *http.Request) {
+func (s *conformanceServer) serve(w http.ResponseWriter, r *http.Request) string {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	s.keys = append(s.keys, s.c.Key(r, body))
@@ -94,11 +163,34 @@ func (s *conformanceServer) serve(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-s.stop:
 		}
-		return
+		return ""
 	case reset:
 		panic(http.ErrAbortHandler) // the request arrived; the answer never leaves
 	}
-	s.c.Respond(w, r, answer)
+	echo := Echo(r, body)
+	w.Header().Set("Location", echo)
+	s.c.Respond(w, r, answer, echo)
+	return echo
+}
+
+// Echo returns the whole of a request on one line, as a peer that echoes
+// what it was sent would return it: method, request URI (with the query as
+// sent), every header sorted by name, and the body, control characters
+// replaced by spaces so that it fits a header value.
+func Echo(r *http.Request, body []byte) string {
+	var b strings.Builder
+	b.WriteString(r.Method + " " + r.RequestURI)
+	for _, name := range slices.Sorted(maps.Keys(r.Header)) {
+		b.WriteString(" | " + name + ": " + strings.Join(r.Header[name], ", "))
+	}
+	b.WriteString(" | body: ")
+	b.Write(body)
+	return strings.Map(func(c rune) rune {
+		if c < 0x20 || c == 0x7f {
+			return ' '
+		}
+		return c
+	}, b.String())
 }
 
 func (s *conformanceServer) set(a Answer, hang, reset bool) {
@@ -114,9 +206,12 @@ func (s *conformanceServer) received() []string {
 }
 
 // RunConformance checks that a provider passes the derived key, classifies
-// each class of answer correctly, treats timeouts and lost answers as
+// each class of answer as the class table in package providers says (a
+// definite refusal rejected, a rate limit retryable, anything after which
+// the peer may have acted unknown), treats timeouts and lost answers as
 // unknown, respects cancellation, refuses a bad payload before any request,
-// and keeps its secrets out of every result.
+// and keeps its secrets out of every result although the peer echoes the
+// whole request back in every answer.
 func RunConformance(t *testing.T, c Conformance) {
 	t.Helper()
 	call := func(i int) providers.Call {
@@ -125,12 +220,14 @@ func RunConformance(t *testing.T, c Conformance) {
 	}
 	var mu sync.Mutex
 	var results []providers.Result
+	var sent []string // every echo the peer answered with
 	keep := func(r providers.Result) providers.Result {
 		mu.Lock()
 		defer mu.Unlock()
 		results = append(results, r)
 		return r
 	}
+	server := func(t *testing.T) *conformanceServer { return newConformanceServer(t, c, &sent, &mu) }
 	do := func(t *testing.T, s *conformanceServer, ctx context.Context, cl providers.Call) providers.Result {
 		t.Helper()
 		p := c.New(t, s.URL)
@@ -138,7 +235,7 @@ func RunConformance(t *testing.T, c Conformance) {
 	}
 
 	t.Run("passes the derived key", func(t *testing.T) {
-		s := newConformanceServer(t, c)
+		s := server(t)
 		cl := call(0)
 		r := do(t, s, context.Background(), cl)
 		if !r.IsConfirmed() || r.Ref == "" {
@@ -149,7 +246,7 @@ func RunConformance(t *testing.T, c Conformance) {
 		}
 	})
 	t.Run("same key on every attempt", func(t *testing.T) {
-		s := newConformanceServer(t, c)
+		s := server(t)
 		cl := call(1)
 		do(t, s, context.Background(), cl)
 		cl.Attempt = 2
@@ -159,7 +256,7 @@ func RunConformance(t *testing.T, c Conformance) {
 		}
 	})
 	t.Run("replay", func(t *testing.T) {
-		s := newConformanceServer(t, c)
+		s := server(t)
 		s.set(AnswerReplay, false, false)
 		p := c.New(t, s.URL)
 		r := keep(p.Call(context.Background(), call(2)))
@@ -171,30 +268,37 @@ func RunConformance(t *testing.T, c Conformance) {
 		}
 	})
 	classes := []struct {
-		name   string
 		answer Answer
 		want   providers.Class
 		after  time.Duration
+		why    string
 	}{
-		{"rejected", AnswerReject, providers.Rejected, 0},
-		{"unavailable is retryable", AnswerUnavailable, providers.Retryable, 0},
-		{"rate limited is retryable after Retry-After", AnswerRateLimited, providers.Retryable, 7 * time.Second},
+		{AnswerReject, providers.Rejected, 0, "a definite refusal"},
+		{AnswerUnauthorized, providers.Rejected, 0, "credentials refused: nothing was done"},
+		{AnswerRateLimited, providers.Retryable, 7 * time.Second, "refused before any work, retried after Retry-After"},
+		{AnswerServerError, providers.Unknown, 0, "the peer may have acted before failing"},
+		{AnswerUnavailable, providers.Unknown, 0, "a 503 does not prove nothing was done"},
+		{AnswerConflict, providers.Unknown, 0, "another attempt under the key is in flight"},
+		{AnswerSeeOther, providers.Unknown, 0, "a 303 answers a POST that was processed"},
 	}
 	for i, cc := range classes {
-		t.Run(cc.name, func(t *testing.T) {
-			s := newConformanceServer(t, c)
+		t.Run(cc.answer.String()+" is "+cc.want.String(), func(t *testing.T) {
+			s := server(t)
 			s.set(cc.answer, false, false)
-			r := do(t, s, context.Background(), call(3+i))
+			r := do(t, s, context.Background(), call(13+i))
 			if r.Class != cc.want || r.Err == nil {
-				t.Fatalf("got %s (%v), want %s with an error", r.Class, r.Err, cc.want)
+				t.Fatalf("got %s (%v), want %s with an error: %s", r.Class, r.Err, cc.want, cc.why)
 			}
 			if cc.after > 0 && r.RetryAfter != cc.after {
 				t.Fatalf("RetryAfter %s, want %s", r.RetryAfter, cc.after)
 			}
+			if n := len(s.received()); n != 1 {
+				t.Fatalf("the peer received %d requests for one call: the dispatcher owns retries", n)
+			}
 		})
 	}
 	t.Run("timeout is unknown", func(t *testing.T) {
-		s := newConformanceServer(t, c)
+		s := server(t)
 		s.set(AnswerOK, true, false)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -206,7 +310,7 @@ func RunConformance(t *testing.T, c Conformance) {
 		// A warm-up call first, on the same provider: net/http resends some
 		// requests that fail on a reused keep-alive connection, so that is
 		// where a hidden resend would show.
-		s := newConformanceServer(t, c)
+		s := server(t)
 		p := c.New(t, s.URL)
 		if r := keep(p.Call(context.Background(), call(12))); !r.IsConfirmed() {
 			t.Fatalf("warm-up call: %s (%v)", r.Class, r.Err)
@@ -241,7 +345,7 @@ func RunConformance(t *testing.T, c Conformance) {
 		}
 	})
 	t.Run("cancellation is respected", func(t *testing.T) {
-		s := newConformanceServer(t, c)
+		s := server(t)
 		s.set(AnswerOK, true, false)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan providers.Result, 1)
@@ -249,17 +353,19 @@ func RunConformance(t *testing.T, c Conformance) {
 		go func() { done <- keep(p.Call(ctx, call(10))) }()
 		waitUntil(t, 10*time.Second, func() bool { return len(s.received()) == 1 })
 		cancel()
+		// The server holds the request until the test ends: Call returning
+		// at all shows that it gave up on its context, not on an answer.
 		select {
 		case r := <-done:
 			if !r.IsUnknown() {
 				t.Fatalf("cancelled after sending: %s, want unknown", r.Class)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("Call did not return within 5s of its context being cancelled")
+		case <-time.After(time.Minute):
+			t.Fatal("Call has not returned since its context was cancelled")
 		}
 	})
 	t.Run("bad payload is rejected before any request", func(t *testing.T) {
-		s := newConformanceServer(t, c)
+		s := server(t)
 		cl := call(11)
 		cl.Payload = c.BadPayload
 		r := do(t, s, context.Background(), cl)
@@ -270,24 +376,48 @@ func RunConformance(t *testing.T, c Conformance) {
 			t.Fatalf("the peer received %d requests for a payload refused locally", n)
 		}
 	})
-	t.Run("no secret in any result", func(t *testing.T) {
+	t.Run("no secret in any result, whatever the peer echoed", func(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
-		if len(results) < 10 {
+		if len(results) < 15 {
 			t.Fatalf("only %d results collected", len(results))
+		}
+		// The check must be able to fail: some secret reached the peer,
+		// and so its echo.
+		if !slices.ContainsFunc(sent, func(echo string) bool { return len(secretsIn(echo, c.Secrets)) > 0 }) {
+			t.Fatalf("none of the %d answers echoed a configured secret: configure the provider so that its requests carry one", len(sent))
 		}
 		for _, r := range results {
 			text := r.Ref + " " + string(r.Detail)
 			if r.Err != nil {
 				text += " " + r.Err.Error()
 			}
-			for _, secret := range c.Secrets {
-				if secret != "" && strings.Contains(text, secret) {
-					t.Fatalf("a %s result holds a secret: %s", r.Class, text)
-				}
+			if found := secretsIn(text, c.Secrets); len(found) > 0 {
+				t.Errorf("a %s result holds the secrets %q: %s", r.Class, found, text)
+			}
+			if len(r.Detail) > 0 && !json.Valid(r.Detail) {
+				t.Errorf("a %s result's Detail is not valid JSON: %s", r.Class, r.Detail)
 			}
 		}
 	})
+}
+
+// secretsIn returns those of secrets found in text, as they are or
+// URL-escaped.
+func secretsIn(text string, secrets []string) []string {
+	var found []string
+	for _, s := range secrets {
+		if s == "" {
+			continue
+		}
+		for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
+			if strings.Contains(text, form) {
+				found = append(found, s)
+				break
+			}
+		}
+	}
+	return found
 }
 
 // waitUntil polls cond every 5ms until it holds or timeout passes.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -23,95 +24,149 @@ import (
 type refProvider struct {
 	url, secret string
 	idempotent  bool
-	broken      bool // classifies every transport error as retryable: wrong
+	broken      string // "" for the contract; see brokenMisclassify, brokenLeak
+	hc          *http.Client
+	redact      *providers.Redactor
+}
+
+// The ways a refProvider can break the contract, for the tests that show
+// the suite catches each.
+const (
+	// brokenMisclassify classifies every transport error as retryable.
+	brokenMisclassify = "misclassify"
+	// brokenLeak keeps the peer's answer without redacting it.
+	brokenLeak = "leak"
+)
+
+func newRefProvider(baseURL, secret, broken string) *refProvider {
+	u := baseURL + "/effects?token=" + url.QueryEscape(refToken)
+	return &refProvider{
+		url: u, secret: secret, idempotent: true, broken: broken,
+		hc:     &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		redact: providers.NewRedactor(append(providers.URLSecrets(u), secret)...),
+	}
 }
 
 func (p *refProvider) Name() string     { return "ref" }
 func (p *refProvider) Idempotent() bool { return p.idempotent }
 
 func (p *refProvider) Call(ctx context.Context, c providers.Call) providers.Result {
+	r := p.call(ctx, c)
+	if p.broken == brokenLeak {
+		return r
+	}
+	return p.redact.Result(r)
+}
+
+func (p *refProvider) call(ctx context.Context, c providers.Call) providers.Result {
 	var obj map[string]any
 	if err := json.Unmarshal(c.Payload, &obj); err != nil || obj == nil {
 		return providers.Reject(errors.New("ref: payload is not a JSON object"), nil)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url+"/effects", bytes.NewReader(c.Payload))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(c.Payload))
 	if err != nil {
 		return providers.Reject(fmt.Errorf("ref: %w", err), nil)
 	}
 	req.Header.Set("Authorization", "Bearer "+p.secret)
 	req.Header.Set("Idempotency-Key", c.Key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := p.hc.Do(req)
 	if err != nil {
-		if p.broken {
+		if p.broken == brokenMisclassify {
 			return providers.Retry(errors.New("ref: transport error"), 0)
 		}
 		return providers.TransportResult("ref", errors.Unwrap(err))
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	detail, _ := json.Marshal(map[string]string{"status": resp.Status, "body": string(body), "location": resp.Header.Get("Location")})
 	switch providers.ClassifyStatus(resp.StatusCode) {
 	case providers.Confirmed:
 		var ok struct{ ID string }
 		_ = json.Unmarshal(body, &ok)
-		return providers.Confirm(ok.ID, resp.Header.Get("Idempotent-Replayed") == "true", nil)
+		return providers.Confirm(ok.ID, resp.Header.Get("Idempotent-Replayed") == "true", detail)
 	case providers.Retryable:
 		return providers.Retry(fmt.Errorf("ref: %s", resp.Status), providers.RetryAfter(resp.Header, time.Now()))
 	case providers.Rejected:
-		return providers.Reject(fmt.Errorf("ref: %s", resp.Status), body)
+		return providers.Reject(fmt.Errorf("ref: %s", resp.Status), detail)
 	}
-	return providers.Unsure(fmt.Errorf("ref: %s", resp.Status))
+	r := providers.Unsure(fmt.Errorf("ref: %s: %s", resp.Status, body))
+	r.Detail = detail
+	return r
 }
 
-func refConformance(broken bool) providertest.Conformance {
-	const secret = "sk_ref_secret_123"
+const (
+	refSecret = "sk_ref_secret_123"
+	refToken  = "tok/ref+query=secret" // escaped on the wire
+)
+
+func refConformance(broken string) providertest.Conformance {
 	return providertest.Conformance{
 		New: func(t *testing.T, baseURL string) providers.Provider {
-			return &refProvider{url: baseURL, secret: secret, idempotent: true, broken: broken}
+			return newRefProvider(baseURL, refSecret, broken)
 		},
 		Kind:       "ref.create",
 		Payload:    json.RawMessage(`{"amount":1}`),
 		BadPayload: json.RawMessage(`[1,2]`),
-		Secrets:    []string{secret},
+		Secrets:    []string{refSecret, refToken},
 		Key:        func(r *http.Request, _ []byte) string { return r.Header.Get("Idempotency-Key") },
-		Respond: func(w http.ResponseWriter, r *http.Request, a providertest.Answer) {
+		Respond: func(w http.ResponseWriter, r *http.Request, a providertest.Answer, echo string) {
+			body, _ := json.Marshal(map[string]string{"id": providertest.ConformanceRef, "echo": echo})
 			switch a {
 			case providertest.AnswerOK, providertest.AnswerReplay:
 				if a == providertest.AnswerReplay {
 					w.Header().Set("Idempotent-Replayed", "true")
 				}
-				fmt.Fprintf(w, `{"id":%q}`, providertest.ConformanceRef)
+				w.Write(body)
 			case providertest.AnswerReject:
-				http.Error(w, `{"error":"declined"}`, http.StatusPaymentRequired)
+				http.Error(w, "declined: "+echo, http.StatusPaymentRequired)
+			case providertest.AnswerUnauthorized:
+				http.Error(w, "who are you? "+echo, http.StatusUnauthorized)
 			case providertest.AnswerUnavailable:
-				http.Error(w, "down", http.StatusServiceUnavailable)
+				http.Error(w, "down: "+echo, http.StatusServiceUnavailable)
+			case providertest.AnswerServerError:
+				http.Error(w, "crashed: "+echo, http.StatusInternalServerError)
+			case providertest.AnswerConflict:
+				http.Error(w, "in progress: "+echo, http.StatusConflict)
+			case providertest.AnswerSeeOther:
+				w.WriteHeader(http.StatusSeeOther)
 			case providertest.AnswerRateLimited:
 				w.Header().Set("Retry-After", "7")
-				http.Error(w, "slow down", http.StatusTooManyRequests)
+				http.Error(w, "slow down: "+echo, http.StatusTooManyRequests)
 			}
 		},
 	}
 }
 
 func TestConformance_ReferenceProvider(t *testing.T) {
-	if os.Getenv("SIDEFX_CONFORMANCE_BROKEN") != "" {
-		providertest.RunConformance(t, refConformance(true))
-		return
-	}
-	providertest.RunConformance(t, refConformance(false))
+	providertest.RunConformance(t, refConformance(os.Getenv("SIDEFX_CONFORMANCE_BROKEN")))
 }
 
-// The suite can fail: a provider that calls a timeout "retryable" (which
-// would resend an email whose answer was lost) is caught.
-func TestConformance_CatchesMisclassification(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestConformance_ReferenceProvider$")
-	cmd.Env = append(os.Environ(), "SIDEFX_CONFORMANCE_BROKEN=1")
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		t.Fatalf("the suite passed a provider that misclassifies timeouts:\n%s", out)
-	}
-	for _, want := range []string{"timeout_is_unknown", "want unknown"} {
-		if !strings.Contains(string(out), want) {
-			t.Fatalf("the failure does not mention %q:\n%s", want, out)
-		}
+// The suite can fail: a provider that breaks the contract is caught, with
+// a message that says how.
+func TestConformance_CatchesBrokenProviders(t *testing.T) {
+	for _, tc := range []struct {
+		broken string
+		says   []string
+	}{
+		// Calling a timeout "retryable" would resend an email whose
+		// answer was lost.
+		{brokenMisclassify, []string{"timeout_is_unknown", "want unknown"}},
+		// A provider that keeps what its peer echoes stores its secrets.
+		{brokenLeak, []string{"no_secret_in_any_result", "holds the secrets", refSecret, refToken}},
+	} {
+		t.Run(tc.broken, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestConformance_ReferenceProvider$")
+			cmd.Env = append(os.Environ(), "SIDEFX_CONFORMANCE_BROKEN="+tc.broken)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a provider broken by %s:\n%s", tc.broken, out)
+			}
+			for _, want := range tc.says {
+				if !strings.Contains(string(out), want) {
+					t.Fatalf("the failure does not mention %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }

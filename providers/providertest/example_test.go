@@ -3,6 +3,7 @@ package providertest_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -32,7 +33,7 @@ func Example() {
 	// first: unknown
 	// retry: confirmed replayed: true ref: fake_1
 	// performed: 1
-	// calls=2 in_flight=0 performed=1 replays=1 duplicates=0 keys=1 confirmed=1 rejected=0 retryable=0 unknown=1
+	// calls=2 in_flight=0 performed=1 replays=1 duplicates=0 expired=0 keys=1 confirmed=1 rejected=0 retryable=0 unknown=1
 }
 
 // Over HTTP, the fake lives in the test's process and a dispatcher in
@@ -60,4 +61,32 @@ func ExampleNewServer() {
 	// confirmed
 	// true
 	// retryable
+}
+
+// An idempotent fake with Stripe's 24-hour key window, on a clock the test
+// moves: a repeat inside the window is absorbed, a repeat after it performs
+// the effect again — the duplicate the dispatcher must never cause.
+func ExampleConfig_keyWindow() {
+	ctx := context.Background()
+	clock := providertest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	fake := providertest.New(providertest.Config{
+		Idempotent: true,
+		KeyWindow:  24 * time.Hour,
+		Now:        clock.Now,
+	})
+	call := providers.Call{Key: "sfx1_example", Attempt: 1}
+	fake.Call(ctx, call)
+
+	clock.Advance(23 * time.Hour)
+	call.Attempt++
+	fmt.Println("after 23h: replayed", fake.Call(ctx, call).Replayed, "performed", fake.Performed(call.Key))
+
+	clock.Advance(time.Hour)
+	call.Attempt++
+	fmt.Println("after 24h: replayed", fake.Call(ctx, call).Replayed, "performed", fake.Performed(call.Key))
+	fmt.Println("window:", providers.KeyWindow(fake), "expired:", fake.Stats().Expired)
+	// Output:
+	// after 23h: replayed true performed 1
+	// after 24h: replayed false performed 2
+	// window: 24h0m0s expired: 1
 }

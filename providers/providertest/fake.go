@@ -19,9 +19,23 @@ type Config struct {
 	// Idempotent makes the fake honour idempotency keys, like Stripe: the
 	// first call performed for a key stores its answer, and every later call
 	// with the key replays it (Confirmed, Replayed, the same Ref) without
-	// performing again. When false (the default), like SendGrid's mail send,
-	// every call that gets as far as performing performs again: a duplicate.
+	// performing again — inside KeyWindow. When false (the default), like
+	// SendGrid's mail send, every call that gets as far as performing
+	// performs again: a duplicate.
 	Idempotent bool
+	// KeyWindow is how long an idempotent fake remembers a key, counted on
+	// Now from the call that stored the key's answer, like Stripe's 24
+	// hours: a call with the key at or after the end of the window is a new
+	// request, which performs again and counts as a performance (and a
+	// duplicate). KeyWindow is what the fake's KeyWindow method returns, so
+	// providers.KeyWindow reports it to the dispatcher. Default 0: keys are
+	// remembered forever (see also Forget).
+	KeyWindow time.Duration
+	// Now is the fake's clock: it stamps CallRecord.At and measures
+	// KeyWindow. Inject one to move time past a window without sleeping.
+	// It is called with the fake's lock held and must not call the fake.
+	// Default time.Now.
+	Now func() time.Time
 	// Latency delays every call, replays included, before anything else
 	// happens. If the call's context ends first, the call returns Unknown
 	// and performs nothing. Default 0: no delay.
@@ -45,7 +59,7 @@ type CallRecord struct {
 	// N is the call's number among the calls for Key, from 1: the n the
 	// fault plan saw.
 	N int
-	// At is when the fake received the call.
+	// At is when the fake received the call, on Config.Now.
 	At time.Time
 	// Fault is the fault applied: the one the plan gave, except that a
 	// replay keeps only its Latency and a KindPerformedThenTimeout (see
@@ -59,6 +73,10 @@ type CallRecord struct {
 	Replayed bool
 	// Ref is the reference of the performance the call made or replayed.
 	Ref string
+	// Expired: the fake had performed the key before but no longer
+	// remembered it (past Config.KeyWindow, or after Forget), so the call
+	// was answered as a new request.
+	Expired bool
 }
 
 // Stats are a Fake's totals since New or the last Reset.
@@ -76,8 +94,12 @@ type Stats struct {
 	// (idempotent mode): duplicates absorbed by the key.
 	Replays int
 	// Duplicates counts performances beyond the first for their key: the
-	// sum over keys of performed-1 (non-idempotent mode; 0 when idempotent).
+	// sum over keys of performed-1. At an idempotent fake it stays 0 unless
+	// a key is repeated after its window (or after Forget).
 	Duplicates int
+	// Expired counts the calls that found their key performed before but
+	// no longer remembered (past Config.KeyWindow, or after Forget).
+	Expired int
 	// Keys counts the distinct keys performed at least once.
 	Keys int
 	// Confirmed, Rejected, Retryable and Unknown count the answered calls by
@@ -87,8 +109,8 @@ type Stats struct {
 
 // String formats s for test failures.
 func (s Stats) String() string {
-	return fmt.Sprintf("calls=%d in_flight=%d performed=%d replays=%d duplicates=%d keys=%d confirmed=%d rejected=%d retryable=%d unknown=%d",
-		s.Calls, s.InFlight, s.Performed, s.Replays, s.Duplicates, s.Keys,
+	return fmt.Sprintf("calls=%d in_flight=%d performed=%d replays=%d duplicates=%d expired=%d keys=%d confirmed=%d rejected=%d retryable=%d unknown=%d",
+		s.Calls, s.InFlight, s.Performed, s.Replays, s.Duplicates, s.Expired, s.Keys,
 		s.Confirmed, s.Rejected, s.Retryable, s.Unknown)
 }
 
@@ -98,6 +120,8 @@ func (s Stats) String() string {
 type Fake struct {
 	name       string
 	idempotent bool
+	window     time.Duration
+	now        func() time.Time
 	latency    time.Duration
 	faults     func(providers.Call, int) Fault
 	maxRecords int
@@ -117,24 +141,38 @@ type Fake struct {
 type keyState struct {
 	calls     int
 	performed int
-	ref       string          // of the first performance
-	detail    json.RawMessage // of the first performance, for replays
+	// The answer an idempotent fake stored for the key, replayed to later
+	// calls while it is remembered.
+	saved     bool
+	everSaved bool // saved once, perhaps forgotten since
+	savedAt   time.Time
+	ref       string          // of the stored performance
+	detail    json.RawMessage // of the stored performance, for replays
+	storedErr bool            // the stored answer is a 5xx (KindServerError)
 	records   []int           // indexes of the key's records
 }
 
 // recordChunk is the length of a chunk of Fake.records.
 const recordChunk = 1024
 
-var _ providers.Provider = (*Fake)(nil)
+var (
+	_ providers.Provider    = (*Fake)(nil)
+	_ providers.KeyWindower = (*Fake)(nil)
+)
 
 // New returns a Fake configured by cfg.
 func New(cfg Config) *Fake {
 	if cfg.Name == "" {
 		cfg.Name = "fake"
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Fake{
 		name:       cfg.Name,
 		idempotent: cfg.Idempotent,
+		window:     cfg.KeyWindow,
+		now:        cfg.Now,
 		latency:    cfg.Latency,
 		faults:     cfg.Faults,
 		maxRecords: cfg.MaxRecords,
@@ -147,6 +185,29 @@ func (f *Fake) Name() string { return f.name }
 
 // Idempotent returns Config.Idempotent.
 func (f *Fake) Idempotent() bool { return f.idempotent }
+
+// KeyWindow returns Config.KeyWindow. (providers.KeyWindow reports 0 for a
+// fake that is not idempotent, whatever it holds.)
+func (f *Fake) KeyWindow() time.Duration { return f.window }
+
+// Forget makes the fake forget the answer it stored for key, as a provider
+// does when it prunes a key at the end of its window: the next call with
+// the key is a new request, which performs again. The key's calls,
+// performances and records are kept.
+func (f *Fake) Forget(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ks := f.keys[key]; ks != nil {
+		ks.saved = false
+	}
+	f.notifyLocked()
+}
+
+// remembersLocked reports whether the fake still holds the answer it stored
+// for ks at now.
+func (f *Fake) remembersLocked(ks *keyState, now time.Time) bool {
+	return ks.saved && (f.window <= 0 || now.Sub(ks.savedAt) < f.window)
+}
 
 // ticket ties a call in flight to the state it was received in.
 type ticket struct {
@@ -161,6 +222,7 @@ type outcome struct {
 	applied   Fault
 	performed bool
 	replayed  bool
+	expired   bool
 	ref       string
 }
 
@@ -173,9 +235,8 @@ func (f *Fake) Call(ctx context.Context, c providers.Call) providers.Result {
 	if err := ctx.Err(); err != nil {
 		return providers.Retry(fmt.Errorf("fake provider: call not sent: %w", err), 0)
 	}
-	now := time.Now()
 	f.mu.Lock()
-	t := f.beginLocked(c, now)
+	t := f.beginLocked(c, f.now())
 	if f.faults == nil && f.latency == 0 {
 		// The benchmark path: one critical section, no fault, no wait.
 		o, _ := f.decideLocked(c, None)
@@ -242,34 +303,48 @@ func (f *Fake) recordLocked(i int) *CallRecord {
 // so. For a Hang it decides nothing and reports hang; the caller waits and
 // then fills in the result.
 //
-// The replay rule: at an idempotent fake, a key performed already is
-// answered from the record, whatever fault the plan gave, like a real
-// provider answers a repeated key from its cache before doing anything
-// else. Only the faults that act on the way back still apply: latency
-// (applied by the caller before this) and KindPerformedThenTimeout, which
-// loses the replayed answer.
+// The replay rule: at an idempotent fake, a key whose answer the fake still
+// remembers (inside Config.KeyWindow, not forgotten) is answered from the
+// record, whatever fault the plan gave, like a real provider answers a
+// repeated key from its cache before doing anything else. Only the faults
+// that act on the way back still apply: latency (applied by the caller
+// before this) and KindPerformedThenTimeout, which loses the replayed
+// answer. A key the fake performed but no longer remembers is a new
+// request: the plan's fault applies and a performance counts again.
 func (f *Fake) decideLocked(c providers.Call, fault Fault) (o outcome, hang bool) {
 	ks := f.keyLocked(c.Key)
-	if f.idempotent && ks.performed > 0 {
+	now := f.now()
+	if f.idempotent && f.remembersLocked(ks, now) {
 		f.stats.Replays++
 		o.replayed, o.ref = true, ks.ref
 		o.applied = Fault{Latency: fault.Latency}
-		if fault.Kind == KindPerformedThenTimeout {
+		switch {
+		case fault.Kind == KindPerformedThenTimeout:
 			o.applied.Kind = KindPerformedThenTimeout
 			o.res = providers.Unsure(ErrResponseLost)
-		} else {
+		case ks.storedErr:
+			o.res = providers.Unsure(ErrServerError)
+		default:
 			o.res = providers.Confirm(ks.ref, true, ks.detail)
 		}
 		return o, false
 	}
+	if ks.everSaved && f.idempotent {
+		o.expired = true
+		f.stats.Expired++
+	}
 
 	o.applied = fault
 	if fault.performs() {
-		ref, detail := f.performLocked(ks, c.Key)
+		ref, detail := f.performLocked(ks, c.Key, now)
 		o.performed, o.ref = true, ref
-		if fault.Kind == KindPerformedThenTimeout {
+		switch fault.Kind {
+		case KindPerformedThenTimeout:
 			o.res = providers.Unsure(ErrResponseLost)
-		} else {
+		case KindServerError:
+			ks.storedErr = true
+			o.res = providers.Unsure(ErrServerError)
+		default:
 			o.res = providers.Confirm(ref, false, detail)
 		}
 		return o, false
@@ -285,6 +360,11 @@ func (f *Fake) decideLocked(c providers.Call, fault Fault) (o outcome, hang bool
 			Reason string `json:"reason"`
 		}{c.Key, fault.Reason})
 		o.res = providers.Reject(fmt.Errorf("%s: %w", fault.Reason, ErrRejected), detail)
+	case KindServerError: // began, failed before performing, stored the 500
+		if f.idempotent {
+			ks.saved, ks.everSaved, ks.savedAt, ks.ref, ks.detail, ks.storedErr = true, true, now, "", nil, true
+		}
+		o.res = providers.Unsure(ErrServerError)
 	case KindTimeoutBeforeSend:
 		o.res = providers.Unsure(ErrTimeoutBeforeSend)
 	case KindHang:
@@ -295,9 +375,10 @@ func (f *Fake) decideLocked(c providers.Call, fault Fault) (o outcome, hang bool
 	return o, false
 }
 
-// performLocked performs key once more and returns the performance's ref
-// and confirmation detail.
-func (f *Fake) performLocked(ks *keyState, key string) (string, json.RawMessage) {
+// performLocked performs key once more, stores its answer as the key's
+// (replayed to later calls by an idempotent fake while it remembers it),
+// and returns the performance's ref and confirmation detail.
+func (f *Fake) performLocked(ks *keyState, key string, now time.Time) (string, json.RawMessage) {
 	f.refSeq++
 	ref := "fake_" + strconv.FormatInt(f.refSeq, 10)
 	detail := confirmDetail(ref, key)
@@ -305,10 +386,13 @@ func (f *Fake) performLocked(ks *keyState, key string) (string, json.RawMessage)
 	f.stats.Performed++
 	if ks.performed == 1 {
 		f.stats.Keys++
-		ks.ref, ks.detail = ref, detail
 	} else {
 		f.stats.Duplicates++
 	}
+	if ks.performed == 1 || f.idempotent {
+		ks.ref, ks.detail = ref, detail
+	}
+	ks.saved, ks.everSaved, ks.savedAt, ks.storedErr = true, true, now, false
 	return ref, detail
 }
 
@@ -337,7 +421,7 @@ func (f *Fake) finishLocked(t ticket, o outcome) {
 		if t.rec >= 0 {
 			r := f.recordLocked(t.rec)
 			r.Fault, r.Class = o.applied, o.res.Class
-			r.Performed, r.Replayed, r.Ref = o.performed, o.replayed, o.ref
+			r.Performed, r.Replayed, r.Ref, r.Expired = o.performed, o.replayed, o.ref, o.expired
 		}
 	}
 	f.notifyLocked()
@@ -367,7 +451,8 @@ func (f *Fake) statsLocked() Stats {
 }
 
 // Performed returns how many times key was performed: 0 or 1 at an
-// idempotent fake, any number at another.
+// idempotent fake while it remembers the key, more once the key was
+// repeated after its window; any number at another.
 func (f *Fake) Performed(key string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

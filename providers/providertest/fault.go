@@ -18,7 +18,9 @@ const (
 	// KindNone: the call is performed and confirmed (after Fault.Latency, if
 	// any).
 	KindNone FaultKind = iota
-	// KindRetryable: a 5xx before acceptance. Not performed; Retryable.
+	// KindRetryable: a refusal before the provider began (a lock timeout,
+	// an overloaded front end that documents it did nothing). Not
+	// performed; Retryable.
 	KindRetryable
 	// KindRateLimited: a 429. Not performed; Retryable with
 	// Result.RetryAfter set to Fault.RetryAfter.
@@ -35,6 +37,13 @@ const (
 	// KindHang: the call blocks until its context is done. Not performed;
 	// Unknown.
 	KindHang
+	// KindServerError: a 5xx after the provider began executing, which it
+	// stores for the key, as Stripe does: performed or not as
+	// Fault.Performs says, Unknown either way. An idempotent fake replays
+	// the stored 5xx (Unknown, nothing performed) to every later call with
+	// the key while it remembers the key; a retry can never turn it into a
+	// confirmation.
+	KindServerError
 )
 
 // String returns the kind's snake_case name.
@@ -54,6 +63,8 @@ func (k FaultKind) String() string {
 		return "timeout_before_send"
 	case KindHang:
 		return "hang"
+	case KindServerError:
+		return "server_error"
 	}
 	return fmt.Sprintf("fault_kind(%d)", int(k))
 }
@@ -68,9 +79,9 @@ func (k FaultKind) String() string {
 //
 // A fault that acts before the effect would be performed (KindRetryable,
 // KindRateLimited, KindReject, KindTimeoutBeforeSend, KindHang) applies
-// only to a key the fake has not performed yet when the Fake is idempotent: a key performed already is
-// answered as a replay from the fake's record, like a real idempotent
-// provider answers from its cache. Latency and KindPerformedThenTimeout
+// only to a key whose answer an idempotent Fake does not hold: a key it
+// remembers is answered as a replay from the fake's record, like a real
+// idempotent provider answers from its cache. Latency and KindPerformedThenTimeout
 // apply to replays too: the answer can be slow, or lost on its way back.
 type Fault struct {
 	Kind FaultKind
@@ -83,13 +94,17 @@ type Fault struct {
 	// Reason is the provider's refusal for a KindReject fault
 	// ("card_declined").
 	Reason string
+	// Performs says whether a KindServerError fault performed the effect
+	// before the 5xx.
+	Performs bool
 }
 
 // The faults that take no argument. Treat them as constants.
 var (
 	// None injects nothing: the call is performed and confirmed.
 	None = Fault{}
-	// RetryableErr is a 5xx before acceptance: not performed, Retryable.
+	// RetryableErr is a refusal before the provider began: not performed,
+	// Retryable.
 	RetryableErr = Fault{Kind: KindRetryable}
 	// PerformedThenTimeout performs the effect and loses the answer:
 	// Unknown. Over HTTP, the server performs and drops the connection.
@@ -115,6 +130,11 @@ func RateLimited(after time.Duration) Fault {
 // Rejected.
 func Reject(reason string) Fault { return Fault{Kind: KindReject, Reason: reason} }
 
+// ServerError returns a stored 5xx (KindServerError): Unknown, the effect
+// performed if performed is true; an idempotent fake replays the 5xx for
+// the key while it remembers it.
+func ServerError(performed bool) Fault { return Fault{Kind: KindServerError, Performs: performed} }
+
 // WithLatency returns f delayed by d more.
 func (f Fault) WithLatency(d time.Duration) Fault {
 	f.Latency += d
@@ -129,6 +149,8 @@ func (f Fault) String() string {
 		s = fmt.Sprintf("rate_limited(after=%s)", f.RetryAfter)
 	case KindReject:
 		s = fmt.Sprintf("reject(%s)", f.Reason)
+	case KindServerError:
+		s = fmt.Sprintf("server_error(performed=%t)", f.Performs)
 	default:
 		s = f.Kind.String()
 	}
@@ -143,7 +165,7 @@ func (f Fault) String() string {
 
 // performs reports whether the fault lets the effect be performed.
 func (f Fault) performs() bool {
-	return f.Kind == KindNone || f.Kind == KindPerformedThenTimeout
+	return f.Kind == KindNone || f.Kind == KindPerformedThenTimeout || f.Kind == KindServerError && f.Performs
 }
 
 // Errors in the Results of injected faults, for errors.Is. A Client rebuilds
@@ -161,6 +183,9 @@ var (
 	ErrTimeoutBeforeSend = errors.New("fake provider: timeout before the request was sent")
 	// ErrResponseLost is the error of a PerformedThenTimeout fault.
 	ErrResponseLost = errors.New("fake provider: performed, response lost")
+	// ErrServerError is the error of a ServerError fault and of its
+	// replays.
+	ErrServerError = errors.New("fake provider: 500 internal server error, stored for the key")
 )
 
 // FailFirst returns a fault plan that gives f to the first n calls of every

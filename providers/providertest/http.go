@@ -136,6 +136,10 @@ type ClientConfig struct {
 	// the provider. Match the served Fake's Config.Idempotent unless the test
 	// is about a mismatch. Default false.
 	Idempotent bool
+	// KeyWindow is what KeyWindow returns: how long the dispatcher believes
+	// the provider remembers a key. Match the served Fake's
+	// Config.KeyWindow. Default 0: no window.
+	KeyWindow time.Duration
 	// Timeout bounds each call, on top of the call's context. Default 0: only
 	// the context bounds it.
 	Timeout time.Duration
@@ -156,13 +160,17 @@ type ClientConfig struct {
 type Client struct {
 	name       string
 	idempotent bool
+	window     time.Duration
 	endpoint   string
 	timeout    time.Duration
 	hc         *http.Client
 	own        *http.Transport // nil when the caller gave HTTPClient
 }
 
-var _ providers.Provider = (*Client)(nil)
+var (
+	_ providers.Provider    = (*Client)(nil)
+	_ providers.KeyWindower = (*Client)(nil)
+)
 
 // NewClient returns a Client configured by cfg.
 func NewClient(cfg ClientConfig) (*Client, error) {
@@ -185,6 +193,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c := &Client{
 		name:       cfg.Name,
 		idempotent: cfg.Idempotent,
+		window:     cfg.KeyWindow,
 		endpoint:   strings.TrimSuffix(u.String(), "/") + CallPath,
 		timeout:    cfg.Timeout,
 		hc:         cfg.HTTPClient,
@@ -211,6 +220,9 @@ func (c *Client) Name() string { return c.name }
 
 // Idempotent returns ClientConfig.Idempotent.
 func (c *Client) Idempotent() bool { return c.idempotent }
+
+// KeyWindow returns ClientConfig.KeyWindow.
+func (c *Client) KeyWindow() time.Duration { return c.window }
 
 // Close closes the idle connections of the Client's own transport (none if
 // ClientConfig.HTTPClient was given). The Client stays usable.
@@ -294,7 +306,7 @@ func remoteError(msg string) error {
 	if msg == "" {
 		return nil
 	}
-	for _, s := range []error{ErrUnavailable, ErrRateLimited, ErrRejected, ErrTimeoutBeforeSend, ErrResponseLost} {
+	for _, s := range []error{ErrUnavailable, ErrRateLimited, ErrRejected, ErrTimeoutBeforeSend, ErrResponseLost, ErrServerError} {
 		if msg == s.Error() {
 			return s
 		}

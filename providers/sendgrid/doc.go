@@ -64,25 +64,44 @@
 //
 // # Classification
 //
-//	SendGrid's answer                                   class      Result
-//	2xx (202 Accepted)                                  confirmed  Ref = X-Message-Id, or "accepted" (AcceptedRef) without one; Replayed false
-//	400, 401, 403, 404, 405, 413, other 4xx             rejected   Err *APIError; Detail {"status", "errors"} (SendGrid's errors array)
-//	408, 409, 425                                       retryable  as ClassifyStatus has it; RetryAfter from Retry-After
-//	429 Too Many Requests                               retryable  RetryAfter from Retry-After, else from X-RateLimit-Reset (unix seconds)
-//	5xx                                                 retryable  RetryAfter from Retry-After; Detail as for 4xx
-//	1xx, 3xx (redirects are not followed)               unknown    not an answer to a mail send
-//	payload refused before sending                      rejected   Err wraps ErrBadPayload; no request
-//	context done before sending, connection refused,    retryable  the request was not sent
-//	  host not found, no connection obtained in time
-//	timeout, reset or EOF after sending, context        unknown    the mail may have been accepted
-//	  cancelled after sending
+// A rejected result makes the effect failed, which must mean the mail was
+// definitely not sent, or definitely refused; and since Mail Send has no
+// key, an unknown one makes the effect uncertain (or, for an at-least-once
+// kind, sends it again). SendGrid's v3 documentation says: 202 Accepted,
+// "your message is both valid, and queued to be delivered"; 4xx, "there
+// was a problem with your request" (400, 401, 403, 404, 405, 413, 429 "the
+// number of requests you have made exceeds SendGrid's rate limitations");
+// 5xx, "the request you made was valid, but an error occurred when SendGrid
+// attempted to process it" (500 "an error occurred on a SendGrid server",
+// 503 "the SendGrid v3 Web API is not available"). That a 5xx mail was not
+// queued is nowhere promised: the error may come after the mail was
+// queued, and a load balancer's 502 or 504 after SendGrid's work. So:
 //
-// 5xx is the one judgement call. SendGrid documents a 5xx as its own
-// failure to process the request, and Mail Send's only success is 202
-// Accepted: a mail answered with a 5xx was not accepted, so it is
-// retryable, not unknown. The cost of being wrong (a 5xx after SendGrid had
-// in fact queued the mail) is a duplicate mail; a kind that cannot take
-// that risk needs a provider with idempotency keys.
+//	SendGrid's answer                   class      why
+//	2xx (202 Accepted)                  confirmed  valid and queued. Ref = X-Message-Id, or "accepted"
+//	                                               (AcceptedRef) without one; Replayed false
+//	400, 401, 403, 404, 405, 413,       rejected   a problem with the request: refused, not queued.
+//	  other 4xx                                    Err *APIError; Detail {"status", "errors"}
+//	429 Too Many Requests               retryable  rate limited before processing; RetryAfter from
+//	                                               Retry-After, else X-RateLimit-Reset (unix seconds)
+//	408, 425                            retryable  the request was not received whole, or not processed
+//	409 (undocumented for Mail Send)    unknown    a conflict says nothing of the mail
+//	5xx (500, 502, 503, 504)            unknown    an error while processing a valid request: the mail
+//	                                               may have been queued. Retry-After kept; Detail as 4xx
+//	1xx, 3xx (not followed)             unknown    no answer to a mail send
+//	payload refused before sending      rejected   Err wraps ErrBadPayload; no request
+//	context done before sending,        retryable  the request was not sent
+//	  connection refused, host not
+//	  found, no connection in time
+//	timeout, reset or EOF after         unknown    the mail may have been accepted
+//	  sending, context cancelled after
+//
+// 5xx is the judgement call, and it is made conservatively: calling a 5xx
+// retryable would resend a mail SendGrid may have queued, a duplicate the
+// dispatcher could not see. The cost of unknown is an uncertain effect
+// during a SendGrid outage, which an operator or a reconciler settles by
+// the mail's sidefx_key in SendGrid's events or Email Activity; a kind
+// whose duplicates are cheap opts into at-least-once and is resent.
 //
 // "No connection obtained in time" is read from net/http's client trace:
 // when the transport asked for a connection and never got one, nothing was
@@ -91,10 +110,15 @@
 // transport is not an *http.Transport reports no trace, and its errors are
 // classified by providers.TransportResult alone.
 //
+// SendGrid has no idempotency key, so the provider has no key window
+// (providers.KeyWindow reports 0).
+//
 // # Secrets
 //
 // The API key travels only in the Authorization header. It is kept out of
 // every Result, error and Detail: a peer that echoes it (in its errors, its
-// body or X-Message-Id) has each occurrence replaced by "[redacted]". Only
-// the key's exact text is found; an encoded or split echo is not.
+// body or X-Message-Id) has each occurrence replaced by "[redacted]", as
+// sent, URL-escaped or JSON-escaped (providers.Redactor); the Detail stays
+// valid JSON. A key split across fields, or encoded otherwise, is not
+// found.
 package sendgrid

@@ -61,9 +61,6 @@ const maxAnswerBytes = 1 << 20
 // maxRefBytes bounds a Ref taken from X-Message-Id (SendGrid's are 22).
 const maxRefBytes = 255
 
-// redacted replaces the API key wherever a peer echoed it.
-const redacted = "[redacted]"
-
 // ErrConfig is wrapped by every configuration error from New.
 var ErrConfig = errors.New("invalid sendgrid configuration")
 
@@ -103,8 +100,10 @@ type Config struct {
 type Provider struct {
 	name    string
 	apiKey  string
+	redact  *providers.Redactor // the API key, as a peer may echo it
 	baseURL string
 	timeout time.Duration
+	now     func() time.Time // reads Retry-After and X-RateLimit-Reset
 	client  *rest.Client
 	own     *http.Transport // nil when Config.HTTPClient was given
 }
@@ -120,11 +119,11 @@ func New(cfg *Config) (*Provider, error) {
 	if err := checkAPIKey(cfg.APIKey); err != nil {
 		return nil, fmt.Errorf("new sendgrid provider: %w: %w", ErrConfig, err)
 	}
+	redact := providers.NewRedactor(cfg.APIKey)
 	base, err := checkBaseURL(cfg.BaseURL)
 	if err != nil {
 		// A key pasted into the URL is not repeated in the error.
-		msg := strings.ReplaceAll(err.Error(), cfg.APIKey, redacted)
-		return nil, fmt.Errorf("new sendgrid provider: %w: %s", ErrConfig, msg)
+		return nil, fmt.Errorf("new sendgrid provider: %w: %s", ErrConfig, redact.String(err.Error()))
 	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("new sendgrid provider: %w: negative Timeout %s", ErrConfig, cfg.Timeout)
@@ -132,8 +131,10 @@ func New(cfg *Config) (*Provider, error) {
 	p := &Provider{
 		name:    cfg.Name,
 		apiKey:  cfg.APIKey,
+		redact:  redact,
 		baseURL: base,
 		timeout: cfg.Timeout,
+		now:     time.Now,
 	}
 	if p.name == "" {
 		p.name = DefaultName
@@ -236,7 +237,7 @@ func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result 
 	what := p.name + " mail send"
 	body, err := buildBody(c)
 	if err != nil {
-		return p.scrub(providers.Reject(fmt.Errorf("%s: %w", what, err), nil))
+		return p.redact.Result(providers.Reject(fmt.Errorf("%s: %w", what, err), nil))
 	}
 	if err := ctx.Err(); err != nil {
 		return providers.Retry(fmt.Errorf("%s: not sent: %w", what, err), 0)
@@ -255,13 +256,13 @@ func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result 
 			err = errors.New("no answer and no error")
 		}
 		if trace.notSent() {
-			return p.scrub(providers.Retry(fmt.Errorf("%s: not sent: %w", what, err), 0))
+			return p.redact.Result(providers.Retry(fmt.Errorf("%s: not sent: %w", what, err), 0))
 		}
-		return p.scrub(providers.TransportResult(what, err))
+		return p.redact.Result(providers.TransportResult(what, err))
 	}
 	// With an answer, err can only be a failure to read its body: the
 	// status is SendGrid's decision all the same.
-	return p.scrub(p.classify(what, resp, time.Now()))
+	return p.redact.Result(p.classify(what, resp, p.now()))
 }
 
 // classify turns an answer into a Result.
@@ -269,26 +270,31 @@ func (p *Provider) classify(what string, resp *rest.Response, now time.Time) pro
 	h := http.Header(resp.Headers)
 	class := providers.ClassifyStatus(resp.StatusCode)
 	if class == providers.Confirmed {
-		ref := truncate(p.redact(strings.TrimSpace(h.Get(HeaderMessageID))), maxRefBytes)
+		ref := truncate(p.redact.String(strings.TrimSpace(h.Get(HeaderMessageID))), maxRefBytes)
 		if ref == "" {
 			ref = AcceptedRef
 		}
 		return providers.Confirm(ref, false, nil)
 	}
-	apiErr := parseAnswer(resp.StatusCode, resp.Body, p.redact)
+	apiErr := parseAnswer(resp.StatusCode, resp.Body, p.redact.String)
 	err := fmt.Errorf("%s: %w", what, apiErr)
+	after := providers.RetryAfter(h, now)
+	if after == 0 && resp.StatusCode == http.StatusTooManyRequests {
+		after = rateLimitReset(h, now)
+	}
 	var r providers.Result
 	switch class {
 	case providers.Rejected:
 		r = providers.Reject(err, nil)
 	case providers.Retryable:
-		after := providers.RetryAfter(h, now)
-		if after == 0 && resp.StatusCode == http.StatusTooManyRequests {
-			after = rateLimitReset(h, now)
-		}
 		r = providers.Retry(err, after)
-	default: // 1xx, 3xx: not an answer to a mail send
+	default:
+		// A 5xx: SendGrid failed while processing a valid request, and
+		// does not say the mail was not queued. A 409 (undocumented for
+		// Mail Send), a 1xx or 3xx: no answer to a mail send. The mail may
+		// have been accepted.
 		r = providers.Unsure(err)
+		r.RetryAfter = after
 	}
 	r.Detail = apiErr.detail()
 	return r
@@ -307,25 +313,6 @@ func rateLimitReset(h http.Header, now time.Time) time.Duration {
 		return 0
 	}
 	return d
-}
-
-// redact removes the API key from s.
-func (p *Provider) redact(s string) string {
-	return strings.ReplaceAll(s, p.apiKey, redacted)
-}
-
-// scrub is the last guard on the way out: the API key in no Ref, Detail or
-// error message, whatever a peer echoed. The parts Call builds are redacted
-// already; this catches what they missed.
-func (p *Provider) scrub(r providers.Result) providers.Result {
-	r.Ref = p.redact(r.Ref)
-	if strings.Contains(string(r.Detail), p.apiKey) {
-		r.Detail = []byte(`{"redacted":"the answer held the API key"}`)
-	}
-	if r.Err != nil && strings.Contains(r.Err.Error(), p.apiKey) {
-		r.Err = errors.New(p.redact(r.Err.Error()))
-	}
-	return r
 }
 
 // sendTrace records whether a request got a connection. A transport that

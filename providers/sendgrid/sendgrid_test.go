@@ -55,6 +55,14 @@ func newProvider(t *testing.T, baseURL string, edit ...func(*sendgrid.Config)) *
 	return p
 }
 
+// testCtx bounds a test's waits: a deadline, never a sleep.
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // testCall returns a call of validPayload, or of payload when given.
 func testCall(payload ...string) providers.Call {
 	body := validPayload
@@ -103,18 +111,33 @@ func TestProvider_Conformance(t *testing.T) {
 		BadPayload: json.RawMessage(`{"subject":"no recipients"}`),
 		Secrets:    []string{testKey},
 		Key:        func(_ *http.Request, body []byte) string { return firstKey(body) },
-		Respond: func(w http.ResponseWriter, _ *http.Request, a providertest.Answer) {
+		Respond: func(w http.ResponseWriter, _ *http.Request, a providertest.Answer, echo string) {
+			// SendGrid's error JSON, each message quoting the request.
+			errs := func(status int, msg string) {
+				b, _ := json.Marshal(map[string]any{"errors": []map[string]any{{"message": msg + ": " + echo, "field": echo, "help": map[string]string{"request": echo}}}})
+				answer(w, status, string(b))
+			}
 			switch a {
 			case providertest.AnswerOK, providertest.AnswerReplay: // no replays at SendGrid
 				w.Header().Set(sendgrid.HeaderMessageID, providertest.ConformanceRef)
 				w.WriteHeader(http.StatusAccepted)
+				io.WriteString(w, echo)
 			case providertest.AnswerReject:
-				answer(w, http.StatusBadRequest, `{"errors":[{"message":"The from email does not contain a valid address.","field":"from.email","help":"http://sendgrid.com/docs/API_Reference/Web_API_v3/Mail/errors.html#message.from"}]}`)
+				errs(http.StatusBadRequest, "The from email does not contain a valid address.")
+			case providertest.AnswerUnauthorized:
+				errs(http.StatusUnauthorized, "The provided authorization grant is invalid, expired, or revoked")
 			case providertest.AnswerUnavailable:
-				answer(w, http.StatusServiceUnavailable, `{"errors":[{"message":"service unavailable"}]}`)
+				errs(http.StatusServiceUnavailable, "service unavailable")
+			case providertest.AnswerServerError:
+				errs(http.StatusInternalServerError, "internal server error")
+			case providertest.AnswerConflict:
+				errs(http.StatusConflict, "conflict")
+			case providertest.AnswerSeeOther:
+				w.WriteHeader(http.StatusSeeOther)
+				io.WriteString(w, echo)
 			case providertest.AnswerRateLimited:
 				w.Header().Set("Retry-After", "7")
-				answer(w, http.StatusTooManyRequests, `{"errors":[{"field":null,"message":"too many requests"}]}`)
+				errs(http.StatusTooManyRequests, "too many requests")
 			}
 		},
 	})
@@ -170,7 +193,10 @@ func server(t *testing.T, h func(w http.ResponseWriter, r *http.Request, rec rec
 
 func TestProvider_Classifies(t *testing.T) {
 	t.Parallel()
-	reset := time.Now().Add(90 * time.Second).Unix()
+	// The provider reads the rate-limit headers against this clock, so the
+	// waits are exact however long the test takes to get there.
+	now := time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
+	reset := now.Add(90 * time.Second).Unix()
 	cases := []struct {
 		name    string
 		respond func(w http.ResponseWriter, r *http.Request)
@@ -244,7 +270,7 @@ func TestProvider_Classifies(t *testing.T) {
 				answer(w, 429, `{"errors":[{"field":null,"message":"too many requests"}]}`)
 			},
 			class: providers.Retryable,
-			after: func(d time.Duration) bool { return d > 80*time.Second && d <= 90*time.Second },
+			after: func(d time.Duration) bool { return d == 90*time.Second },
 		},
 		{
 			name: "429 with a past X-RateLimit-Reset leaves the wait to the policy",
@@ -255,20 +281,50 @@ func TestProvider_Classifies(t *testing.T) {
 			class: providers.Retryable, after: func(d time.Duration) bool { return d == 0 },
 		},
 		{
-			name: "500 is retryable",
+			// SendGrid failed while processing a valid request: the mail
+			// may have been queued.
+			name: "500 is unknown",
 			respond: func(w http.ResponseWriter, _ *http.Request) {
 				answer(w, 500, `{"errors":[{"message":"internal server error"}]}`)
 			},
-			class: providers.Retryable, errText: "500 Internal Server Error: internal server error",
+			class: providers.Unknown, errText: "500 Internal Server Error: internal server error",
 			after: func(d time.Duration) bool { return d == 0 },
 		},
 		{
-			name: "503 is retryable after Retry-After",
+			name: "503 is unknown, and keeps its Retry-After",
 			respond: func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Retry-After", "30")
 				http.Error(w, "upstream unavailable", 503)
 			},
-			class: providers.Retryable, after: func(d time.Duration) bool { return d == 30*time.Second },
+			class: providers.Unknown, after: func(d time.Duration) bool { return d == 30*time.Second },
+		},
+		{
+			name: "a gateway's 504 is unknown",
+			respond: func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, "gateway timeout", 504)
+			},
+			class: providers.Unknown, detail: `{"status":504,"body":"gateway timeout"}`,
+		},
+		{
+			name: "409 is unknown",
+			respond: func(w http.ResponseWriter, _ *http.Request) {
+				answer(w, 409, `{"errors":[{"message":"conflict"}]}`)
+			},
+			class: providers.Unknown,
+		},
+		{
+			name: "401 is rejected",
+			respond: func(w http.ResponseWriter, _ *http.Request) {
+				answer(w, 401, `{"errors":[{"field":null,"message":"The provided authorization grant is invalid, expired, or revoked"}]}`)
+			},
+			class: providers.Rejected, errText: "401 Unauthorized",
+		},
+		{
+			name: "408 is retryable",
+			respond: func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, "request timeout", 408)
+			},
+			class: providers.Retryable,
 		},
 		{
 			name: "a redirect is not followed and is unknown",
@@ -283,6 +339,7 @@ func TestProvider_Classifies(t *testing.T) {
 			t.Parallel()
 			ts, s := server(t, func(w http.ResponseWriter, r *http.Request, _ received) { tc.respond(w, r) })
 			p := newProvider(t, ts.URL)
+			sendgrid.SetClock(p, func() time.Time { return now })
 			r := p.Call(context.Background(), testCall())
 			noSecret(t, r)
 			if r.Class != tc.class {
@@ -346,7 +403,7 @@ func TestProvider_KeepsTheKeyOutOfEveryResult(t *testing.T) {
 		{"a key cut at the body limit", providers.Rejected, func(w http.ResponseWriter, auth string) {
 			http.Error(w, strings.Repeat("y", 500)+auth, http.StatusForbidden)
 		}},
-		{"500 echoes the header", providers.Retryable, func(w http.ResponseWriter, auth string) {
+		{"500 echoes the header", providers.Unknown, func(w http.ResponseWriter, auth string) {
 			answer(w, 500, `{"errors":[{"message":"`+auth+`"}]}`)
 		}},
 		{"202 echoes it as the message id", providers.Confirmed, func(w http.ResponseWriter, auth string) {
@@ -580,31 +637,49 @@ func TestProvider_LostAnswerIsUnknownAndNotResent(t *testing.T) {
 
 func TestProvider_SlowAnswerPastDeadlineIsUnknown(t *testing.T) {
 	t.Parallel()
-	hang := func(w http.ResponseWriter, r *http.Request, _ received) { <-r.Context().Done() }
+	// The server never answers: it holds each request until the client
+	// gives up (and records that it did) or the test ends. Call returning
+	// at all therefore shows it gave up on its deadline, not on an answer;
+	// no clock is read.
+	gaveUp := make(chan struct{}, 2)
+	ended := make(chan struct{})
+	t.Cleanup(func() { close(ended) })
+	hang := func(w http.ResponseWriter, r *http.Request, _ received) {
+		select {
+		case <-r.Context().Done():
+			gaveUp <- struct{}{}
+		case <-ended:
+		}
+	}
 	t.Run("the call's context", func(t *testing.T) {
-		t.Parallel()
 		ts, s := server(t, hang)
 		p := newProvider(t, ts.URL)
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		start := time.Now()
 		r := p.Call(ctx, testCall())
 		if !r.IsUnknown() || !errors.Is(r.Err, context.DeadlineExceeded) {
 			t.Fatalf("%s (%v), want unknown after the deadline", r.Class, r.Err)
 		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("Call returned %s after its deadline", d)
-		}
 		if n := len(s.all()); n != 1 {
 			t.Fatalf("the server received %d requests", n)
 		}
+		// The client closed its side: the request is not left open.
+		select {
+		case <-gaveUp:
+		case <-testCtx(t).Done():
+			t.Fatal("the server never saw the client give up")
+		}
 	})
 	t.Run("Config.Timeout", func(t *testing.T) {
-		t.Parallel()
 		ts, _ := server(t, hang)
 		p := newProvider(t, ts.URL, func(c *sendgrid.Config) { c.Timeout = 200 * time.Millisecond })
-		if r := p.Call(context.Background(), testCall()); !r.IsUnknown() {
+		if r := p.Call(context.Background(), testCall()); !r.IsUnknown() || !errors.Is(r.Err, context.DeadlineExceeded) {
 			t.Fatalf("%s (%v), want unknown after Config.Timeout", r.Class, r.Err)
+		}
+		select {
+		case <-gaveUp:
+		case <-testCtx(t).Done():
+			t.Fatal("the server never saw the client give up")
 		}
 	})
 }
@@ -739,8 +814,8 @@ func TestNew_Defaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if p.Name() != "sendgrid" || p.Idempotent() {
-		t.Fatalf("Name %q, Idempotent %v; want sendgrid, false", p.Name(), p.Idempotent())
+	if p.Name() != "sendgrid" || p.Idempotent() || providers.KeyWindow(p) != 0 {
+		t.Fatalf("Name %q, Idempotent %v, KeyWindow %s; want sendgrid, false, 0", p.Name(), p.Idempotent(), providers.KeyWindow(p))
 	}
 	named := newProvider(t, "", func(c *sendgrid.Config) { c.Name = "sendgrid-eu" })
 	if named.Name() != "sendgrid-eu" {

@@ -1,7 +1,6 @@
 package stripe
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,11 +73,10 @@ func (e *APIError) mismatch() bool {
 	return e.Type == string(stripego.ErrorTypeIdempotency) && !e.inUse()
 }
 
-// inUse: the key is held by a request still in flight (409 Conflict,
-// idempotency_key_in_use) or the object is locked (lock_timeout); the
-// answer to a later attempt may differ.
+// inUse: another request under the same key is still executing (409
+// Conflict, idempotency_key_in_use). It may perform the effect.
 func (e *APIError) inUse() bool {
-	return e.Status == http.StatusConflict || e.Code == string(stripego.ErrorCodeIdempotencyKeyInUse) || e.Code == string(stripego.ErrorCodeLockTimeout)
+	return e.Status == http.StatusConflict || e.Code == string(stripego.ErrorCodeIdempotencyKeyInUse)
 }
 
 // newAPIError keeps the safe fields of se, each passed through redact.
@@ -95,43 +93,74 @@ func newAPIError(op string, se *stripego.Error, redact func(string) string) *API
 }
 
 // classifyAPIError gives the class of Stripe's error answer; header is the
-// answer's (for Retry-After and Stripe-Should-Retry).
+// answer's (for Retry-After and Stripe-Should-Retry). Stripe saves the
+// answer under the key once the endpoint began executing — success or
+// failure, a 500 included — and replays it to every retry with the key;
+// validation failures, 409 concurrent-use conflicts and 429 rate limits
+// (the limiter runs before the idempotency layer) are not saved. See the
+// package documentation for the table and its reasons.
 func classifyAPIError(e *APIError, header http.Header) providers.Result {
 	after := providers.RetryAfter(header, time.Now())
 	detail, _ := json.Marshal(e)
+	with := func(r providers.Result) providers.Result {
+		r.Detail = detail
+		if r.RetryAfter == 0 {
+			r.RetryAfter = after
+		}
+		return r
+	}
 	switch {
-	case e.Type == string(stripego.ErrorTypeCard):
-		return providers.Reject(e, detail) // declined: no later attempt differs
+	case e.Status >= 500:
+		// The endpoint may have begun executing, and acted, before it
+		// failed; Stripe then saved this 500 for the key and replays it
+		// to every retry. Nothing proves the effect was not performed.
+		return with(providers.Unsure(e))
 	case e.inUse():
-		// Checked before the mismatch: a key in use is a request still in
-		// flight that may yet succeed, and calling it failed would leave
-		// a performed effect marked failed. A mismatch answered as 409
-		// would only be retried until the attempts run out.
-		return providers.Retry(e, after)
+		// Checked before the mismatch: another attempt under our key is
+		// executing and may perform the effect. Retried with the key, the
+		// answer becomes that attempt's.
+		return with(providers.Unsure(e))
+	case e.Type == string(stripego.ErrorTypeCard):
+		return with(providers.Reject(e, detail)) // declined: definitely refused
 	case e.mismatch():
-		return providers.Reject(fmt.Errorf("%w: %w", e, ErrIdempotencyMismatch), detail)
+		// This request is refused; an earlier one under the key, with
+		// other parameters, may have performed something: an alarm.
+		return with(providers.Reject(fmt.Errorf("%w: %w", e, ErrIdempotencyMismatch), detail))
 	case e.Status == http.StatusTooManyRequests:
-		return providers.Retry(e, after)
-	case header.Get("Stripe-Should-Retry") == "true" && e.Status < 500:
-		return providers.Retry(e, after) // Stripe's own hint that a retry may succeed
+		// Rate limited, or an object locked (lock_timeout): refused before
+		// the endpoint ran.
+		return with(providers.Retry(e, after))
+	case header.Get("Stripe-Should-Retry") == "true":
+		return with(providers.Retry(e, after)) // a 4xx Stripe says a retry may cure
 	}
-	switch providers.ClassifyStatus(e.Status) {
+	return with(statusResult(e.Status, e, after))
+}
+
+// statusResult classifies an error answer by its status alone
+// (providers.ClassifyStatus): a 4xx refusal is rejected, 408, 425 and 429
+// retryable, a 409, a 5xx and anything else unknown.
+func statusResult(status int, err error, after time.Duration) providers.Result {
+	switch providers.ClassifyStatus(status) {
 	case providers.Rejected:
-		return providers.Reject(e, detail)
+		return providers.Reject(err, nil)
 	case providers.Retryable:
-		// 5xx: Stripe either failed before executing the request (then the
-		// key is not recorded and a retry runs it) or recorded this answer
-		// for the key (then a retry replays it). Either way a retry with
-		// the same key cannot perform the effect twice.
-		return providers.Retry(e, after)
+		return providers.Retry(err, after)
 	}
-	return providers.Unsure(e)
+	r := providers.Unsure(err)
+	r.RetryAfter = after // a 503's Retry-After still paces the retry with the key
+	return r
 }
 
 // classify turns what stripe-go returned for operation op into a Result.
 func (p *Provider) classify(op string, obj *object, err error, ex *exchange) providers.Result {
 	what := "stripe " + op
+	status, header, sent := ex.result()
 	if err == nil {
+		if status != 0 && (status < 200 || status >= 300) {
+			// stripe-go decodes any answer below 400 as the object: a 3xx
+			// (never followed) or 1xx is no confirmation.
+			return providers.Unsure(fmt.Errorf("%s: status %d is no answer to the request", what, status))
+		}
 		return confirm(obj, nil)
 	}
 	var se *stripego.Error
@@ -140,9 +169,8 @@ func (p *Provider) classify(op string, obj *object, err error, ex *exchange) pro
 		if se.LastResponse != nil {
 			header = se.LastResponse.Header
 		}
-		return classifyAPIError(newAPIError(op, se, p.redact), header)
+		return classifyAPIError(newAPIError(op, se, p.redact.String), header)
 	}
-	status, header, sent := ex.result()
 	switch {
 	case status >= 200 && status < 300:
 		// Stripe performed the request; its answer was lost or unreadable
@@ -150,15 +178,10 @@ func (p *Provider) classify(op string, obj *object, err error, ex *exchange) pro
 		return confirm(obj, header)
 	case status != 0:
 		// An answer without a Stripe error object: a proxy's or load
-		// balancer's page, which stripe-go reports as a plain error.
+		// balancer's page, which stripe-go reports as a plain error. A 5xx
+		// from a gateway may follow Stripe's work.
 		e := fmt.Errorf("%s: status %d without a stripe error object", what, status)
-		switch providers.ClassifyStatus(status) {
-		case providers.Rejected:
-			return providers.Reject(e, nil)
-		case providers.Retryable:
-			return providers.Retry(e, providers.RetryAfter(header, time.Now()))
-		}
-		return providers.Unsure(e)
+		return statusResult(status, e, providers.RetryAfter(header, time.Now()))
 	case !sent:
 		// stripe-go refused to build the request: nothing left the host,
 		// and another attempt would fail the same way.
@@ -267,37 +290,3 @@ func (ex *exchange) result() (status int, header http.Header, sent bool) {
 	defer ex.mu.Unlock()
 	return ex.status, ex.header, ex.sent
 }
-
-const redacted = "[redacted]"
-
-// redact removes the API key from s. Stripe masks a key it quotes, but a
-// mock or a proxy may not (stripe-mock quotes the Authorization header of
-// a key it finds malformed).
-func (p *Provider) redact(s string) string {
-	return strings.ReplaceAll(s, p.apiKey, redacted)
-}
-
-// scrub removes the API key from a Result, wherever a peer or a library
-// might have echoed it: the last line of defence, as nothing the provider
-// writes holds it and Stripe's error fields are redacted as they are read.
-func (p *Provider) scrub(r providers.Result) providers.Result {
-	if r.Err != nil && strings.Contains(r.Err.Error(), p.apiKey) {
-		r.Err = &scrubbed{msg: p.redact(r.Err.Error()), err: r.Err}
-	}
-	r.Ref = p.redact(r.Ref)
-	if bytes.Contains(r.Detail, []byte(p.apiKey)) {
-		r.Detail = bytes.ReplaceAll(r.Detail, []byte(p.apiKey), []byte(redacted))
-	}
-	return r
-}
-
-// scrubbed is an error whose text had the API key removed. It does not
-// unwrap (the original's text holds the key) but answers errors.Is for it.
-type scrubbed struct {
-	msg string
-	err error
-}
-
-func (e *scrubbed) Error() string { return e.msg }
-
-func (e *scrubbed) Is(target error) bool { return errors.Is(e.err, target) }

@@ -15,16 +15,31 @@
 // # What Stripe guarantees
 //
 // Every POST to Stripe may carry an Idempotency-Key header (at most 255
-// characters). Once Stripe has begun executing a request, it saves the
-// status and body of its answer under the key — success or failure, a 500
-// included — and answers any later request with the same key from that
-// record, with the header "Idempotent-Replayed: true", without performing
-// anything again. A request that failed validation, or that collided with
-// a request still in flight under the same key (409, code
-// idempotency_key_in_use), saves nothing: a retry executes afresh.
-// Reusing a key with different parameters, or on another endpoint, is
-// refused with an error of type idempotency_error. Stripe may prune a key
-// once it is 24 hours old: a request after that is a new request.
+// characters). Stripe's idempotency documentation (docs.stripe.com/api/
+// idempotent_requests, docs.stripe.com/error-low-level) says:
+//
+//   - Once an endpoint has begun executing, Stripe saves the status code
+//     and body of its answer under the key — success or failure, a 500
+//     included — and answers every later request with the key from that
+//     record, "Idempotent-Replayed: true", without executing again.
+//   - A request that fails validation, or that conflicts with another
+//     request executing concurrently under the same key (409,
+//     idempotency_key_in_use), saves nothing: no endpoint began executing,
+//     and a retry executes afresh. A 429 saves nothing either (rate
+//     limiters run before the idempotency layer), nor does a 401 that
+//     omitted the API key.
+//   - Reusing a key with other parameters, or on another endpoint, is
+//     refused with an error of type idempotency_error.
+//   - Stripe may prune a key once it is at least 24 hours old; a request
+//     with a pruned key is a new request.
+//
+// Nothing there says a 5xx performed nothing: a 500 is saved precisely
+// when the endpoint had begun executing, which is when the effect may have
+// happened, and every retry with the key gets the same 500 back.
+// (stripe-go's own retry logic never retries a POST's 500 for that reason:
+// it is "cached by the idempotency layer".) This reading of the
+// documentation is sidefx's; Stripe does not spell out "not performed" for
+// any 5xx.
 //
 // # What this provider does
 //
@@ -33,6 +48,11 @@
 //     reports true. A call without a key, or with one longer than 255
 //     bytes, is rejected before any request (stripe-go would otherwise make
 //     up a random key, which would defeat the point).
+//   - KeyWindow reports 24 hours (the constant KeyWindow): the dispatcher
+//     never sends a possibly-performed effect again once its first attempt
+//     is older, since Stripe may have forgotten the key; the effect becomes
+//     uncertain instead. A reconciler can then look the object up by its
+//     metadata (Stripe's search API: metadata['sidefx_key']:'sfx1_…').
 //   - The request's parameters are the same on every attempt: the payload
 //     is the effect's, and the metadata added (below) holds no attempt
 //     number. Anything that varied would turn a retry into an
@@ -40,63 +60,76 @@
 //   - One Call is one request: stripe-go's own retries are off
 //     (MaxNetworkRetries 0), as the dispatcher owns retries and backoff.
 //     (net/http may resend a request whose connection was found closed
-//     before any answer; the resend carries the same key.)
+//     before any answer; the resend carries the same key.) Redirects are
+//     not followed.
 //   - Each Provider has its own stripe-go client (client.API on a backend
 //     made with stripe.GetBackendWithConfig); the global stripe.Key and
 //     default backends are never used. stripe-go's logger is silenced.
 //   - The call runs under the ctx given to Call, bounded by Config.Timeout.
 //
-// The 24-hour window is the limit of the guarantee: an effect whose outcome
-// is unknown and that is retried more than 24 hours after its first attempt
-// may be performed twice. Keep the retry horizon of Stripe kinds well under
-// a day, or look the object up by its metadata before retrying an old
-// effect (Stripe's search API: metadata['sidefx_key']:'sfx1_…').
-//
 // # Classification
 //
-//	Stripe's answer                                   class      Result
-//	2xx                                               confirmed  Ref = object id (pi_…, ch_…, re_…, cus_…, tr_…);
-//	                                                             Replayed = "Idempotent-Replayed: true";
-//	                                                             Detail {id, object, status, amount, currency,
-//	                                                             livemode, replayed, request_id}
-//	2xx whose body was lost or unreadable             confirmed  Ref "" and Detail {"unread":true,…}: it was done
-//	card_error (402: declined, expired card…)         rejected   Detail = the error (type, code, decline_code,
-//	                                                             message, param, request_id, status, doc_url)
-//	409, idempotency_key_in_use, lock_timeout         retryable  the key is held by a request in flight
-//	idempotency_error (key reused, other params)      rejected   Err wraps ErrIdempotencyMismatch: alarm
-//	429 rate limited                                  retryable  RetryAfter from Retry-After, when present
-//	4xx with Stripe-Should-Retry: true                retryable  Stripe's own hint
-//	400, 401, 402, 403, 404 and other 4xx             rejected   Detail = the error
-//	408, 425                                          retryable  (providers.ClassifyStatus)
-//	500 and other 5xx                                 retryable  see below
-//	an error status with no Stripe error object       as providers.ClassifyStatus (a proxy's error page)
-//	connection refused, DNS failure, failed dial      retryable  providers.TransportResult: not sent
-//	timeout, reset, EOF after sending                 unknown    providers.TransportResult: may have happened
-//	ctx cancelled or past its deadline after sending  unknown
-//	ctx already done before sending                   retryable  nothing was sent
-//	unsupported operation, bad payload                rejected   before any request (ErrUnsupportedOperation,
-//	                                                             ErrInvalidPayload)
+// A rejected result makes the effect failed, which must mean definitely
+// not performed or definitely refused. The table follows Stripe's rules
+// above: an answer after which Stripe may have acted is unknown, and
+// retried with the same key inside the window, where a saved answer is
+// replayed and nothing is performed twice.
 //
-// A 500 is retryable, not unknown, because the key makes the retry safe: if
-// Stripe failed before it began executing, nothing was saved and the retry
-// runs the request once; if it failed after, the 500 was saved and the
-// retry replays it without acting. Either way no retry performs the effect
-// twice; a replayed 500 simply keeps failing until the dispatcher's attempts
-// run out. 409 and idempotency_key_in_use are checked before the
-// idempotency_error type: a key in use belongs to a request that may still
-// succeed, and calling it rejected would mark a performed effect failed.
+//	Stripe's answer                          class      why
+//	2xx                                      confirmed  performed, first time or replayed ("Idempotent-Replayed:
+//	                                                    true" sets Replayed). Ref = object id (pi_…, ch_…, re_…,
+//	                                                    cus_…, tr_…); Detail {id, object, status, amount,
+//	                                                    currency, livemode, replayed, request_id}
+//	2xx whose body was lost or unreadable    confirmed  performed: Ref "" and Detail {"unread":true,…}
+//	5xx (500, 502, 503, 504), with or        unknown    execution may have begun: Stripe saved the 500 for the
+//	  without a Stripe error object                     key and replays it to every retry; a gateway's 502/504
+//	                                                    may follow Stripe's work. Retry-After kept
+//	409, idempotency_key_in_use              unknown    another request under our key is executing and may
+//	                                                    perform the effect; nothing saved, retried with the key
+//	card_error (402: declined, expired…)     rejected   definitely refused; Detail = the error (type, code,
+//	                                                    decline_code, message, param, request_id, status,
+//	                                                    doc_url)
+//	idempotency_error (key reused, other     rejected   this request refused; Err wraps ErrIdempotencyMismatch
+//	  parameters)                                       (errors.Is): an alarm, an earlier request under the key
+//	                                                    may have performed something
+//	429 rate limited, lock_timeout           retryable  refused before the endpoint ran (the limiter precedes
+//	                                                    the idempotency layer); RetryAfter from Retry-After
+//	4xx with Stripe-Should-Retry: true       retryable  this request refused; Stripe's hint that a retry may
+//	                                                    succeed
+//	400 (validation, invalid_request_error)  rejected   failed validation: nothing saved, nothing performed
+//	401, 403                                 rejected   no key, or a key without the permission: not performed
+//	404 and other 4xx                        rejected   this request refused
+//	408, 425 (a proxy's)                     retryable  the request was not received whole: not performed
+//	1xx, 3xx (not followed)                  unknown    no answer to the request
+//	connection refused, DNS failure,         retryable  nothing was sent (providers.TransportResult)
+//	  failed dial, ctx done before sending
+//	timeout, reset, EOF after sending;       unknown    may have happened: retried with the key
+//	  ctx ended after sending
+//	unsupported operation, bad payload       rejected   before any request (ErrUnsupportedOperation,
+//	                                                    ErrInvalidPayload)
+//
+// Why a 500 is not retryable: a retry with the key cannot perform the
+// effect twice, but it replays the saved 500, so the attempts would run
+// out and the effect end failed — "definitely not performed" — for a
+// charge that may exist. Unknown keeps that evidence: the effect ends
+// uncertain, for the reconciler or an operator.
 //
 // A 401 or 403 (a revoked or wrong key) rejects every effect it meets:
 // alert on a run of them rather than on each.
+//
+// # Secrets
 //
 // The Err of a result answered with a Stripe error object is an *APIError
 // (errors.As), which keeps only fields safe to store: a PaymentIntent in an
 // error carries its client secret, so only its id is kept. The API key
 // never appears in a Result: nothing the provider writes holds it, and
-// anything a peer echoes back has it replaced by "[redacted]" (Stripe
-// masks a key it quotes; stripe-mock quotes a malformed one whole).
-// stripe-go's logger is silenced: at debug level it logs whole response
-// bodies, client secrets included.
+// anything a peer echoes back — in an error's message or param, the
+// Request-Id header, a description — has it replaced by "[redacted]", as
+// sent ("Bearer sk_…") or as Basic credentials (base64 of "sk_…:"), URL-
+// or JSON-escaped (providers.Redactor). Stripe masks a key it quotes;
+// stripe-mock quotes a malformed one whole. stripe-go's logger is
+// silenced: at debug level it logs whole response bodies, client secrets
+// included.
 //
 // # Kinds and operations
 //

@@ -36,6 +36,7 @@ type fakeStripe struct {
 	reqs      []received
 	script    []scripted // answered first, in order, without performing
 	stall     bool       // perform the next request, then hold its answer until the client gives up
+	fail500   bool       // perform the next request, then save and answer a 500 for its key
 }
 
 type saved struct {
@@ -74,6 +75,15 @@ func (s *fakeStripe) answer(a ...scripted) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.script = append(s.script, a...)
+}
+
+// failAfterPerforming makes the next request perform and then fail with a
+// 500, which is saved for its key and replayed, as Stripe does once an
+// endpoint began executing.
+func (s *fakeStripe) failAfterPerforming() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail500 = true
 }
 
 func (s *fakeStripe) stallNext() {
@@ -140,6 +150,10 @@ func (s *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.performed++
 	status, answer := create(r.URL.Path, form, s.performed)
+	if s.fail500 {
+		s.fail500 = false
+		status, answer = http.StatusInternalServerError, []byte(stripeError("api_error", "", "Something went wrong on Stripe's end."))
+	}
 	reqID := "req_" + strconv.Itoa(len(s.reqs))
 	if key != "" {
 		s.saved[key] = saved{path: r.URL.Path, body: string(body), status: status, answer: answer, requestID: reqID}

@@ -105,6 +105,38 @@ func TestProvider_IdempotencyMismatchIsRejectedAndCountable(t *testing.T) {
 	}
 }
 
+// Stripe saves a 500 for a key whose execution began and answers every
+// retry with that key from the record: the charge may exist, and no retry
+// can tell. Every attempt is unknown, never failed, and nothing is
+// performed twice.
+func TestProvider_Stored500IsUnknownOnEveryRetry(t *testing.T) {
+	t.Parallel()
+	s := newFakeStripe(t)
+	s.failAfterPerforming()
+	p := newProvider(t, s.URL)
+	c := call("order-500", "stripe.payment_intents.create", piPayload)
+	for attempt := 1; attempt <= 3; attempt++ {
+		c.Attempt = attempt
+		r := p.Call(testCtx(t), c)
+		if !r.IsUnknown() {
+			t.Fatalf("attempt %d: %s (%v), want unknown: the charge may exist", attempt, r.Class, r.Err)
+		}
+		var apiErr *stripe.APIError
+		if !errors.As(r.Err, &apiErr) || apiErr.Status != 500 || apiErr.Type != "api_error" {
+			t.Fatalf("attempt %d: error %v, want Stripe's 500", attempt, r.Err)
+		}
+		if d := detail(t, r); d["status"] != float64(500) {
+			t.Fatalf("attempt %d: detail %s", attempt, r.Detail)
+		}
+	}
+	if n := s.objects(); n != 1 {
+		t.Fatalf("Stripe performed %d requests, want 1", n)
+	}
+	if n := len(s.requests()); n != 3 {
+		t.Fatalf("%d requests, want 3", n)
+	}
+}
+
 // Every way Stripe says no, later, or broke: one scripted answer each.
 func TestProvider_ClassifiesStripeErrors(t *testing.T) {
 	t.Parallel()
@@ -137,9 +169,11 @@ func TestProvider_ClassifiesStripeErrors(t *testing.T) {
 			},
 		},
 		{
+			// Another attempt under our key is executing: it may perform
+			// the effect, so this is no proof of "not done".
 			name:   "key in use by a concurrent request",
 			answer: scripted{status: 409, body: stripeError("idempotency_error", "idempotency_key_in_use", "There is currently another in-progress request using this Idempotent Key.")},
-			want:   providers.Retryable,
+			want:   providers.Unknown,
 			check: func(t *testing.T, r providers.Result) {
 				if errors.Is(r.Err, stripe.ErrIdempotencyMismatch) {
 					t.Fatal("a key in use counted as a mismatch")
@@ -149,7 +183,7 @@ func TestProvider_ClassifiesStripeErrors(t *testing.T) {
 		{
 			name:   "409 conflict of another type",
 			answer: scripted{status: 409, body: stripeError("invalid_request_error", "idempotency_key_in_use", "in progress")},
-			want:   providers.Retryable,
+			want:   providers.Unknown,
 		},
 		{
 			name:   "lock timeout",
@@ -163,20 +197,50 @@ func TestProvider_ClassifiesStripeErrors(t *testing.T) {
 			after:  3 * time.Second,
 		},
 		{
+			// Stripe saves a 500 for the key once execution began and
+			// replays it: the charge may exist.
 			name:   "500",
 			answer: scripted{status: 500, body: stripeError("api_error", "", "Something went wrong on Stripe's end.")},
-			want:   providers.Retryable,
+			want:   providers.Unknown,
+		},
+		{
+			name:   "500 that Stripe says to retry is still unknown",
+			answer: scripted{status: 500, header: map[string]string{"Stripe-Should-Retry": "true"}, body: stripeError("api_error", "", "Please retry.")},
+			want:   providers.Unknown,
+		},
+		{
+			name:   "503 with a Stripe error object",
+			answer: scripted{status: 503, header: map[string]string{"Retry-After": "4"}, body: stripeError("api_error", "", "The service is temporarily unavailable.")},
+			want:   providers.Unknown,
+			after:  4 * time.Second,
 		},
 		{
 			name:   "502 page from a proxy, no Stripe error object",
 			answer: scripted{status: 502, header: map[string]string{"Content-Type": "text/html"}, body: "<html>Bad Gateway</html>"},
-			want:   providers.Retryable,
+			want:   providers.Unknown,
+		},
+		{
+			name:   "504 from a gateway that gave up waiting for Stripe",
+			answer: scripted{status: 504, body: "<html>Gateway Timeout</html>"},
+			want:   providers.Unknown,
 		},
 		{
 			name:   "503 with an empty body and Retry-After",
 			answer: scripted{status: 503, header: map[string]string{"Retry-After": "2"}},
-			want:   providers.Retryable,
+			want:   providers.Unknown,
 			after:  2 * time.Second,
+		},
+		{
+			name:   "408 page from a proxy that never got the whole request",
+			answer: scripted{status: 408, body: "request timeout"},
+			want:   providers.Retryable,
+		},
+		{
+			// stripe-go decodes any answer below 400 as the object; a 303
+			// (not followed) must not read as a confirmation.
+			name:   "303 with a JSON body is no confirmation",
+			answer: scripted{status: 303, header: map[string]string{"Location": "/v1/elsewhere"}, body: `{"id":"pi_elsewhere","object":"payment_intent"}`},
+			want:   providers.Unknown,
 		},
 		{
 			name:   "invalid request",
@@ -189,6 +253,7 @@ func TestProvider_ClassifiesStripeErrors(t *testing.T) {
 			},
 		},
 		{name: "401", answer: scripted{status: 401, body: stripeError("invalid_request_error", "", "Invalid API Key provided: sk_test_****")}, want: providers.Rejected},
+		{name: "401 without a Stripe error object", answer: scripted{status: 401, body: "unauthorized"}, want: providers.Rejected},
 		{name: "403", answer: scripted{status: 403, body: stripeError("invalid_request_error", "secret_key_required", "This API call cannot be made with a publishable API key.")}, want: providers.Rejected},
 		{name: "404", answer: scripted{status: 404, body: stripeError("invalid_request_error", "resource_missing", "No such customer: 'cus_x'")}, want: providers.Rejected},
 		{
@@ -448,7 +513,7 @@ func TestNew_ValidatesConfig(t *testing.T) {
 		})
 	}
 	p, err := stripe.New(&stripe.Config{APIKey: testAPIKey})
-	if err != nil || p.Name() != "stripe" || !p.Idempotent() {
+	if err != nil || p.Name() != "stripe" || !p.Idempotent() || providers.KeyWindow(p) != 24*time.Hour {
 		t.Fatalf("defaults: %v, %v", p, err)
 	}
 	p, err = stripe.New(&stripe.Config{APIKey: testAPIKey, Name: "stripe-eu"})

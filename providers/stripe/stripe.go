@@ -2,6 +2,7 @@ package stripe
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,11 @@ const DefaultTimeout = 30 * time.Second
 
 // MaxKeyLength is the longest idempotency key Stripe accepts.
 const MaxKeyLength = 255
+
+// KeyWindow is how long Stripe is sure to remember an idempotency key:
+// Stripe may prune a key once it is at least 24 hours old, and a request
+// with a pruned key is a new request. Provider.KeyWindow returns it.
+const KeyWindow = 24 * time.Hour
 
 // Errors a Call's Err wraps, for errors.Is.
 var (
@@ -60,9 +66,9 @@ type Config struct {
 	Timeout time.Duration
 	// HTTPClient sends the requests. Default a client on
 	// http.DefaultTransport. The provider uses a copy whose transport is
-	// wrapped to see each answer's status; the client given is not
-	// modified. Redirects and cookie jars are the client's; Stripe uses
-	// neither.
+	// wrapped to see each answer's status and which follows no redirect
+	// (Stripe's API never redirects; a 3xx is unknown); the client given is
+	// not modified.
 	HTTPClient *http.Client
 	// Name is the provider's name in logs, metrics and limits. Default
 	// "stripe".
@@ -80,12 +86,16 @@ type Config struct {
 type Provider struct {
 	name    string
 	apiKey  string
+	redact  *providers.Redactor // the API key, as a peer may echo it
 	timeout time.Duration
 	ops     map[string]string
 	api     *client.API
 }
 
-var _ providers.Provider = (*Provider)(nil)
+var (
+	_ providers.Provider    = (*Provider)(nil)
+	_ providers.KeyWindower = (*Provider)(nil)
+)
 
 // New returns a Provider for cfg, or an error saying what in cfg is wrong.
 func New(cfg *Config) (*Provider, error) {
@@ -111,6 +121,9 @@ func newProvider(cfg *Config, logger stripego.LeveledLoggerInterface) (*Provider
 	if p.name == "" {
 		p.name = "stripe"
 	}
+	// The key as sent ("Bearer sk_…"), and as Basic credentials with an
+	// empty password, the other way Stripe takes it.
+	p.redact = providers.NewRedactor(cfg.APIKey, base64.StdEncoding.EncodeToString([]byte(cfg.APIKey+":")))
 	if p.timeout == 0 {
 		p.timeout = DefaultTimeout
 	}
@@ -146,6 +159,9 @@ func newProvider(cfg *Config, logger stripego.LeveledLoggerInterface) (*Provider
 		base = http.DefaultTransport
 	}
 	httpClient.Transport = &observer{base: base}
+	// A redirect followed would resend the request, key and all, to a URL
+	// nobody configured.
+	httpClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 	backend := stripego.GetBackendWithConfig(stripego.APIBackend, &stripego.BackendConfig{
 		URL:        stripego.String(baseURL),
@@ -165,9 +181,13 @@ func newProvider(cfg *Config, logger stripego.LeveledLoggerInterface) (*Provider
 func (p *Provider) Name() string { return p.name }
 
 // Idempotent returns true: Stripe honours Idempotency-Key on every POST, so
-// a repeated call with the same key performs the effect at most once (for
-// as long as Stripe keeps the key: at least 24 hours).
+// a repeated call with the same key performs the effect at most once — for
+// as long as Stripe keeps the key (KeyWindow).
 func (p *Provider) Idempotent() bool { return true }
+
+// KeyWindow returns KeyWindow, 24 hours: a possibly-performed effect must
+// not be sent again once its first attempt is older.
+func (p *Provider) KeyWindow() time.Duration { return KeyWindow }
 
 // Operation returns the Stripe operation an effect kind maps to, and whether
 // the provider supports it.
@@ -183,7 +203,10 @@ func (p *Provider) Operation(kind string) (string, bool) {
 // Call performs c as the Stripe operation its kind maps to and classifies
 // the answer; see the package documentation for the table.
 func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result {
-	return p.scrub(p.call(ctx, c))
+	// The last guard: nothing the provider writes holds the key, and
+	// Stripe's error fields are redacted as they are read; this catches
+	// whatever a peer or a library echoed elsewhere.
+	return p.redact.Result(p.call(ctx, c))
 }
 
 func (p *Provider) call(ctx context.Context, c providers.Call) providers.Result {

@@ -180,41 +180,21 @@ func cleanText(b []byte, limit int) string {
 	return s[:cut]
 }
 
-// redacted replaces a secret found in an answer.
-var redacted = []byte("[REDACTED]")
-
 // secretForms returns the spellings of a signing secret that an answer
-// could echo: the secret itself, its key in the common base64 alphabets,
+// could echo, for a providers.Redactor (which adds their URL and JSON
+// escapings): the secret itself, its key in the common base64 alphabets,
 // padded or not, in hex, and raw.
-func secretForms(secret string, key []byte) [][]byte {
-	forms := [][]byte{
-		[]byte(secret),
-		[]byte(base64.StdEncoding.EncodeToString(key)),
-		[]byte(base64.RawStdEncoding.EncodeToString(key)),
-		[]byte(base64.URLEncoding.EncodeToString(key)),
-		[]byte(base64.RawURLEncoding.EncodeToString(key)),
-		[]byte(hex.EncodeToString(key)),
-		[]byte(strings.ToUpper(hex.EncodeToString(key))),
-		bytes.Clone(key),
+func secretForms(secret string, key []byte) []string {
+	return []string{
+		secret,
+		base64.StdEncoding.EncodeToString(key),
+		base64.RawStdEncoding.EncodeToString(key),
+		base64.URLEncoding.EncodeToString(key),
+		base64.RawURLEncoding.EncodeToString(key),
+		hex.EncodeToString(key),
+		strings.ToUpper(hex.EncodeToString(key)),
+		string(key),
 	}
-	// Longest first, so that a form containing another is replaced whole.
-	slices.SortFunc(forms, func(a, b []byte) int {
-		if len(a) != len(b) {
-			return len(b) - len(a)
-		}
-		return bytes.Compare(a, b)
-	})
-	return slices.CompactFunc(forms, bytes.Equal)
-}
-
-// redact returns b with every form of the provider's secret replaced.
-func (p *Provider) redact(b []byte) []byte {
-	for _, f := range p.secret.needles {
-		if bytes.Contains(b, f) {
-			b = bytes.ReplaceAll(b, f, redacted)
-		}
-	}
-	return b
 }
 
 // sortedStrings returns s sorted.

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,14 @@ const (
 	DefaultName             = "webhook"
 	DefaultTimeout          = 10 * time.Second
 	DefaultMaxResponseBytes = 64 << 10
+	// DefaultKeyWindow is how long a receiver is assumed to keep the
+	// webhook-ids it has processed: 24 hours, Stripe's window for its own
+	// keys. Standard Webhooks tells receivers to dedupe on webhook-id but
+	// sets no retention (its example keeps ids in Redis for 5 minutes), so
+	// sidefx cannot know it: it assumes a day, tells receivers to keep ids
+	// at least that long (see the package documentation), and a receiver
+	// that keeps them for another span says so with Config.KeyWindow.
+	DefaultKeyWindow = 24 * time.Hour
 )
 
 // maxMaxResponseBytes bounds Config.MaxResponseBytes.
@@ -99,6 +108,8 @@ func (e *StatusError) Error() string {
 	switch {
 	case e.StatusCode == http.StatusGone:
 		msg += ": the endpoint asks for no more deliveries"
+	case e.StatusCode == http.StatusFound || e.StatusCode == http.StatusSeeOther:
+		msg += ": the receiver may have processed the delivery; redirects are not followed"
 	case e.StatusCode >= 300 && e.StatusCode < 400:
 		msg += ": redirects are not followed, configure the final URL"
 	}
@@ -116,20 +127,36 @@ func (e *StatusError) Is(target error) bool {
 	return false
 }
 
-// Config configures a Provider: one receiver endpoint and its secret.
+// Config configures a Provider: one receiver endpoint and its secrets.
 type Config struct {
 	// Name identifies the provider in logs, metrics, limits and errors.
 	// Default "webhook"; give each endpoint its own name.
 	Name string
 
 	// URL is the receiver's endpoint, http or https. Required. It may carry
-	// credentials or a token; sidefx never prints it whole.
+	// credentials or a token: its user information and every query value
+	// are treated as secrets (never printed, redacted from every Result).
 	URL string
 
 	// Secret is the endpoint's Standard Webhooks signing secret: "whsec_"
-	// and 24 to 64 random bytes in standard base64. Required. It never
-	// appears in errors, Results, String or logs.
+	// and 24 to 64 random bytes in standard base64. Secret or Secrets is
+	// required. It never appears in errors, Results, String or logs.
 	Secret string
+
+	// Secrets are more signing secrets of the same form, for rotation: each
+	// delivery is signed with Secret and with every one of Secrets, and
+	// webhook-signature carries one "v1,<signature>" per secret, space
+	// separated, as Standard Webhooks specifies, so a receiver that knows
+	// any one of them verifies the delivery. To rotate, add the new secret
+	// here, give it to the receiver, then drop the old one. A secret given
+	// twice signs once. Default none.
+	Secrets []string
+
+	// KeyWindow is how long the receiver keeps the webhook-ids it has
+	// processed, and so how long a repeated delivery is absorbed: sidefx
+	// never sends a possibly-delivered effect again after it. Default
+	// DefaultKeyWindow (24h); negative is an error.
+	KeyWindow time.Duration
 
 	// Timeout bounds one delivery, from sending to reading the answer, on
 	// top of the call's context. Default 10s; negative is an error.
@@ -139,7 +166,9 @@ type Config struct {
 	// receiver's gateway wants, a tenant id). Optional. They may not replace
 	// the headers the provider sets (webhook-*, Idempotency-Key,
 	// Content-Type, User-Agent, hop-by-hop headers). Their values are
-	// treated as secret: never printed.
+	// treated as secrets: never printed, redacted from every Result (a
+	// value, or the credentials after "Bearer " or "Basic ", of at least
+	// providers.MinSecretLen bytes).
 	Headers map[string]string
 
 	// HTTPClient sends the deliveries. Default: a client of its own, with a
@@ -156,7 +185,7 @@ type Config struct {
 	MaxResponseBytes int64
 }
 
-// String describes c without its secret, its headers' values or the URL's
+// String describes c without its secrets, its headers' values or the URL's
 // credentials and query.
 func (c Config) String() string {
 	names := make([]string, 0, len(c.Headers))
@@ -165,10 +194,14 @@ func (c Config) String() string {
 	}
 	secret := "none"
 	if c.Secret != "" {
-		secret = "[REDACTED]"
+		secret = providers.Redacted
 	}
-	return fmt.Sprintf("webhook.Config{Name:%q URL:%q Secret:%s Timeout:%s Headers:%q MaxResponseBytes:%d}",
-		c.Name, redactURL(c.URL), secret, c.Timeout, sortedStrings(names), c.MaxResponseBytes)
+	more := make([]string, len(c.Secrets))
+	for i := range more {
+		more[i] = providers.Redacted
+	}
+	return fmt.Sprintf("webhook.Config{Name:%q URL:%q Secret:%s Secrets:%v Timeout:%s KeyWindow:%s Headers:%q MaxResponseBytes:%d}",
+		c.Name, providers.RedactURL(c.URL), secret, more, c.Timeout, c.KeyWindow, sortedStrings(names), c.MaxResponseBytes)
 }
 
 // GoString is String, so that %#v hides the secret too.
@@ -181,9 +214,10 @@ func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 // Webhooks. It is safe for concurrent use.
 type Provider struct {
 	name    string
-	shown   string // redactURL of the URL: what String shows
+	shown   string // providers.RedactURL of the URL: what String shows
 	secret  *secrets
 	timeout time.Duration
+	window  time.Duration
 	maxBody int64
 	hc      *http.Client
 	own     *http.Transport // nil when the caller gave HTTPClient
@@ -193,13 +227,16 @@ type Provider struct {
 // secrets holds what must never be printed. Behind a pointer, fmt shows
 // only its address, even when a Provider is printed by value.
 type secrets struct {
-	url     string      // may carry credentials or a token
-	key     []byte      // the HMAC key
-	needles [][]byte    // forms of the secret to scrub from answers
-	headers http.Header // Config.Headers, whose values may be tokens
+	url     string              // may carry credentials or a token
+	keys    [][]byte            // the HMAC keys, one per signing secret
+	headers http.Header         // Config.Headers, whose values may be tokens
+	redact  *providers.Redactor // every secret above, as a peer may echo it
 }
 
-var _ providers.Provider = (*Provider)(nil)
+var (
+	_ providers.Provider    = (*Provider)(nil)
+	_ providers.KeyWindower = (*Provider)(nil)
+)
 
 // New returns a Provider for the endpoint cfg describes, or an error
 // wrapping ErrConfig that names the first field that is wrong.
@@ -217,16 +254,21 @@ func New(cfg *Config) (*Provider, error) {
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = DefaultMaxResponseBytes
 	}
+	if c.KeyWindow == 0 {
+		c.KeyWindow = DefaultKeyWindow
+	}
 	if err := checkURL(c.URL); err != nil {
 		return nil, err
 	}
-	key, err := decodeSecret(c.Secret)
+	keys, forms, err := decodeSecrets(c.Secret, c.Secrets)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case c.Timeout < 0:
 		return nil, configErr("Timeout is %s, it must not be negative", c.Timeout)
+	case c.KeyWindow < 0:
+		return nil, configErr("KeyWindow is %s, it must not be negative", c.KeyWindow)
 	case c.MaxResponseBytes < 0 || c.MaxResponseBytes > maxMaxResponseBytes:
 		return nil, configErr("MaxResponseBytes is %d, it must be between 0 and %d (16 MiB)", c.MaxResponseBytes, maxMaxResponseBytes)
 	}
@@ -236,17 +278,20 @@ func New(cfg *Config) (*Provider, error) {
 			return nil, err
 		}
 		headers.Set(name, value)
+		forms = append(forms, providers.HeaderSecrets(value)...)
 	}
+	forms = append(forms, providers.URLSecrets(c.URL)...)
 	p := &Provider{
 		name:  c.Name,
-		shown: redactURL(c.URL),
+		shown: providers.RedactURL(c.URL),
 		secret: &secrets{
 			url:     c.URL,
-			key:     key,
-			needles: secretForms(c.Secret, key),
+			keys:    keys,
 			headers: headers,
+			redact:  providers.NewRedactor(forms...),
 		},
 		timeout: c.Timeout,
+		window:  c.KeyWindow,
 		maxBody: c.MaxResponseBytes,
 		now:     time.Now,
 	}
@@ -262,31 +307,61 @@ func New(cfg *Config) (*Provider, error) {
 	return p, nil
 }
 
+// decodeSecrets returns the HMAC keys of the signing secrets, Secret first
+// and then Secrets, each given once, with the forms of each that an answer
+// could echo. Its errors name the field and never hold a secret.
+func decodeSecrets(secret string, more []string) (keys [][]byte, forms []string, err error) {
+	all := more
+	fields := make([]string, 0, 1+len(more))
+	if secret != "" {
+		all = append([]string{secret}, more...)
+		fields = append(fields, "Secret")
+	}
+	for i := range more {
+		fields = append(fields, "Secrets["+strconv.Itoa(i)+"]")
+	}
+	if len(all) == 0 {
+		return nil, nil, configErr("Secret or Secrets is required")
+	}
+	for i, s := range all {
+		key, err := decodeSecret(fields[i], s)
+		if err != nil {
+			return nil, nil, err
+		}
+		if slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, key) }) {
+			continue
+		}
+		keys = append(keys, key)
+		forms = append(forms, secretForms(s, key)...)
+	}
+	return keys, forms, nil
+}
+
 // decodeSecret returns the HMAC key of a Standard Webhooks signing secret,
-// "whsec_" and 24 to 64 bytes in standard base64. Its errors name the field
-// and never hold the secret.
-func decodeSecret(secret string) ([]byte, error) {
+// "whsec_" and 24 to 64 bytes in standard base64. Its errors name field and
+// never hold the secret.
+func decodeSecret(field, secret string) ([]byte, error) {
 	if secret == "" {
-		return nil, configErr("Secret is required")
+		return nil, configErr("%s is empty", field)
 	}
 	b64, ok := strings.CutPrefix(secret, SecretPrefix)
 	if !ok {
-		return nil, configErr("Secret is not a Standard Webhooks secret: it must be %q followed by the key in base64", SecretPrefix)
+		return nil, configErr("%s is not a Standard Webhooks secret: it must be %q followed by the key in base64", field, SecretPrefix)
 	}
 	if strings.ContainsAny(b64, "\r\n") {
-		return nil, configErr("Secret holds a line break")
+		return nil, configErr("%s holds a line break", field)
 	}
 	key, err := base64.StdEncoding.Strict().DecodeString(b64)
 	if err != nil {
 		// A CorruptInputError is an offset, never the input.
 		var corrupt base64.CorruptInputError
 		if errors.As(err, &corrupt) {
-			return nil, configErr("Secret: the part after %q is not standard base64 (bad input at byte %d)", SecretPrefix, int64(corrupt))
+			return nil, configErr("%s: the part after %q is not standard base64 (bad input at byte %d)", field, SecretPrefix, int64(corrupt))
 		}
-		return nil, configErr("Secret: the part after %q is not standard base64", SecretPrefix)
+		return nil, configErr("%s: the part after %q is not standard base64", field, SecretPrefix)
 	}
 	if len(key) < minKeyBytes || len(key) > maxKeyBytes {
-		return nil, configErr("Secret: the key is %d bytes, Standard Webhooks requires %d to %d", len(key), minKeyBytes, maxKeyBytes)
+		return nil, configErr("%s: the key is %d bytes, Standard Webhooks requires %d to %d", field, len(key), minKeyBytes, maxKeyBytes)
 	}
 	return key, nil
 }
@@ -350,6 +425,10 @@ func (p *Provider) Name() string { return p.name }
 // webhook-id, which is the effect's derived key on every attempt.
 func (p *Provider) Idempotent() bool { return true }
 
+// KeyWindow returns Config.KeyWindow, by default DefaultKeyWindow: how long
+// the receiver keeps webhook-ids.
+func (p *Provider) KeyWindow() time.Duration { return p.window }
+
 // String describes p without its secret.
 func (p *Provider) String() string {
 	return fmt.Sprintf("webhook provider %q for %s", p.name, p.shown)
@@ -369,21 +448,32 @@ func (p *Provider) Close() {
 	}
 }
 
-// sign returns the webhook-signature value of one delivery: "v1," and the
-// base64 HMAC-SHA256, under key, of id "." timestamp "." body.
-func sign(key []byte, id string, timestamp int64, body []byte) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write(strconv.AppendInt(nil, timestamp, 10))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+// sign returns the webhook-signature value of one delivery: for each key,
+// "v1," and the base64 HMAC-SHA256, under the key, of id "." timestamp "."
+// body; space separated, as Standard Webhooks specifies for rotation.
+func sign(keys [][]byte, id string, timestamp int64, body []byte) string {
+	sigs := make([]string, len(keys))
+	for i, key := range keys {
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(id))
+		mac.Write([]byte{'.'})
+		mac.Write(strconv.AppendInt(nil, timestamp, 10))
+		mac.Write([]byte{'.'})
+		mac.Write(body)
+		sigs[i] = "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	}
+	return strings.Join(sigs, " ")
 }
 
 // Call delivers c.Payload once, signed with a fresh timestamp and
 // webhook-id c.Key, and classifies the answer (see the package doc).
 func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result {
+	// The last guard: the parts of an answer are redacted as they are read;
+	// this catches whatever else echoed a secret.
+	return p.secret.redact.Result(p.call(ctx, c))
+}
+
+func (p *Provider) call(ctx context.Context, c providers.Call) providers.Result {
 	if !isObject(c.Payload) {
 		return providers.Reject(fmt.Errorf("%s: %w", p.name, ErrBadPayload), nil)
 	}
@@ -409,7 +499,7 @@ func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result 
 	req.Header.Set("User-Agent", UserAgent)
 	req.Header.Set(HeaderID, c.Key)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(HeaderSignature, sign(p.secret.key, c.Key, ts, c.Payload))
+	req.Header.Set(HeaderSignature, sign(p.secret.keys, c.Key, ts, c.Payload))
 	req.Header.Set(HeaderIdempotencyKey, c.Key)
 
 	resp, err := p.hc.Do(req)
@@ -427,22 +517,30 @@ func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result 
 	return p.classify(resp, body, complete, c.Key)
 }
 
-// readBody reads at most maxBody bytes of an answer; complete is false when
-// the body was longer or its reading failed.
+// redactSlack is how much of an answer's body is read past maxBody, so that
+// a secret the cut at maxBody would split is still whole when the body is
+// redacted, before the cut.
+const redactSlack = 4 << 10
+
+// readBody reads at most maxBody bytes of an answer, and up to redactSlack
+// more for the redaction (see classify); complete is false when the body
+// was longer than maxBody or its reading failed.
 func (p *Provider) readBody(r io.Reader) (body []byte, complete bool) {
-	body, err := io.ReadAll(io.LimitReader(r, p.maxBody+1))
-	if int64(len(body)) > p.maxBody {
-		return body[:p.maxBody], false
-	}
-	return body, err == nil
+	body, err := io.ReadAll(io.LimitReader(r, p.maxBody+redactSlack))
+	return body, err == nil && int64(len(body)) <= p.maxBody
 }
 
-// classify turns an answer into a Result.
+// classify turns an answer into a Result (see the package doc's table).
 func (p *Provider) classify(resp *http.Response, body []byte, complete bool, id string) providers.Result {
-	body = p.redact(body)
+	redact := p.secret.redact
+	// Redact, then cut: a cut first could leave the start of a secret.
+	body = redact.Bytes(body)
+	if int64(len(body)) > p.maxBody {
+		body = body[:p.maxBody]
+	}
 	code := resp.StatusCode
 	d := detail{Status: code, Body: bodyJSON(body, complete), Truncated: !complete}
-	if rid := cleanRef(p.redact([]byte(resp.Header.Get(HeaderRequestID)))); rid != "" {
+	if rid := cleanRef([]byte(redact.String(resp.Header.Get(HeaderRequestID)))); rid != "" {
 		d.RequestID = rid
 	}
 	if code >= 200 && code < 300 {
@@ -460,24 +558,35 @@ func (p *Provider) classify(resp *http.Response, body []byte, complete bool, id 
 		return providers.Confirm(ref, replayed, d.encode())
 	}
 	err := fmt.Errorf("%s: %w", p.name, &StatusError{StatusCode: code})
+	after := providers.RetryAfter(resp.Header, p.now())
+	if code >= 300 && code < 400 {
+		// Never followed: following would resend a signed body to a URL
+		// nobody configured.
+		d.Location = cleanText([]byte(redact.String(resp.Header.Get("Location"))), maxRefBytes*4)
+	}
+	var r providers.Result
 	switch {
-	case code < 200 || code >= 600:
-		// 1xx as a final answer, or not an HTTP status: no decision.
-		r := providers.Unsure(err)
-		r.Detail = d.encode()
-		return r
-	case code >= 300 && code < 400:
-		// Not followed: a webhook endpoint that redirects is misconfigured,
-		// and the redirect says the request was not processed here.
-		d.Location = cleanText(p.redact([]byte(resp.Header.Get("Location"))), maxRefBytes*4)
-		return providers.Reject(err, d.encode())
+	case code == http.StatusMovedPermanently, code == http.StatusTemporaryRedirect, code == http.StatusPermanentRedirect:
+		// The endpoint moved: the request was not processed here. A
+		// misconfigured URL, fixed by configuration and a retry.
+		r = providers.Reject(err, nil)
+	default:
+		switch providers.ClassifyStatus(code) {
+		case providers.Rejected:
+			r = providers.Reject(err, nil) // the other 4xx: the receiver refused
+		case providers.Retryable:
+			r = providers.Retry(err, after) // 408, 425, 429: refused before any work
+		default:
+			// A 5xx (the receiver failed, perhaps after it acted), a 409
+			// (another delivery of the id in progress), a 302 or 303 (the
+			// answer frameworks give to a POST they processed), a 1xx or
+			// a status past 599: it may have acted.
+			r = providers.Unsure(err)
+			r.RetryAfter = after
+		}
 	}
-	if providers.ClassifyStatus(code) == providers.Retryable {
-		r := providers.Retry(err, providers.RetryAfter(resp.Header, time.Now()))
-		r.Detail = d.encode()
-		return r
-	}
-	return providers.Reject(err, d.encode()) // the other 4xx
+	r.Detail = d.encode()
+	return r
 }
 
 // isObject reports whether payload is one valid JSON object in UTF-8
@@ -499,20 +608,6 @@ func validID(id string) bool {
 		}
 	}
 	return true
-}
-
-// redactURL shows scheme, host and path of a URL, never its user
-// information, query or fragment.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "(invalid URL)"
-	}
-	shown := u.Scheme + "://" + u.Host + u.EscapedPath()
-	if u.RawQuery != "" {
-		shown += "?…"
-	}
-	return shown
 }
 
 // Format prints String for every verb: no verb walks the fields, which hold

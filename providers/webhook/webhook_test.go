@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,20 +191,38 @@ func decodeDetail(t *testing.T, r providers.Result) map[string]any {
 	return d
 }
 
+// The secrets of the conformance endpoint: every value the provider is
+// configured with that a receiver could echo.
+const (
+	confUser   = "hook-user"
+	confPass   = "url-pass/word+42"   // escaped in the URL
+	confToken  = "query-token/ab+cd=" // escaped in the URL
+	confHeader = "gw-token-1234567"
+)
+
 func TestProvider_Conformance(t *testing.T) {
+	// Two signing secrets, as during a rotation: the receiver knows the new
+	// one only.
+	newSecret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a-new-key-for-rotation-24b"))
 	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(testSecret, "whsec_"))
-	wh, err := standardwebhooks.NewWebhook(testSecret)
+	wh, err := standardwebhooks.NewWebhook(newSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	providertest.RunConformance(t, providertest.Conformance{
 		New: func(t *testing.T, baseURL string) providers.Provider {
-			return newProvider(t, baseURL+"/hooks")
+			u := strings.Replace(baseURL, "http://", "http://"+url.UserPassword(confUser, confPass).String()+"@", 1) +
+				"/hooks?tenant=acme&token=" + url.QueryEscape(confToken)
+			return newProvider(t, u, func(c *webhook.Config) {
+				c.Secrets = []string{newSecret}
+				c.Headers = map[string]string{"X-Gateway-Token": "Bearer " + confHeader}
+			})
 		},
 		Kind:       testKind,
 		Payload:    json.RawMessage(`{"order":"o_1","amount":1200,"currency":"eur"}`),
 		BadPayload: json.RawMessage(`[1,2,3]`),
-		Secrets:    []string{testSecret, base64.StdEncoding.EncodeToString(key)},
+		Secrets: []string{testSecret, base64.StdEncoding.EncodeToString(key), newSecret, confPass, confToken, confHeader,
+			base64.StdEncoding.EncodeToString([]byte(confUser + ":" + confPass))},
 		Key: func(r *http.Request, body []byte) string {
 			// A delivery that does not verify, or whose two keys differ,
 			// shows as a wrong key.
@@ -215,24 +234,23 @@ func TestProvider_Conformance(t *testing.T) {
 			}
 			return r.Header.Get("webhook-id")
 		},
-		Respond: func(w http.ResponseWriter, _ *http.Request, a providertest.Answer) {
+		Respond: func(w http.ResponseWriter, _ *http.Request, a providertest.Answer, echo string) {
+			w.Header().Set("X-Request-Id", echo)
+			body, _ := json.Marshal(map[string]string{"id": providertest.ConformanceRef, "you_sent": echo})
+			status := map[providertest.Answer]int{
+				providertest.AnswerOK: 200, providertest.AnswerReplay: 200, providertest.AnswerReject: 400,
+				providertest.AnswerUnauthorized: 401, providertest.AnswerUnavailable: 503, providertest.AnswerServerError: 500,
+				providertest.AnswerConflict: 409, providertest.AnswerSeeOther: 303, providertest.AnswerRateLimited: 429,
+			}[a]
 			switch a {
-			case providertest.AnswerOK, providertest.AnswerReplay:
-				if a == providertest.AnswerReplay {
-					w.Header().Set("Idempotent-Replayed", "true")
-				}
-				w.Header().Set("Content-Type", "application/json")
-				fmt.Fprintf(w, `{"id":%q}`, providertest.ConformanceRef)
-			case providertest.AnswerReject:
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				fmt.Fprint(w, `{"error":"unknown order"}`)
-			case providertest.AnswerUnavailable:
-				http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			case providertest.AnswerReplay:
+				w.Header().Set("Idempotent-Replayed", "true")
 			case providertest.AnswerRateLimited:
 				w.Header().Set("Retry-After", "7")
-				http.Error(w, "slow down", http.StatusTooManyRequests)
 			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			w.Write(body)
 		},
 	})
 }
@@ -362,6 +380,10 @@ func TestProvider_SignatureVerifiedByReferenceLibrary(t *testing.T) {
 
 func TestProvider_ClassifiesAnswers(t *testing.T) {
 	t.Parallel()
+	// The provider reads Retry-After dates against this clock (and signs
+	// with it, well inside the receiver's tolerance): the waits are exact
+	// however long the test takes to get there.
+	now := time.Now().Truncate(time.Second)
 	type answer func(w http.ResponseWriter)
 	status := func(code int, body string, header ...string) answer {
 		return func(w http.ResponseWriter) {
@@ -385,15 +407,18 @@ func TestProvider_ClassifiesAnswers(t *testing.T) {
 		{"401 unauthorized", status(401, "bad signature"), providers.Rejected, [2]time.Duration{}, nil},
 		{"422 unprocessable", status(422, "<html>nope</html>"), providers.Rejected, [2]time.Duration{}, nil},
 		{"408 request timeout", status(408, ""), providers.Retryable, [2]time.Duration{}, nil},
-		{"409 conflict", status(409, "in progress"), providers.Retryable, [2]time.Duration{}, nil},
+		{"409 conflict: another delivery of the id in progress", status(409, "in progress"), providers.Unknown, [2]time.Duration{}, nil},
 		{"425 too early", status(425, ""), providers.Retryable, [2]time.Duration{}, nil},
 		{"429 with Retry-After seconds", status(429, "slow down", "Retry-After", "7"), providers.Retryable, [2]time.Duration{7 * time.Second, 7 * time.Second}, nil},
 		{"429 with Retry-After date", func(w http.ResponseWriter) {
-			status(429, "slow down", "Retry-After", time.Now().Add(30*time.Second).UTC().Format(http.TimeFormat))(w)
-		}, providers.Retryable, [2]time.Duration{25 * time.Second, 30 * time.Second}, nil},
-		{"500 internal error", status(500, "boom"), providers.Retryable, [2]time.Duration{}, nil},
-		{"502 bad gateway", status(502, "<html>bad gateway</html>"), providers.Retryable, [2]time.Duration{}, nil},
-		{"503 with Retry-After", status(503, "maintenance", "Retry-After", "2"), providers.Retryable, [2]time.Duration{2 * time.Second, 2 * time.Second}, nil},
+			status(429, "slow down", "Retry-After", now.Add(30*time.Second).UTC().Format(http.TimeFormat))(w)
+		}, providers.Retryable, [2]time.Duration{30 * time.Second, 30 * time.Second}, nil},
+		// The receiver failed, perhaps after it acted: unknown, retried
+		// with the same webhook-id.
+		{"500 internal error", status(500, "boom"), providers.Unknown, [2]time.Duration{}, nil},
+		{"502 bad gateway", status(502, "<html>bad gateway</html>"), providers.Unknown, [2]time.Duration{}, nil},
+		{"503 with Retry-After", status(503, "maintenance", "Retry-After", "2"), providers.Unknown, [2]time.Duration{2 * time.Second, 2 * time.Second}, nil},
+		{"504 gateway timeout", status(504, ""), providers.Unknown, [2]time.Duration{}, nil},
 		{"status 600 is no decision", status(600, ""), providers.Unknown, [2]time.Duration{}, nil},
 	}
 	for _, tc := range cases {
@@ -401,6 +426,7 @@ func TestProvider_ClassifiesAnswers(t *testing.T) {
 			t.Parallel()
 			rc := newReceiver(t, testSecret, func(w http.ResponseWriter, _ *http.Request, _ delivery) { tc.answer(w) })
 			p := newProvider(t, rc.URL)
+			webhook.SetClock(p, func() time.Time { return now })
 			r := p.Call(testCtx(t), callFor("order-"+tc.name, `{"order":"o_1"}`))
 			if r.Class != tc.want || r.Err == nil {
 				t.Fatalf("got %s (%v), want %s with an error", r.Class, r.Err, tc.want)
@@ -497,9 +523,15 @@ func TestProvider_ConfirmedRefAndReplay(t *testing.T) {
 	}
 }
 
-func TestProvider_RedirectIsRejectedAndNotFollowed(t *testing.T) {
+// A redirect is never followed. 301, 307 and 308 say the endpoint moved:
+// the delivery was not processed there, rejected. 302 and 303 are what web
+// frameworks answer to a POST they processed: unknown.
+func TestProvider_RedirectIsNotFollowed(t *testing.T) {
 	t.Parallel()
-	for _, code := range []int{301, 302, 303, 307, 308} {
+	for code, want := range map[int]providers.Class{
+		301: providers.Rejected, 307: providers.Rejected, 308: providers.Rejected,
+		302: providers.Unknown, 303: providers.Unknown,
+	} {
 		t.Run(strconv.Itoa(code), func(t *testing.T) {
 			t.Parallel()
 			rc := newReceiver(t, testSecret, func(w http.ResponseWriter, r *http.Request, _ delivery) {
@@ -517,8 +549,8 @@ func TestProvider_RedirectIsRejectedAndNotFollowed(t *testing.T) {
 				}
 				p := newProvider(t, rc.URL+"/hooks", func(c *webhook.Config) { c.HTTPClient = hc })
 				r := p.Call(testCtx(t), callFor("order-redirect", `{"order":"o_1"}`))
-				if !r.IsRejected() || !errors.Is(r.Err, webhook.ErrRedirect) {
-					t.Fatalf("got %s (%v), want rejected with ErrRedirect", r.Class, r.Err)
+				if r.Class != want || !errors.Is(r.Err, webhook.ErrRedirect) {
+					t.Fatalf("got %s (%v), want %s with ErrRedirect", r.Class, r.Err, want)
 				}
 				if d := decodeDetail(t, r); d["status"] != float64(code) || d["location"] != "/moved" {
 					t.Fatalf("Detail %s, want the status and the location", r.Detail)
@@ -709,6 +741,23 @@ func TestProvider_BoundsTheAnswer(t *testing.T) {
 			t.Fatalf("Detail keeps %d bytes of body, truncated %v; want %d, true", len(body), d["truncated"], limit)
 		}
 	})
+	t.Run("a secret across the cut is redacted before it", func(t *testing.T) {
+		t.Parallel()
+		const token = "gw-token-split-at-the-limit"
+		rc := newReceiver(t, testSecret, func(w http.ResponseWriter, _ *http.Request, _ delivery) {
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, strings.Repeat("x", limit-5)+token+strings.Repeat("y", 100))
+		})
+		p := newProvider(t, rc.URL, func(c *webhook.Config) {
+			c.MaxResponseBytes = limit
+			c.Headers = map[string]string{"Authorization": "Bearer " + token}
+		})
+		r := p.Call(testCtx(t), callFor("order-split", `{"order":"o_1"}`))
+		body, _ := decodeDetail(t, r)["body"].(string)
+		if len(body) != limit || strings.Contains(body, token[:5]) || !strings.HasSuffix(body, "x[reda") {
+			t.Fatalf("body kept %q…: want the token redacted whole, then cut", body[max(0, len(body)-20):])
+		}
+	})
 	t.Run("a large error body", func(t *testing.T) {
 		t.Parallel()
 		rc := newReceiver(t, testSecret, func(w http.ResponseWriter, _ *http.Request, _ delivery) {
@@ -865,8 +914,8 @@ func TestProvider_RedactsAnEchoedSecret(t *testing.T) {
 			t.Fatalf("%s: got %s (%v)", path, r.Class, r.Err)
 		}
 		checkNoSecret(t, r, testSecret)
-		if !strings.Contains(string(r.Detail)+r.Ref, "[REDACTED]") {
-			t.Fatalf("%s: Detail %s, Ref %q: want the echoed secret shown as [REDACTED]", path, r.Detail, r.Ref)
+		if !strings.Contains(string(r.Detail)+r.Ref, providers.Redacted) {
+			t.Fatalf("%s: Detail %s, Ref %q: want the echoed secret shown as %s", path, r.Detail, r.Ref, providers.Redacted)
 		}
 	}
 }
@@ -973,5 +1022,149 @@ func TestNew_Defaults(t *testing.T) {
 	timeout, maxBody = webhook.Settings(p2)
 	if p2.Name() != "webhook.crm" || timeout != time.Second || maxBody != 10 {
 		t.Fatalf("Name %q, Timeout %s, MaxResponseBytes %d", p2.Name(), timeout, maxBody)
+	}
+}
+
+// Rotation: a delivery signed with several secrets carries one v1
+// signature per secret, and a receiver that knows any one of them verifies
+// it with the Standard Webhooks reference library; one that knows none
+// refuses it.
+func TestProvider_SignsWithEverySecretForRotation(t *testing.T) {
+	t.Parallel()
+	oldSecret, newSecret, otherSecret := newSecret(t), newSecret(t), newSecret(t)
+	for _, tc := range []struct {
+		name     string
+		receiver string
+		verifies bool
+	}{
+		{"a receiver that knows the old secret", oldSecret, true},
+		{"a receiver that knows the new secret", newSecret, true},
+		{"a receiver that knows neither", otherSecret, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rc := newReceiver(t, tc.receiver, nil)
+			p := newProvider(t, rc.URL, func(c *webhook.Config) {
+				c.Secret = oldSecret
+				c.Secrets = []string{newSecret, oldSecret} // a repeat signs once
+			})
+			call := callFor("order-rotate", `{"order":"o_9"}`)
+			r := p.Call(testCtx(t), call)
+			got := rc.deliveries()
+			if len(got) != 1 {
+				t.Fatalf("%d deliveries", len(got))
+			}
+			d := got[0]
+			sigs := strings.Split(d.header.Get("webhook-signature"), " ")
+			if len(sigs) != 2 {
+				t.Fatalf("webhook-signature %q: want two space-separated signatures", d.header.Get("webhook-signature"))
+			}
+			ts, _ := strconv.ParseInt(d.header.Get("webhook-timestamp"), 10, 64)
+			for i, s := range []string{oldSecret, newSecret} {
+				wh, _ := standardwebhooks.NewWebhook(s)
+				if want, _ := wh.Sign(call.Key, time.Unix(ts, 0), d.body); sigs[i] != want {
+					t.Fatalf("signature %d is %q, the library signs %q", i, sigs[i], want)
+				}
+			}
+			if (d.verifyErr == nil) != tc.verifies {
+				t.Fatalf("verify: %v, want verified %t", d.verifyErr, tc.verifies)
+			}
+			if r.IsConfirmed() != tc.verifies {
+				t.Fatalf("got %s (%v)", r.Class, r.Err)
+			}
+		})
+	}
+}
+
+// A receiver that echoes the whole request — every header, the URL's
+// query, the Basic credentials the URL's user information became, the
+// body — in its body, X-Request-Id and Location, in every class of answer,
+// gets none of the configured secrets into a Result.
+func TestProvider_RedactsAnEchoedRequest(t *testing.T) {
+	t.Parallel()
+	const (
+		pass   = "p@ss/w0rd+secret"
+		token  = "tok en/with+signs="
+		header = "Bearer gw-token-987654321"
+	)
+	rotated := newSecret(t)
+	rc := newReceiver(t, testSecret, func(w http.ResponseWriter, r *http.Request, d delivery) {
+		echo := providertest.Echo(r, d.body)
+		w.Header().Set("X-Request-Id", echo)
+		w.Header().Set("Location", "/elsewhere?"+url.QueryEscape(echo))
+		code, _ := strconv.Atoi(r.URL.Query().Get("answer"))
+		w.WriteHeader(code)
+		fmt.Fprintf(w, `{"id":%q,"you_sent":%q,"raw":"%s"}`, echo, echo, strings.ReplaceAll(echo, `"`, `'`))
+	})
+	u, _ := url.Parse(rc.URL + "/hooks")
+	u.User = url.UserPassword("partner", pass)
+	secrets := []string{pass, token, header, "gw-token-987654321", testSecret, rotated,
+		base64.StdEncoding.EncodeToString([]byte("partner:" + pass))}
+	for _, code := range []int{200, 201, 303, 307, 400, 401, 409, 429, 500, 503} {
+		q := url.Values{"token": {token}, "answer": {strconv.Itoa(code)}}
+		u.RawQuery = q.Encode()
+		p := newProvider(t, u.String(), func(c *webhook.Config) {
+			c.Secrets = []string{rotated}
+			c.Headers = map[string]string{"Authorization": header}
+		})
+		r := p.Call(testCtx(t), callFor(fmt.Sprintf("order-echo-%d", code), `{"order":"o_1"}`))
+		text := r.Ref + " " + string(r.Detail) + " " + fmt.Sprint(r.Err)
+		for _, s := range secrets {
+			for _, form := range []string{s, url.QueryEscape(s), url.PathEscape(s)} {
+				if strings.Contains(text, form) {
+					t.Errorf("%d (%s): the result holds %q: %s", code, r.Class, form, text)
+				}
+			}
+		}
+		if !json.Valid(r.Detail) {
+			t.Errorf("%d: Detail is not JSON: %s", code, r.Detail)
+		}
+		if !strings.Contains(text, providers.Redacted) {
+			t.Errorf("%d: nothing was redacted, so nothing was echoed: %s", code, text)
+		}
+	}
+	// The receiver did get what it echoed: the check is not vacuous.
+	d := rc.deliveries()[0]
+	if d.header.Get("Authorization") != header || !strings.Contains(d.path+"?"+u.RawQuery, "token=") {
+		t.Fatalf("the receiver got Authorization %q", d.header.Get("Authorization"))
+	}
+}
+
+func TestProvider_KeyWindow(t *testing.T) {
+	t.Parallel()
+	p := newProvider(t, "http://127.0.0.1:1/hooks")
+	if got := providers.KeyWindow(p); got != 24*time.Hour {
+		t.Fatalf("default key window %s, want 24h", got)
+	}
+	p = newProvider(t, "http://127.0.0.1:1/hooks", func(c *webhook.Config) { c.KeyWindow = 72 * time.Hour })
+	if got := providers.KeyWindow(p); got != 72*time.Hour {
+		t.Fatalf("key window %s, want 72h", got)
+	}
+	for _, cfg := range []*webhook.Config{
+		{URL: "https://hooks.example.com", Secret: testSecret, KeyWindow: -time.Hour},
+		{URL: "https://hooks.example.com", Secrets: []string{testSecret, "whsec_short"}},
+		{URL: "https://hooks.example.com", Secrets: []string{""}},
+		{URL: "https://hooks.example.com"},
+	} {
+		_, err := webhook.New(cfg)
+		if !errors.Is(err, webhook.ErrConfig) {
+			t.Fatalf("%v: New accepted it (%v)", cfg, err)
+		}
+		if strings.Contains(err.Error(), testSecret) || strings.Contains(err.Error(), "whsec_short") {
+			t.Fatalf("error %q shows a secret", err)
+		}
+	}
+	_, err := webhook.New(&webhook.Config{URL: "https://hooks.example.com", Secrets: []string{testSecret, "whsec_short"}})
+	if err == nil || !strings.Contains(err.Error(), "Secrets[1]") {
+		t.Fatalf("error %v does not name Secrets[1]", err)
+	}
+	cfg := webhook.Config{URL: "https://hooks.example.com", Secrets: []string{testSecret, newSecret(t)}}
+	p2, err := webhook.New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.Close()
+	if text := fmt.Sprintf("%v %+v %#v", cfg, cfg, cfg); strings.Contains(text, "whsec_") || !strings.Contains(text, "Secrets:[[redacted] [redacted]]") {
+		t.Fatalf("printed config: %s", text)
 	}
 }
