@@ -1,8 +1,11 @@
 // Package peers starts the programs the provider tests talk to in place of
-// the real services: stripe-mock for Stripe and Prism for SendGrid.
+// the real services: stripe-mock for Stripe, Prism for SendGrid, and
+// stripe-stateful-mock, a Stripe emulator that keeps what it creates and
+// replays answers by Idempotency-Key, for the scenario tests.
 //
 //	baseURL := peers.StripeMock(t)                // http://127.0.0.1:PORT
 //	baseURL := peers.Prism(t, "testdata/x.json") // likewise, mocking that spec
+//	s := peers.StartStripeStateful(t)             // s.URL, s.Charges(ctx, key)
 //
 // Each call starts a private server for the test, listening on free ports of
 // 127.0.0.1 only, and returns once it accepts connections (within a
@@ -11,9 +14,11 @@
 // to stop. The server runs in a process group of its own, which t.Cleanup
 // ends (SIGTERM, then SIGKILL) and checks is gone.
 //
-// The programs are the ones `make deps` installs; when one is missing the
-// test fails (it is not skipped), saying to run `make deps`. The environment
-// variables SIDEFX_STRIPE_MOCK and SIDEFX_PRISM name other executables to use.
+// The programs are the ones `make deps` installs; when stripe-mock or Prism
+// is missing the test fails (it is not skipped), saying to run `make deps`.
+// A missing stripe-stateful-mock skips the test outside CI and fails it with
+// CI=true. The environment variables SIDEFX_STRIPE_MOCK, SIDEFX_PRISM and
+// SIDEFX_STRIPE_STATEFUL name other executables to use.
 package peers
 
 import (

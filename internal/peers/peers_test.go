@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -169,6 +170,12 @@ func TestFailures(t *testing.T) {
 			t.Fatalf("failure %q does not say to run make deps", msg)
 		}
 	})
+	t.Run("stripe-stateful-mock missing", func(t *testing.T) {
+		t.Setenv("SIDEFX_STRIPE_STATEFUL", filepath.Join(t.TempDir(), "serve.js"))
+		if msg := failure(t, func(tb testing.TB) { StripeStateful(tb) }); !strings.Contains(msg, "make deps") {
+			t.Fatalf("failure %q does not say to run make deps", msg)
+		}
+	})
 	t.Run("prism missing", func(t *testing.T) {
 		t.Setenv("SIDEFX_PRISM", filepath.Join(t.TempDir(), "prism"))
 		if msg := failure(t, func(tb testing.TB) { Prism(tb, "spec.json") }); !strings.Contains(msg, "make deps") {
@@ -213,3 +220,124 @@ func (r *recorder) FailNow()                         { r.fatal = "FailNow"; runt
 func (r *recorder) Skip(args ...any)                 { r.skipped = true; runtime.Goexit() }
 func (r *recorder) Skipf(format string, args ...any) { r.skipped = true; runtime.Goexit() }
 func (r *recorder) SkipNow()                         { r.skipped = true; runtime.Goexit() }
+
+// stripe-stateful-mock keeps what it creates and replays by Idempotency-Key;
+// this pins what the scenario tests and a reconciler may rely on, and what
+// they may not (see StripeStatefulServer).
+func TestStripeStateful(t *testing.T) {
+	var s *StripeStatefulServer
+	ok := t.Run("behaves as documented", func(t *testing.T) {
+		s = StartStripeStateful(t)
+		post := func(path, key string, form url.Values) (*http.Response, map[string]any) {
+			t.Helper()
+			req, err := http.NewRequest(http.MethodPost, s.URL+path, strings.NewReader(form.Encode()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+StripeStatefulAPIKey)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if key != "" {
+				req.Header.Set("Idempotency-Key", key)
+			}
+			return do(t, req)
+		}
+		charge := func(amount, key string) url.Values {
+			return url.Values{"amount": {amount}, "currency": {"usd"}, "source": {"tok_visa"}, "metadata[sidefx_key]": {key}}
+		}
+
+		// Created, and stored with its metadata.
+		resp, first := post("/v1/charges", "key-1", charge("1000", "key-1"))
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(str(first["id"]), "ch_") || resp.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("create: %d %v %v\n%s", resp.StatusCode, resp.Header, first, s.Output())
+		}
+		// The same key and parameters: the stored answer, nothing performed.
+		resp, again := post("/v1/charges", "key-1", charge("1000", "key-1"))
+		if resp.StatusCode != http.StatusOK || again["id"] != first["id"] || resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("replay: %d %v id %v, want 200, Idempotent-Replayed, id %v", resp.StatusCode, resp.Header, again["id"], first["id"])
+		}
+		// The same key, other parameters: idempotency_error.
+		resp, mismatch := post("/v1/charges", "key-1", charge("2000", "key-1"))
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(fmt.Sprint(mismatch["error"]), "idempotency_error") {
+			t.Fatalf("reuse with other parameters: %d %v", resp.StatusCode, mismatch)
+		}
+		// tok_500: a 500, stored for the key and replayed, no charge.
+		form500 := url.Values{"amount": {"1000"}, "currency": {"usd"}, "source": {"tok_500"}}
+		if resp, _ := post("/v1/charges", "key-500", form500); resp.StatusCode != http.StatusInternalServerError {
+			t.Fatalf("tok_500: %d, want 500", resp.StatusCode)
+		}
+		if resp, _ := post("/v1/charges", "key-500", form500); resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("tok_500 again: %d %v, want the stored 500 replayed", resp.StatusCode, resp.Header)
+		}
+		// No PaymentIntents, no search.
+		if resp, _ := post("/v1/payment_intents", "key-pi", url.Values{"amount": {"1000"}, "currency": {"usd"}}); resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("POST /v1/payment_intents: %d, want 404 (unsupported)", resp.StatusCode)
+		}
+		post("/v1/charges", "key-2", charge("1500", "key-2"))
+
+		// Listed, with metadata; pages by limit and starting_after.
+		all, err := s.Charges(t.Context(), StripeStatefulAPIKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byKey := ChargesByMetadata(all, "sidefx_key")
+		if len(all) != 2 || len(byKey["key-1"]) != 1 || byKey["key-1"][0].ID != first["id"] || len(byKey["key-2"]) != 1 || byKey["key-1"][0].Amount != 1000 {
+			t.Fatalf("charges listed: %+v, want key-1's %v and key-2's", all, first["id"])
+		}
+		list := func(query string) int {
+			t.Helper()
+			req, err := http.NewRequest(http.MethodGet, s.URL+"/v1/charges?"+query, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+StripeStatefulAPIKey)
+			resp, body := do(t, req)
+			data, _ := body["data"].([]any)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /v1/charges?%s: %d %v", query, resp.StatusCode, body)
+			}
+			return len(data)
+		}
+		if n := list("limit=1"); n != 1 {
+			t.Fatalf("limit=1 listed %d", n)
+		}
+		// Filters it ignores: creation time and metadata.
+		if n := list(url.Values{"created[gte]": {"99999999999"}}.Encode()); n != 2 {
+			t.Fatalf("created[gte] in the far future listed %d charges; it was ignored before (2)", n)
+		}
+		if n := list(url.Values{"metadata[sidefx_key]": {"key-2"}}.Encode()); n != 2 {
+			t.Fatalf("a metadata filter listed %d charges; it was ignored before (2)", n)
+		}
+		// Keys must start with sk_test_.
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/v1/charges", nil)
+		req.Header.Set("Authorization", "Bearer sk_live_nope")
+		if code := status(t, req); code != http.StatusUnauthorized {
+			t.Fatalf("sk_live_ key: %d, want 401", code)
+		}
+	})
+	if s == nil {
+		if ok {
+			t.Skip("stripe-stateful-mock is not installed (the subtest says how to install it)")
+		}
+		t.FailNow()
+	}
+	checkGone(t, s.p, s.URL)
+}
+
+// do sends req and returns the answer, its JSON body decoded (nil if it is
+// not a JSON object).
+func do(t *testing.T, req *http.Request) (*http.Response, map[string]any) {
+	t.Helper()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&m)
+	return resp, m
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
