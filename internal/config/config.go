@@ -41,9 +41,10 @@ const (
 )
 
 // StripeKeyWindow is how long Stripe is sure to keep an idempotency key
-// (stripe.KeyWindow). A Stripe kind whose retries can span longer gets a
-// warning, as does a webhook kind whose retries can outlast its provider's
-// key_window: a retry after the window may perform the effect again.
+// (stripe.KeyWindow). A Stripe kind whose retries can span longer is
+// refused unless it sets outlast_key_window, as is a webhook kind whose
+// retries can outlast its provider's key_window: a retry after the window
+// may perform the effect again.
 const StripeKeyWindow = stripe.KeyWindow
 
 // ErrInvalid is matched (errors.Is) by every error that Load, Parse and
@@ -254,6 +255,13 @@ type KindConfig struct {
 	// idempotent (sendgrid), accepting a possible duplicate over an
 	// uncertain effect. Only for sendgrid providers. Default false.
 	AtLeastOnce bool `yaml:"at_least_once"`
+
+	// OutlastKeyWindow accepts a retry policy whose attempts can end after
+	// the provider's key window (Stripe's 24h, a webhook's key_window) has
+	// passed since the first. Such attempts are never made for an effect
+	// that may have been performed: it is left uncertain for an operator.
+	// Default false: such a policy is refused.
+	OutlastKeyWindow bool `yaml:"outlast_key_window"`
 }
 
 // DriftConfig configures the drift checks, which compare what should have

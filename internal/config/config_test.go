@@ -471,25 +471,54 @@ providers:
   stripe: {type: stripe, api_key_env: STRIPE_API_KEY}
   spare: {type: sendgrid, api_key_env: SENDGRID_API_KEY}
 kinds:
-  charge.create: {provider: stripe, operation: charges.create, max_attempts: 40}
+  charge.create: {provider: stripe, operation: charges.create, max_attempts: 40, outlast_key_window: true}
   refund.create: {provider: stripe, operation: refunds.create}
 `
 	cfg := mustParse(t, doc, nil)
-	got := strings.Join(cfg.Warnings, "\n")
+	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], `providers["spare"]: no kind uses it`) {
+		t.Errorf("warnings: %q", cfg.Warnings)
+	}
+}
+
+func TestParse_RetriesPastTheKeyWindowAreRefused(t *testing.T) {
+	t.Parallel()
+	doc := `database_url: postgres://localhost/app
+providers:
+  stripe: {type: stripe, api_key_env: STRIPE_API_KEY}
+kinds:
+  charge.create: {provider: stripe, operation: charges.create, max_attempts: 40}
+  refund.create: {provider: stripe, operation: refunds.create}
+`
+	_, err := config.Parse([]byte(doc), nil)
+	if err == nil {
+		t.Fatal("a policy outlasting Stripe's key window was accepted")
+	}
 	for _, want := range []string{
 		`kinds["charge.create"]: retries can span 28h28m0s (max_attempts 40, timeout 30s`,
 		`beyond Stripe's 24h0m0s idempotency-key window`,
-		`providers["spare"]: no kind uses it`,
+		`outlast_key_window: true`,
 	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("warnings\n%s\nlack %q", got, want)
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error\n%v\nlacks %q", err, want)
 		}
 	}
-	if strings.Contains(got, "refund.create") {
-		t.Errorf("the default policy should fit in Stripe's window:\n%s", got)
+	if strings.Contains(err.Error(), "refund.create") {
+		t.Errorf("the default policy should fit in Stripe's window:\n%v", err)
 	}
-	if len(cfg.Warnings) != 2 {
-		t.Errorf("%d warnings: %q", len(cfg.Warnings), cfg.Warnings)
+	// The check is exact: the last attempt's timeout counts. 35 attempts
+	// of 89s start the last at 23h58m41s, which runs until 24h0m10s.
+	edge := `database_url: postgres://localhost/app
+dispatcher: {lease: 5m}
+providers:
+  stripe: {type: stripe, api_key_env: STRIPE_API_KEY}
+kinds:
+  charge.create: {provider: stripe, operation: charges.create, max_attempts: 35, timeout: 89s}
+`
+	if _, err := config.Parse([]byte(edge), nil); err == nil || !strings.Contains(err.Error(), "retries can span 24h0m") {
+		t.Errorf("the last attempt's timeout past the window: %v", err)
+	}
+	if _, err := config.Parse([]byte(strings.Replace(edge, "timeout: 89s", "timeout: 80s", 1)), nil); err != nil {
+		t.Errorf("a policy ending inside the window: %v", err)
 	}
 }
 

@@ -40,9 +40,8 @@
 // namespace's — so that a mistake is reported against the YAML field, at
 // start-up, rather than by a constructor in Go terms. Each provider is also
 // built once with a stand-in secret, so that Build can fail only on a
-// secret. Doubtful but valid settings, such as a kind whose retries can
-// outlast its provider's key window (Stripe's 24 hours, a webhook's
-// key_window), or a provider no kind uses, are returned in Config.Warnings.
+// secret. Doubtful but valid settings, such as a provider no kind uses, are
+// returned in Config.Warnings.
 //
 // # Secrets
 //
@@ -63,7 +62,10 @@
 // # Key windows
 //
 // A webhook provider's key_window (default 24h) is how long its receiver
-// keeps webhook-ids; Stripe's is 24 hours. A kind whose retries can outlast
-// its provider's window gets a warning: a retry after the window may
-// perform the effect twice.
+// keeps webhook-ids; Stripe's is 24 hours. A kind whose attempts, timeouts
+// and backoffs can end after its provider's window (RetrySpan plus the last
+// attempt's timeout) is refused unless it sets outlast_key_window: an
+// attempt after the window may perform the effect twice, so the dispatcher
+// never makes it for an effect that may have been performed, and leaves the
+// effect uncertain instead.
 package config

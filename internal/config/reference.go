@@ -113,13 +113,17 @@ kinds:
     # refunds.create, customers.create, transfers.create. Default the
     # kind's last two words ("stripe.refunds.create" → refunds.create).
     operation: charges.create
-    # Attempts per effect at most (an effect's own max_attempts wins). The
-    # default is 25; retries of a Stripe kind should end within Stripe's
-    # 24h idempotency-key window, and sidefx warns when they may not.
+    # Attempts per effect at most (an effect's own max_attempts wins).
+    # Default 25. The attempts, timeouts and backoffs of a kind whose
+    # provider forgets keys (Stripe after 24h, a webhook after key_window)
+    # must end within that window, or the policy is refused.
     max_attempts: 20
     timeout: 30s                     # per call; below dispatcher.lease
     backoff_base: 1s                 # wait before attempt 2, doubled after,
     backoff_max: 1h                  # up to this (jittered)
+    # Accept a policy that can outlast the key window: attempts that would
+    # end past it are not made, and the effect is left uncertain.
+    outlast_key_window: false
   email.receipt:                     # (example)
     provider: mail
     # sendgrid providers only, which take no idempotency key: retry an

@@ -409,9 +409,10 @@ func (c *Config) checkKinds(v *checker) {
 		case k.BackoffMax < k.BackoffBase:
 			v.fail(path+".backoff_max", "%s is below backoff_base %s", k.BackoffMax, k.BackoffBase)
 		}
-		if window, which := keyWindow(p); ok && window > 0 && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase {
-			if span := RetrySpan(k); span > window {
-				v.warn(path, "retries can span %s (max_attempts %d, timeout %s, backoff_base %s, backoff_max %s), beyond %s: a retry after it may perform the effect twice; lower max_attempts or backoff_max",
+		if window, which := keyWindow(p); ok && window > 0 && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase && !k.OutlastKeyWindow {
+			// The last attempt starts after span and may run its timeout.
+			if span := RetrySpan(k) + time.Duration(k.Timeout); span >= window {
+				v.fail(path, "retries can span %s (max_attempts %d, timeout %s, backoff_base %s, backoff_max %s), beyond %s: an attempt after it could perform the effect twice, so it would not be made and the effect would be left uncertain; lower max_attempts or backoff_max, or set outlast_key_window: true to accept that",
 					span.Round(time.Minute), k.MaxAttempts, k.Timeout, k.BackoffBase, k.BackoffMax, which)
 			}
 		}
