@@ -48,10 +48,19 @@ type Config struct {
 	RescueInterval time.Duration
 
 	// Retention is how long confirmed, failed and cancelled effects are kept
-	// before the reaper deletes them. Deleting an effect frees its
-	// (source_id, kind): retention must outlast every replay window of the
-	// sources. Default 720h (30 days). Negative disables the reaper.
+	// whole before the reaper compacts them into tombstones: the payload and
+	// the stored answer go; the (source_id, kind) guard, key, payload hash,
+	// final state, reference, times and history stay, so a replay is still
+	// a duplicate. Default 720h (30 days). Negative disables the reaper.
 	Retention time.Duration
+
+	// TombstoneRetention, if positive, is how long tombstones are kept
+	// before they are deleted. Deleting a tombstone frees its (source_id,
+	// kind): a replay of its source afterwards enqueues the effect again,
+	// under a key the provider may have forgotten, so it may be performed
+	// twice. Set it only longer than any replay of the sources. Default 0:
+	// tombstones are kept forever.
+	TombstoneRetention time.Duration
 
 	// ReapInterval is how often the reaper runs (one replica at a time).
 	// Default 1h.
@@ -74,8 +83,10 @@ type Config struct {
 	// Logger receives the dispatcher's logs. Default slog.Default().
 	Logger *slog.Logger
 
-	// Observer is told of every outcome, rescue and reap, for metrics.
-	// Default none.
+	// Observer is told of every outcome, rescue and reap, for metrics; of
+	// every provider pause too if it implements PauseObserver, and of every
+	// failed database statement if it implements ErrorObserver. Default
+	// none.
 	Observer Observer
 }
 
@@ -93,8 +104,14 @@ type Kind struct {
 	Timeout time.Duration
 
 	// BackoffBase and BackoffMax shape the delay before attempt n+1: a random
-	// duration between half and all of min(BackoffMax, BackoffBase·2^(n-1)),
-	// at least the provider's Retry-After. Defaults 1s and 1h.
+	// duration between half and all of min(BackoffMax, BackoffBase·2^(n-1))
+	// (computed without overflow, whatever n), at least the provider's
+	// Retry-After. Defaults 1s and 1h.
+	//
+	// BackoffMax also caps a Retry-After: a provider asking for more (a
+	// year, by mistake or malice) gets BackoffMax. A retryable answer with a
+	// Retry-After pauses claims for every kind of its provider until then
+	// (see the package doc).
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 
@@ -102,6 +119,36 @@ type Kind struct {
 	// after an unknown outcome, accepting a possible duplicate (an email
 	// sent twice) over an uncertain effect. Default false: at most once.
 	AtLeastOnce bool
+
+	// OutlastKeyWindow accepts a retry policy (MaxAttempts, Timeout and
+	// backoff) whose attempts can end after the provider's key window has
+	// passed since the first (providers.KeyWindow). Such attempts are never
+	// made for an effect that may have been performed: it is left uncertain.
+	// Default false: New refuses such a policy.
+	OutlastKeyWindow bool
+}
+
+// keyWindow is how long k's provider remembers a key: 0 for a provider that
+// takes no key (whose repeats, at least once, are duplicates anyway) or
+// that never forgets one.
+func (k Kind) keyWindow() time.Duration {
+	if !k.Provider.Idempotent() {
+		return 0
+	}
+	return providers.KeyWindow(k.Provider)
+}
+
+// RetrySpan is the longest time from the start of an effect's first
+// attempt to the end of its last under k's policy: every attempt running its
+// full Timeout, and the longest backoff, min(BackoffMax, BackoffBase·2^(n-1)),
+// after attempt n. A Retry-After never stretches a wait past BackoffMax.
+func RetrySpan(k Kind) time.Duration {
+	const forever = 100 * 365 * 24 * time.Hour
+	span := k.Timeout
+	for n := 1; n < k.MaxAttempts && span < forever; n++ {
+		span += backoffCeiling(k.BackoffBase, k.BackoffMax, n) + k.Timeout
+	}
+	return span
 }
 
 // Limit bounds the calls to one provider.
@@ -180,6 +227,8 @@ func withDefaults(cfg *Config) (Config, error) {
 		return c, configErr("BatchSize is %d, it must be positive", c.BatchSize)
 	case c.Lease < time.Second:
 		return c, configErr("Lease is %s, it must be at least 1s", c.Lease)
+	case c.TombstoneRetention < 0:
+		return c, configErr("TombstoneRetention is %s: want 0 (keep tombstones forever) or a positive duration", c.TombstoneRetention)
 	case c.PollInterval < 0 || c.RescueInterval < 0 || c.ReapInterval < 0 || c.ShutdownTimeout < 0:
 		return c, configErr("intervals and timeouts must not be negative")
 	case len(c.Kinds) == 0:
@@ -208,6 +257,9 @@ func withDefaults(cfg *Config) (Config, error) {
 			return c, configErr("Kinds[%q].Timeout %s is not below Lease %s: a call could outlive its lease and be fired twice", name, k.Timeout, c.Lease)
 		case k.BackoffMax < k.BackoffBase:
 			return c, configErr("Kinds[%q].BackoffMax %s is below BackoffBase %s", name, k.BackoffMax, k.BackoffBase)
+		case k.keyWindow() > 0 && !k.OutlastKeyWindow && RetrySpan(k) >= k.keyWindow():
+			return c, configErr("Kinds[%q]: its attempts can span %s, past provider %s's key window of %s: an attempt after it could perform the effect twice, so it would not be made and the effect would be left uncertain; lower MaxAttempts or BackoffMax, or set OutlastKeyWindow to accept that",
+				name, RetrySpan(k).Round(time.Minute), k.Provider.Name(), k.keyWindow())
 		case k.AtLeastOnce && k.Provider.Idempotent():
 			return c, configErr("Kinds[%q].AtLeastOnce is set but provider %s is idempotent: it is retried with the same key anyway", name, k.Provider.Name())
 		}

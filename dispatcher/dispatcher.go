@@ -32,15 +32,39 @@ type Dispatcher struct {
 	policies  []effects.RescuePolicy
 	rescueJob string
 
+	// now is the clock of provider pauses, rate limits and the error log's
+	// interval; tests replace it before Run. Leases, timeouts and the
+	// shutdown deadline are measured with time.Now.
+	now      func() time.Time
+	pauseObs PauseObserver
+	errObs   ErrorObserver
+
 	running atomic.Bool
+	// stuck: the completer holds outcomes it failed to record; no claim is
+	// made until they are recorded.
+	stuck atomic.Bool
+
+	// windows holds, by kind, the provider's key window, and margins how
+	// long after a claim its call may still end: the lease, since a call
+	// starts at most a lease after its claim and ends before it.
+	windows, margins map[string]time.Duration
 
 	mu       sync.Mutex
 	inflight int // claimed effects whose outcome is not recorded yet
+	// held are the effects this dispatcher claimed and has not recorded an
+	// outcome for: being called, waiting to be recorded, or abandoned at
+	// shutdown. A failed claim puts back its worker's other fired effects.
+	held map[int64]struct{}
 
-	freed    chan struct{} // a claimed effect's outcome was recorded
-	wake     chan struct{} // a notification or a rescue: effects may be due
-	outcomes chan pending
+	hmu sync.Mutex
+	ops map[string]*opState // by operation; guarded by hmu
+
+	freed chan struct{} // a claimed effect's outcome was recorded
+	wake  chan struct{} // a notification, a rescue, recording recovered: effects may be due
 }
+
+// logCtx is the context of log lines that belong to no request.
+var logCtx = context.Background()
 
 // group is the kinds of one provider, with the provider's limits.
 type group struct {
@@ -48,7 +72,10 @@ type group struct {
 	kinds    []string
 	limit    int           // calls in flight at most
 	inflight int           // guarded by Dispatcher.mu
-	lim      *rate.Limiter // nil: no rate limit
+	lim      *rate.Limiter // nil: no rate limit; on Dispatcher.now's clock
+	// pausedUntil: no claim before it (a Retry-After), by Dispatcher.now;
+	// guarded by Dispatcher.mu.
+	pausedUntil time.Time
 }
 
 // pending is an outcome waiting to be recorded.
@@ -72,14 +99,31 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		return nil, configErr("%v", err)
 	}
 	d := &Dispatcher{
-		pool:     pool,
-		store:    store,
-		cfg:      c,
-		log:      c.Logger.With("component", "dispatcher", "worker", c.WorkerID),
-		byKind:   map[string]*group{},
-		freed:    make(chan struct{}, 1),
-		wake:     make(chan struct{}, 1),
-		outcomes: make(chan pending, c.Workers),
+		pool:   pool,
+		store:  store,
+		cfg:    c,
+		log:    c.Logger.With("component", "dispatcher", "worker", c.WorkerID),
+		byKind: map[string]*group{},
+		now:    time.Now,
+		ops:    map[string]*opState{},
+		freed:  make(chan struct{}, 1),
+		wake:   make(chan struct{}, 1),
+		held:   map[int64]struct{}{},
+
+		windows: map[string]time.Duration{},
+		margins: map[string]time.Duration{},
+	}
+	for _, op := range opOrder {
+		d.ops[op] = &opState{}
+	}
+	// Optional parts of the Observer.
+	d.pauseObs, _ = c.Observer.(PauseObserver)
+	if d.pauseObs == nil {
+		d.pauseObs = NopObserver{}
+	}
+	d.errObs, _ = c.Observer.(ErrorObserver)
+	if d.errObs == nil {
+		d.errObs = NopObserver{}
 	}
 	byName := map[string]*group{}
 	for _, kind := range c.servedKinds() {
@@ -104,10 +148,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		}
 		g.kinds = append(g.kinds, kind)
 		d.byKind[kind] = g
+		d.windows[kind], d.margins[kind] = k.keyWindow(), c.Lease
 		d.policies = append(d.policies, effects.RescuePolicy{
 			Kind:        kind,
 			Repeatable:  k.Provider.Idempotent() || k.AtLeastOnce,
 			MaxAttempts: k.MaxAttempts,
+			KeyWindow:   k.keyWindow(),
+			Timeout:     k.Timeout,
 		})
 	}
 	// Replicas serving the same kinds share the rescue lock; deployments
@@ -127,10 +174,16 @@ func (d *Dispatcher) WorkerID() string { return d.cfg.WorkerID }
 // (cancelling those still running then, which are recorded as unknown), and
 // records every outcome it can. It returns nil after a clean shutdown.
 // Database outages do not end Run: it backs off and carries on, keeping
-// outcomes it could not yet record.
+// outcomes it could not yet record (see Healthy for errors that do not pass
+// by themselves).
+//
+// Run may be called again once it has returned, to dispatch again with the
+// same Dispatcher (each Run has its own calls and outcomes; provider pauses
+// and health carry over). Runs may not overlap: Run while another Run is
+// running returns ErrRunning at once, having claimed nothing.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
-		return errors.New("dispatcher: Run is already running")
+		return ErrRunning
 	}
 	defer d.running.Store(false)
 
@@ -143,9 +196,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	bg.Go(func() { d.listen(ctx) })
 	bg.Go(func() { d.maintain(ctx) })
 
+	// This run's outcomes: a channel of its own, closed once its calls are
+	// over, so that nothing of a previous run can send on a closed one.
+	outcomes := make(chan pending, d.cfg.Workers)
 	giveUp := make(chan struct{})
 	completed := make(chan struct{})
-	go d.completer(giveUp, completed)
+	go d.completer(outcomes, giveUp, completed)
 
 	// The shutdown deadline is ShutdownTimeout after ctx ends: then the
 	// claim still in progress and the calls still running are cancelled.
@@ -163,14 +219,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			hardStop()
 		}
 	}()
-	d.claimLoop(ctx, hardCtx, &calls)
+	d.claimLoop(ctx, hardCtx, &calls, outcomes)
 
 	// Shutdown: no more claims. Wait for the calls in flight.
 	d.log.Info("shutting down: waiting for calls in flight", "in_flight", d.inFlight())
 	calls.Wait()
 	close(callsDone)
 	<-deadlineDone
-	close(d.outcomes)
+	close(outcomes)
 	// Record what is left, for at most ShutdownTimeout more.
 	timer := time.NewTimer(d.cfg.ShutdownTimeout)
 	select {
@@ -184,6 +240,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.log.Info("stopped")
 	return nil
 }
+
+// ErrRunning is returned by Run while another Run of the same Dispatcher is
+// running.
+var ErrRunning = errors.New("dispatcher: Run is already running; a Dispatcher runs once at a time")
 
 func (d *Dispatcher) inFlight() int {
 	d.mu.Lock()
@@ -217,18 +277,18 @@ func errBackoff(n int) time.Duration {
 }
 
 // claimLoop claims and starts calls until ctx ends.
-func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGroup) {
+func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGroup, outcomes chan<- pending) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	failures := 0
 	for ctx.Err() == nil {
-		more, blocked, rateWait, err := d.claimOnce(ctx, hardCtx, calls)
+		more, blocked, soon, err := d.claimOnce(ctx, hardCtx, calls, outcomes)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			failures++
-			d.log.Error("claim failed; backing off", "err", err, "retry_in", errBackoff(failures))
+			d.failed(opClaim, err, slog.LevelError, "claim failed; backing off", "retry_in", errBackoff(failures))
 			sleep(ctx, errBackoff(failures))
 			continue
 		}
@@ -241,8 +301,8 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 			freed = d.freed
 		}
 		wait := d.cfg.PollInterval
-		if rateWait > 0 {
-			wait = min(wait, rateWait)
+		if soon > 0 {
+			wait = min(wait, soon)
 		}
 		timer.Reset(wait)
 		select {
@@ -258,25 +318,42 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 // claimOnce claims, for each provider, as many due effects as free worker
 // slots, the provider's limits and the batch size allow, and starts their
 // calls. more: some claim came back full, so more effects may be due.
-// blocked: some provider had no free capacity. rateWait: the time until a
-// rate-limited provider may start a call again.
-func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGroup) (more, blocked bool, rateWait time.Duration, err error) {
+// blocked: some provider had no free capacity, or outcomes wait to be
+// recorded. soon: the time until a rate-limited or paused provider may
+// start a call again (0: none is waiting).
+//
+// Nothing is claimed while the completer holds outcomes it failed to
+// record: a new call's answer could not be recorded either.
+func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGroup, outcomes chan<- pending) (more, blocked bool, soon time.Duration, err error) {
+	if d.stuck.Load() {
+		return false, true, 0, nil
+	}
+	sooner := func(w time.Duration) {
+		w = max(w, time.Millisecond)
+		if soon == 0 || w < soon {
+			soon = w
+		}
+	}
 	for _, g := range d.groups {
 		if ctx.Err() != nil {
 			break // shutting down: no new claim
 		}
+		now := d.now()
 		d.mu.Lock()
 		n := min(d.cfg.Workers-d.inflight, g.limit-g.inflight, d.cfg.BatchSize)
+		pausedUntil := g.pausedUntil
 		d.mu.Unlock()
+		if now.Before(pausedUntil) {
+			// The provider asked for a pause (Retry-After): none of its
+			// kinds is claimed until the pause ends.
+			sooner(pausedUntil.Sub(now))
+			continue
+		}
 		if g.lim != nil {
-			now := time.Now()
 			tokens := g.lim.TokensAt(now)
 			if tokens < 1 {
 				blocked = true
-				w := time.Duration((1 - tokens) / float64(g.lim.Limit()) * float64(time.Second))
-				if rateWait == 0 || w < rateWait {
-					rateWait = max(w, time.Millisecond)
-				}
+				sooner(time.Duration((1 - tokens) / float64(g.lim.Limit()) * float64(time.Second)))
 				continue
 			}
 			n = min(n, int(tokens))
@@ -292,27 +369,78 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		// those of a kind without keys uncertain, though never sent). It is
 		// let finish, and its effects called, until the shutdown deadline.
 		cctx, cancel := context.WithTimeout(hardCtx, d.dbTimeout())
-		got, err := d.store.Claim(cctx, effects.ClaimParams{Kinds: g.kinds, Limit: n, Lease: d.cfg.Lease, Worker: d.cfg.WorkerID})
+		got, err := d.store.Claim(cctx, effects.ClaimParams{Kinds: g.kinds, Limit: n, Lease: d.cfg.Lease,
+			Worker: d.cfg.WorkerID, KeyWindows: d.windows, Timeouts: d.margins})
 		cancel()
 		if err != nil {
-			return more, blocked, rateWait, err
+			// The claim may have committed although its answer never came
+			// back: its effects would be fired with nobody calling them, and
+			// rescued as possibly performed. Put them back.
+			d.putBack(hardCtx)
+			return more, blocked, soon, err
 		}
-		if g.lim != nil && len(got) > 0 {
-			g.lim.ReserveN(claimedAt, len(got))
+		d.succeeded(opClaim)
+		var fired []*effects.Effect
+		for _, e := range got {
+			if e.State == effects.Fired {
+				fired = append(fired, e)
+				continue
+			}
+			// It may have been performed and its provider's key window has
+			// passed: sending it again could perform it twice.
+			d.log.Warn("effect uncertain: not sent again past its provider's key window", "effect_id", e.ID,
+				"kind", e.Kind, "attempt", e.Attempts, "maybe_attempts", e.MaybeAttempts, "err", e.LastError)
+			d.cfg.Observer.Recorded(Dispatch{EffectID: e.ID, Kind: e.Kind, Provider: g.name, Attempt: e.Attempts, State: e.State})
+		}
+		if g.lim != nil && len(fired) > 0 {
+			g.lim.ReserveN(now, len(fired))
 		}
 		d.mu.Lock()
-		d.inflight += len(got)
-		g.inflight += len(got)
+		d.inflight += len(fired)
+		g.inflight += len(fired)
+		for _, e := range fired {
+			d.held[e.ID] = struct{}{}
+		}
 		d.mu.Unlock()
-		for _, e := range got {
+		for _, e := range fired {
 			d.log.Debug("fired", "effect_id", e.ID, "kind", e.Kind, "attempt", e.Attempts)
-			calls.Go(func() { d.work(hardCtx, e, g, claimedAt) })
+			calls.Go(func() { d.work(hardCtx, e, g, claimedAt, outcomes) })
 		}
 		if len(got) == n {
 			more = true
 		}
 	}
-	return more, blocked, rateWait, nil
+	return more, blocked, soon, nil
+}
+
+// putBack returns to pending the effects fired under this dispatcher's
+// worker id that it holds no call or outcome for: those of a claim whose
+// answer was lost. It tries until it succeeds or half a lease has passed;
+// after that the rescuer takes them.
+func (d *Dispatcher) putBack(ctx context.Context) {
+	deadline := time.Now().Add(d.cfg.Lease / 2)
+	for n := 1; ; n++ {
+		d.mu.Lock()
+		keep := make([]int64, 0, len(d.held))
+		for id := range d.held {
+			keep = append(keep, id)
+		}
+		d.mu.Unlock()
+		pctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+		ids, err := d.store.PutBack(pctx, d.cfg.WorkerID, keep)
+		cancel()
+		if err == nil {
+			if len(ids) > 0 {
+				d.log.Warn("a claim failed after it may have committed: its effects are put back, never called", "effects", ids)
+				signal(d.wake)
+			}
+			return
+		}
+		if time.Now().Add(errBackoff(n)).After(deadline) || !sleep(ctx, errBackoff(n)) {
+			d.log.Error("could not put back the effects of a failed claim; the rescuer will take them at their lease's end", "err", err)
+			return
+		}
+	}
 }
 
 // dbTimeout bounds one statement of the dispatcher's: half the lease, from
@@ -329,8 +457,8 @@ func (d *Dispatcher) leaseMargin() time.Duration {
 }
 
 // work performs one claimed effect's call and hands its outcome to the
-// completer.
-func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, claimedAt time.Time) {
+// completer. A retryable answer with a Retry-After pauses the provider.
+func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, claimedAt time.Time, outcomes chan<- pending) {
 	k := d.cfg.Kinds[e.Kind]
 	call := providers.Call{EffectID: e.ID, SourceID: e.SourceID, Kind: e.Kind, Key: e.Key, Payload: e.Payload, Attempt: e.Attempts}
 	timeout := min(k.Timeout, time.Until(claimedAt.Add(d.cfg.Lease-d.leaseMargin())))
@@ -342,12 +470,36 @@ func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, 
 	} else {
 		res = d.call(hardCtx, k.Provider, call, timeout)
 	}
+	if res.IsRetryable() && res.RetryAfter > 0 {
+		d.pause(g, e, k, res.RetryAfter)
+	}
 	rec := Dispatch{EffectID: e.ID, Kind: e.Kind, Provider: g.name, Attempt: e.Attempts,
 		Class: res.Class, Replayed: res.Replayed, CallDuration: time.Since(start)}
 	out := decide(e, k, res)
 	rec.State = out.State
 	rec.SinceEnqueue = time.Since(e.CreatedAt)
-	d.outcomes <- pending{out: out, rec: rec, g: g}
+	outcomes <- pending{out: out, rec: rec, g: g}
+}
+
+// pause stops claims for g's kinds for the provider's Retry-After, capped
+// at the kind's BackoffMax; a pause already running that ends later is
+// kept. It happens before the outcome is handed on, so the claim that the
+// outcome's freed slot allows already sees it.
+func (d *Dispatcher) pause(g *group, e *effects.Effect, k Kind, retryAfter time.Duration) {
+	at := d.now()
+	until := at.Add(min(retryAfter, k.BackoffMax))
+	d.mu.Lock()
+	if until.After(g.pausedUntil) {
+		g.pausedUntil = until
+	} else {
+		until = g.pausedUntil
+	}
+	d.mu.Unlock()
+	d.log.Warn("provider asked for a pause (Retry-After): claiming none of its effects until it ends",
+		"provider", g.name, "effect_id", e.ID, "kind", e.Kind, "attempt", e.Attempts,
+		"retry_after", retryAfter, "paused_for", until.Sub(at))
+	d.pauseObs.Paused(Pause{Provider: g.name, Kind: e.Kind, EffectID: e.ID, Attempt: e.Attempts,
+		RetryAfter: retryAfter, At: at, Until: until})
 }
 
 // call runs the provider with a timeout; a panic or an unclassified answer
@@ -370,7 +522,15 @@ func (d *Dispatcher) call(ctx context.Context, p providers.Provider, c providers
 
 // decide turns a provider's answer into the effect's next state.
 func decide(e *effects.Effect, k Kind, res providers.Result) effects.Outcome {
-	out := effects.Outcome{ID: e.ID, Attempt: e.Attempts, ProviderRef: res.Ref, Detail: res.Detail}
+	out := effects.Outcome{ID: e.ID, Attempt: e.Attempts, ProviderRef: res.Ref, Detail: res.Detail,
+		// Evidence: an unknown answer may have been performed; a
+		// confirmation or refusal from a provider that honours keys answers
+		// for every attempt under the key.
+		MaybePerformed: res.IsUnknown(),
+		Settles:        k.Provider.Idempotent() && (res.IsConfirmed() || res.IsRejected()),
+		KeyWindow:      k.keyWindow(),
+		CallTimeout:    k.Timeout,
+	}
 	maxAttempts := k.MaxAttempts
 	if e.MaxAttempts > 0 {
 		maxAttempts = e.MaxAttempts
@@ -402,22 +562,37 @@ func decide(e *effects.Effect, k Kind, res providers.Result) effects.Outcome {
 }
 
 // backoff is the delay before the attempt after attempt: exponential with
-// jitter, at least retryAfter.
+// jitter, at least retryAfter capped at the kind's BackoffMax.
 func backoff(k Kind, attempt int, retryAfter time.Duration) time.Duration {
-	d := k.BackoffMax
-	if shift := attempt - 1; shift < 40 {
-		d = min(k.BackoffBase<<shift, k.BackoffMax)
-	}
+	d := backoffCeiling(k.BackoffBase, k.BackoffMax, attempt)
 	if d > 0 {
 		d = d/2 + rand.N(d/2+1)
 	}
-	return max(d, retryAfter)
+	return max(d, min(retryAfter, k.BackoffMax))
+}
+
+// backoffCeiling is min(ceiling, base·2^(attempt-1)), computed without
+// overflow: a shift that would pass the ceiling gives the ceiling.
+func backoffCeiling(base, ceiling time.Duration, attempt int) time.Duration {
+	if base <= 0 || ceiling <= 0 {
+		return max(min(base, ceiling), 0)
+	}
+	shift := max(attempt-1, 0)
+	// base<<shift ≤ ceiling exactly when base ≤ ceiling>>shift; a shift of
+	// 63 or more leaves nothing of a positive ceiling.
+	if shift >= 63 || base > ceiling>>shift {
+		return ceiling
+	}
+	return base << shift
 }
 
 // completer records outcomes in batches until outcomes is closed and
-// drained. A failed write is retried with backoff, keeping the batch, until
-// giveUp is closed; then what could not be recorded is left to the rescuer.
-func (d *Dispatcher) completer(giveUp <-chan struct{}, done chan<- struct{}) {
+// drained. A batch whose write fails is kept and retried with backoff, and
+// no claim is made meanwhile (Dispatcher.stuck), until it is recorded or
+// giveUp is closed; then what could not be recorded is logged outcome by
+// outcome and left to the rescuer. A batch the database refuses for its
+// data is recorded one outcome at a time.
+func (d *Dispatcher) completer(outcomes <-chan pending, giveUp <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	// Writes in progress stop when the shutdown gives up, even if the
 	// database has gone silent (a black-holed network).
@@ -434,7 +609,7 @@ func (d *Dispatcher) completer(giveUp <-chan struct{}, done chan<- struct{}) {
 	failures := 0
 	for {
 		if len(batch) == 0 {
-			p, ok := <-d.outcomes
+			p, ok := <-outcomes
 			if !ok {
 				return
 			}
@@ -443,7 +618,7 @@ func (d *Dispatcher) completer(giveUp <-chan struct{}, done chan<- struct{}) {
 	drain:
 		for len(batch) < d.cfg.BatchSize {
 			select {
-			case p, ok := <-d.outcomes:
+			case p, ok := <-outcomes:
 				if !ok {
 					break drain
 				}
@@ -453,23 +628,25 @@ func (d *Dispatcher) completer(giveUp <-chan struct{}, done chan<- struct{}) {
 			}
 		}
 		err := d.record(ctx, batch)
-		if err != nil && effects.IsDataError(err) {
+		if err != nil && Classify(err) == ClassData {
 			// The database refuses the data itself: retrying the same batch
 			// would fail forever and block every outcome behind it.
-			d.recordEach(ctx, batch)
-			err = nil
+			d.errObs.DatabaseError(opRecord, ClassData)
+			batch, err = d.recordEach(ctx, batch)
 		}
 		if err != nil {
 			failures++
+			d.stuck.Store(true)
 			select {
 			case <-giveUp:
-				d.log.Error("giving up recording outcomes at shutdown; their leases will be rescued", "outcomes", len(batch), "err", err)
-				d.release(batch)
+				d.abandon(batch, err)
 				batch = batch[:0]
+				d.stuck.Store(false)
 				continue
 			default:
 			}
-			d.log.Error("recording outcomes failed; retrying", "outcomes", len(batch), "err", err, "retry_in", errBackoff(failures))
+			d.failed(opRecord, err, slog.LevelError, "recording outcomes failed; keeping them and retrying",
+				"outcomes", len(batch), "retry_in", errBackoff(failures))
 			t := time.NewTimer(errBackoff(failures))
 			select {
 			case <-t.C:
@@ -480,7 +657,21 @@ func (d *Dispatcher) completer(giveUp <-chan struct{}, done chan<- struct{}) {
 		}
 		failures = 0
 		batch = batch[:0]
+		d.stuck.Store(false)
+		d.succeeded(opRecord)
 	}
+}
+
+// abandon gives up on outcomes that could not be recorded at shutdown: each
+// is logged with what the provider answered, and its slot freed; the
+// effects stay fired until the rescuer takes them.
+func (d *Dispatcher) abandon(batch []pending, err error) {
+	d.log.Error("giving up recording outcomes at shutdown; their leases will be rescued", "outcomes", len(batch), "err", err)
+	for _, p := range batch {
+		d.log.Error("outcome not recorded", "effect_id", p.out.ID, "kind", p.rec.Kind, "attempt", p.out.Attempt,
+			"outcome", p.out.State, "provider_ref", p.out.ProviderRef, "answer", p.rec.Class.String(), "last_error", p.out.Error)
+	}
+	d.free(batch, false)
 }
 
 // record writes one batch of outcomes and frees their slots.
@@ -495,12 +686,16 @@ func (d *Dispatcher) record(ctx context.Context, batch []pending) error {
 	if err != nil {
 		return err
 	}
-	isFenced := make(map[int64]bool, len(fenced))
-	for _, id := range fenced {
-		isFenced[id] = true
+	type attempt struct {
+		id int64
+		n  int
+	}
+	isFenced := make(map[attempt]bool, len(fenced))
+	for _, o := range fenced {
+		isFenced[attempt{o.ID, o.Attempt}] = true
 	}
 	for _, p := range batch {
-		p.rec.Fenced = isFenced[p.out.ID]
+		p.rec.Fenced = isFenced[attempt{p.out.ID, p.out.Attempt}]
 		if p.rec.Fenced {
 			d.log.Warn("outcome not recorded: the effect's lease was rescued and a newer attempt owns it",
 				"effect_id", p.out.ID, "kind", p.rec.Kind, "attempt", p.out.Attempt, "outcome", p.out.State)
@@ -515,32 +710,44 @@ func (d *Dispatcher) record(ctx context.Context, batch []pending) error {
 	return nil
 }
 
-// recordEach records a batch the database refused one outcome at a time;
-// an outcome refused on its own is left to the lease rescue, and said so.
-func (d *Dispatcher) recordEach(ctx context.Context, batch []pending) {
-	for _, p := range batch {
+// recordEach records a batch the database refused one outcome at a time.
+// An outcome refused on its own is left to the lease rescue, and said so.
+// If another error stops it (the connection went away), it returns the
+// outcomes not yet recorded, for the caller to retry, and the error.
+func (d *Dispatcher) recordEach(ctx context.Context, batch []pending) ([]pending, error) {
+	for i, p := range batch {
 		err := d.record(ctx, []pending{p})
 		if err == nil {
 			continue
 		}
-		if !effects.IsDataError(err) {
-			// The connection went away meanwhile: keep it simple, the lease
-			// rescue covers what is not recorded.
-			d.log.Error("recording an outcome failed", "effect_id", p.out.ID, "kind", p.rec.Kind, "err", err)
-		} else {
-			d.log.Error("the database refused an outcome; its lease will be rescued",
-				"effect_id", p.out.ID, "kind", p.rec.Kind, "attempt", p.out.Attempt, "err", err)
+		if Classify(err) != ClassData {
+			return batch[i:], err
 		}
-		d.release([]pending{p})
+		d.errObs.DatabaseError(opRecord, ClassData)
+		d.log.Error("the database refused an outcome; its lease will be rescued",
+			"effect_id", p.out.ID, "kind", p.rec.Kind, "attempt", p.out.Attempt, "outcome", p.out.State,
+			"provider_ref", p.out.ProviderRef, "err", err)
+		d.free([]pending{p}, false)
 	}
+	return nil, nil
 }
 
-// release frees the worker and provider slots of batch.
+// release frees the worker and provider slots of batch, whose outcomes are
+// recorded.
 func (d *Dispatcher) release(batch []pending) {
+	d.free(batch, true)
+}
+
+// free frees the worker and provider slots of batch. Outcomes not recorded
+// stay held: they were called, so a failed claim must never put them back.
+func (d *Dispatcher) free(batch []pending, recorded bool) {
 	d.mu.Lock()
 	for _, p := range batch {
 		d.inflight--
 		p.g.inflight--
+		if recorded {
+			delete(d.held, p.out.ID)
+		}
 	}
 	d.mu.Unlock()
 	signal(d.freed)
@@ -562,7 +769,7 @@ func (d *Dispatcher) listen(ctx context.Context) {
 			return
 		}
 		failures++
-		d.log.Warn("notification listener lost its connection; polling until it is back", "err", err, "retry_in", errBackoff(failures))
+		d.failed(opListen, err, slog.LevelWarn, "notification listener lost its connection; polling until it is back", "retry_in", errBackoff(failures))
 		sleep(ctx, errBackoff(failures))
 	}
 }
@@ -581,6 +788,7 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.store.Channel()}.Sanitize()); err != nil {
 		return err
 	}
+	d.succeeded(opListen)
 	signal(d.wake) // notifications sent while not listening were missed
 	for {
 		n, err := conn.WaitForNotification(ctx)
@@ -639,10 +847,11 @@ func (d *Dispatcher) rescue(ctx context.Context) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				d.log.Error("rescue failed", "err", err)
+				d.failed(opRescue, err, slog.LevelError, "rescue failed")
 			}
 			return
 		}
+		d.succeeded(opRescue)
 		for _, r := range got {
 			d.log.Warn("lease expired: effect rescued", "effect_id", r.ID, "kind", r.Kind, "attempt", r.Attempt, "state", r.State)
 			d.cfg.Observer.Rescued(r)
@@ -656,30 +865,49 @@ func (d *Dispatcher) rescue(ctx context.Context) {
 	}
 }
 
-// reap deletes terminal effects older than the retention, in batches, once
-// across all replicas.
+// reap compacts terminal effects older than the retention into tombstones,
+// and deletes tombstones older than TombstoneRetention if it is set, in
+// batches, once across all replicas.
 func (d *Dispatcher) reap(ctx context.Context) {
-	for ctx.Err() == nil {
-		var n int64
-		bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-		ran, err := d.store.Exclusive(bctx, d.pool, "reap", func(s *effects.Store) error {
-			var err error
-			n, err = s.Reap(bctx, d.cfg.Retention, maintenanceBatch)
-			return err
-		})
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Error("reap failed", "err", err)
+	type job struct {
+		name string
+		do   func(*effects.Store, context.Context) (int64, error)
+		done string
+	}
+	jobs := []job{{"reap", func(s *effects.Store, ctx context.Context) (int64, error) {
+		return s.Reap(ctx, d.cfg.Retention, maintenanceBatch)
+	}, "compacted finished effects past retention into tombstones"}}
+	if d.cfg.TombstoneRetention > 0 {
+		jobs = append(jobs, job{"purge", func(s *effects.Store, ctx context.Context) (int64, error) {
+			return s.PurgeTombstones(ctx, d.cfg.TombstoneRetention, maintenanceBatch)
+		}, "deleted tombstones past their retention: their (source_id, kind) may be enqueued again"})
+	}
+	for _, j := range jobs {
+		for ctx.Err() == nil {
+			var n int64
+			bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+			ran, err := d.store.Exclusive(bctx, d.pool, j.name, func(s *effects.Store) error {
+				var err error
+				n, err = j.do(s, bctx)
+				return err
+			})
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					d.failed(opReap, err, slog.LevelError, j.name+" failed")
+				}
+				return
 			}
-			return
-		}
-		if n > 0 {
-			d.log.Info("reaped terminal effects past retention", "deleted", n, "retention", d.cfg.Retention)
-			d.cfg.Observer.Reaped(n)
-		}
-		if !ran || n < maintenanceBatch {
-			return
+			d.succeeded(opReap)
+			if n > 0 {
+				d.log.Info(j.done, "effects", n, "retention", d.cfg.Retention, "tombstone_retention", d.cfg.TombstoneRetention)
+				if j.name == "reap" {
+					d.cfg.Observer.Reaped(n)
+				}
+			}
+			if !ran || n < maintenanceBatch {
+				break
+			}
 		}
 	}
 }

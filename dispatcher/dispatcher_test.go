@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +70,11 @@ func TestDispatcher_FourReplicasDrain20000(t *testing.T) {
 	t.Logf("fake: %s", st)
 }
 
+// The delays are read from the database, where the dispatcher stores them:
+// next_attempt_at against updated_at, both set by the statement that
+// recorded the outcome, on the database's clock. With one worker the
+// effect cannot be claimed again before the observer has read its row: the
+// worker's slot is freed only after the observer returns.
 func TestDispatcher_HonoursRetryAfterAndBackoff(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
@@ -77,25 +84,181 @@ func TestDispatcher_HonoursRetryAfterAndBackoff(t *testing.T) {
 		providertest.None,
 	)})
 	keys := enqueue(t, pool, "webhook.paid", "o", 1)
-	start(t, pool, &dispatcher.Config{
+	store, _ := effects.NewStore(pool, nil)
+	delays := map[int]time.Duration{} // by attempt; only the completer writes it
+	var readErr error
+	obs := &recorder{onRecorded: func(d dispatcher.Dispatch) {
+		if d.State != effects.Pending {
+			return
+		}
+		e, err := store.Get(context.Background(), d.EffectID)
+		switch {
+		case err != nil:
+			readErr = err
+		case e.Attempts != d.Attempt || e.State != effects.Pending:
+			readErr = fmt.Errorf("after attempt %d the row is %s at attempt %d", d.Attempt, e.State, e.Attempts)
+		default:
+			delays[d.Attempt] = e.NextAttemptAt.Sub(e.UpdatedAt)
+		}
+	}}
+	r := start(t, pool, &dispatcher.Config{
 		Kinds:        kinds("webhook.paid", dispatcher.Kind{Provider: fake, BackoffBase: 400 * time.Millisecond, BackoffMax: time.Minute}),
+		Workers:      1,
 		PollInterval: 20 * time.Millisecond,
+		Observer:     obs,
 	})
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 1})
+	r.stop(t)
+	if readErr != nil {
+		t.Fatal(readErr)
+	}
+	// Attempt 1's backoff (0.2–0.4s) is below the Retry-After: 1.5s exactly.
+	if d := delays[1]; d != 1500*time.Millisecond {
+		t.Errorf("after a 429 with Retry-After 1.5s, the next attempt is due %s later", d)
+	}
+	if d := delays[2]; d < 400*time.Millisecond || d > 800*time.Millisecond {
+		t.Errorf("after a 5xx on attempt 2, the next attempt is due %s later, want 400ms…800ms", d)
+	}
 	calls := fake.Calls(keys[0])
 	if len(calls) != 3 {
 		t.Fatalf("%d calls, want 3", len(calls))
-	}
-	if gap := calls[1].At.Sub(calls[0].At); gap < 1500*time.Millisecond {
-		t.Errorf("second call %s after a 429 with Retry-After 1.5s", gap)
-	}
-	if gap := calls[2].At.Sub(calls[1].At); gap < 400*time.Millisecond {
-		t.Errorf("third call %s after a 5xx on attempt 2, backoff at least 400ms", gap)
 	}
 	for i, c := range calls {
 		if c.Attempt != i+1 || c.Key != keys[0] {
 			t.Errorf("call %d: attempt %d key %s", i, c.Attempt, c.Key)
 		}
+	}
+}
+
+// gated holds every call until open is closed.
+type gated struct {
+	providers.Provider
+	open chan struct{}
+}
+
+func (g *gated) Call(ctx context.Context, c providers.Call) providers.Result {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return providers.Retry(ctx.Err(), 0)
+	}
+	return g.Provider.Call(ctx, c)
+}
+
+// A 429 with Retry-After pauses its provider, every kind of it, while other
+// providers go on: no call to the provider starts before the pause ends. The
+// Retry-After (a year) is capped at the kind's BackoffMax. The dispatcher's
+// clock is the test's, so the pause lasts exactly as long as the test
+// wants: the ordering is checked, not wall-clock spans.
+func TestDispatcher_RetryAfterPausesTheProvider(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	enqueue(t, pool, "charge.create", "c", 5)
+	enqueue(t, pool, "refund.create", "r", 5)
+	enqueue(t, pool, "email.receipt", "m", 30)
+	var stripeCalls atomic.Int64
+	stripe := providertest.New(providertest.Config{Name: "stripe", Idempotent: true,
+		Faults: func(providers.Call, int) providertest.Fault {
+			if stripeCalls.Add(1) == 1 {
+				return providertest.RateLimited(365 * 24 * time.Hour)
+			}
+			return providertest.None
+		}})
+	mailFake := providertest.New(providertest.Config{Name: "mail"})
+	mail := &gated{Provider: mailFake, open: make(chan struct{})}
+	var opened sync.Once
+	openMail := func() { opened.Do(func() { close(mail.open) }) }
+	t.Cleanup(openMail) // before the dispatcher's stop, which waits for calls
+	const capAt = 10 * time.Minute
+	obs := &recorder{}
+	clk := newClock()
+	d := build(t, pool, &dispatcher.Config{
+		Kinds: map[string]dispatcher.Kind{
+			"charge.create": {Provider: stripe, BackoffMax: capAt},
+			"refund.create": {Provider: stripe, BackoffMax: capAt},
+			"email.receipt": {Provider: mail},
+		},
+		// One stripe call at a time: when the 429 comes back, no other
+		// stripe effect is claimed, so every later call is claimed after
+		// it.
+		Limits:       map[string]dispatcher.Limit{"stripe": {Concurrency: 1}, "mail": {Concurrency: 1}},
+		PollInterval: 10 * time.Millisecond,
+		Observer:     obs,
+	})
+	dispatcher.SetClock(d, clk.Now)
+	run(t, d)
+
+	waitFor(t, 30*time.Second, func() (bool, string) { return len(obs.pauses()) > 0, "no pause reported" })
+	p := obs.pauses()[0]
+	if p.Provider != "stripe" || p.RetryAfter != 365*24*time.Hour || p.Until.Sub(p.At) != capAt || p.Attempt != 1 {
+		t.Fatalf("pause %+v: want stripe paused for BackoffMax %s", p, capAt)
+	}
+	// The clock stands still: mail is called, stripe is not.
+	openMail()
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		n := mailFake.Stats().Calls
+		return n >= 10, fmt.Sprintf("%d mail calls", n)
+	})
+	if st := stripe.Stats(); st.Calls != 1 {
+		t.Fatalf("stripe called %d times while paused (%s)", st.Calls, st)
+	}
+	// The pause ends: stripe's other effects of both kinds are called, none
+	// before.
+	resumed := time.Now()
+	clk.Set(p.Until)
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		st := stripe.Stats()
+		return st.Confirmed == 9, st.String()
+	})
+	limited := stripe.AllCalls()[0]
+	for _, c := range stripe.AllCalls()[1:] {
+		if c.At.Before(resumed) {
+			t.Errorf("stripe effect %d called at %s, before the pause ended (%s)", c.EffectID, c.At, resumed)
+		}
+	}
+	// The rate-limited effect waits its own Retry-After, capped likewise,
+	// on the database's clock.
+	store, _ := effects.NewStore(pool, nil)
+	e, err := store.Get(context.Background(), limited.EffectID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.State != effects.Pending || e.Attempts != 1 || e.NextAttemptAt.Sub(e.UpdatedAt) != capAt {
+		t.Fatalf("the 429's effect: %s, attempt %d, due %s after its outcome, want pending after %s",
+			e.State, e.Attempts, e.NextAttemptAt.Sub(e.UpdatedAt), capAt)
+	}
+}
+
+// Run can be called again after it returned, and Runs cannot overlap. The
+// second Run used to send the outcome of its first call on the channel the
+// first Run had closed: a panic, with the effect left fired.
+func TestDispatcher_RunsAgainAfterReturning(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	fake := providertest.New(providertest.Config{Idempotent: true})
+	d := build(t, pool, &dispatcher.Config{Kinds: kinds("charge.create", dispatcher.Kind{Provider: fake}), PollInterval: 20 * time.Millisecond})
+	keys := enqueue(t, pool, "charge.create", "a", 20)
+	first := run(t, d)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 20})
+	first.stop(t)
+
+	keys = append(keys, enqueue(t, pool, "charge.create", "b", 20)...)
+	second := run(t, d)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 40})
+	// The second Run is running: a third may not start.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := d.Run(ctx); !errors.Is(err, dispatcher.ErrRunning) {
+		t.Fatalf("Run during Run: %v, want ErrRunning", err)
+	}
+	second.stop(t)
+	for _, k := range keys {
+		if n := fake.Performed(k); n != 1 {
+			t.Fatalf("key %s performed %d times", k, n)
+		}
+	}
+	if st := fake.Stats(); st.Calls != 40 {
+		t.Fatalf("fake: %s, want 40 calls", st)
 	}
 }
 
@@ -357,33 +520,40 @@ func (p *probeProvider) lock() {
 }
 func (p *probeProvider) unlock() { <-p.mu }
 
-// Not parallel: it measures when calls arrive, and the package's crash
-// tests, running beside it on a small machine, delay the first calls enough
-// to shorten the span it measures.
+// The limiter runs on the test's clock, which moves one token's worth at a
+// time: the dispatcher may start the burst, then exactly one call per step,
+// and never more than the tokens the clock has given.
 func TestDispatcher_RateLimitPerProvider(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.DB(t)
-	keys := enqueue(t, pool, "charge.create", "o", 30)
+	const n, ratePerSecond, burst = 20, 8, 5
+	const step = time.Second / ratePerSecond // one token
+	enqueue(t, pool, "charge.create", "o", n)
 	fake := providertest.New(providertest.Config{Idempotent: true})
-	start(t, pool, &dispatcher.Config{
+	clk := newClock()
+	d := build(t, pool, &dispatcher.Config{
 		Kinds:        kinds("charge.create", dispatcher.Kind{Provider: fake}),
-		Limits:       map[string]dispatcher.Limit{fake.Name(): {RatePerSecond: 20, Burst: 5}},
+		Limits:       map[string]dispatcher.Limit{fake.Name(): {RatePerSecond: ratePerSecond, Burst: burst}},
 		PollInterval: 10 * time.Millisecond,
 	})
-	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 30})
-	first, last := time.Time{}, time.Time{}
-	for _, k := range keys {
-		at := fake.Calls(k)[0].At
-		if first.IsZero() || at.Before(first) {
-			first = at
+	dispatcher.SetClock(d, clk.Now)
+	run(t, d)
+	allowed := burst
+	for {
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			calls := fake.Stats().Calls
+			if calls > allowed {
+				t.Fatalf("%d calls with %d tokens given (burst %d, then %d/s)", calls, allowed, burst, ratePerSecond)
+			}
+			return calls == allowed, fmt.Sprintf("%d calls, %d allowed", calls, allowed)
+		})
+		if allowed == n {
+			break
 		}
-		if at.After(last) {
-			last = at
-		}
+		clk.Advance(step)
+		allowed++
 	}
-	// 30 calls at 20/s with a burst of 5 need at least (30-5)/20 = 1.25s.
-	if span := last.Sub(first); span < 1200*time.Millisecond {
-		t.Fatalf("30 calls spanned %s under a 20/s limit", span)
-	}
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: n})
 }
 
 func TestNew_RejectsBadConfig(t *testing.T) {

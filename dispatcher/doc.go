@@ -9,6 +9,10 @@
 //	})
 //	err = d.Run(ctx) // until ctx ends; then a graceful shutdown
 //
+// Run may be called again once it has returned (each Run has its own calls
+// and outcomes); two Runs of one Dispatcher never overlap: the second
+// returns ErrRunning at once, having claimed nothing.
+//
 // # The loop
 //
 //  1. Claim: one statement moves up to min(free worker slots, the provider's
@@ -36,10 +40,122 @@
 //	confirmed         confirmed, with the provider's reference and answer
 //	rejected          failed, with the provider's answer stored; never retried
 //	retryable         pending after backoff (exponential, jittered, at least
-//	                  Retry-After); failed once MaxAttempts is reached
+//	                  Retry-After capped at BackoffMax); failed once
+//	                  MaxAttempts is reached; a Retry-After also pauses the
+//	                  provider (below)
 //	unknown           idempotent provider (or AtLeastOnce kind): pending after
 //	                  backoff, same key; uncertain once MaxAttempts is reached
 //	                  otherwise: uncertain, never retried automatically
+//
+// "failed" means definitely not performed, or definitely refused. Which
+// answer is which class is each provider's decision, recorded with its
+// reasoning in the provider's doc.go: a Stripe 5xx is unknown (Stripe may
+// have begun executing and stores the 500 under the key), a 429 retryable,
+// a card decline rejected.
+//
+// # Evidence, cancel and late answers
+//
+// Each effect records the attempts that may have reached the provider
+// without a definite answer (effects.Effect.MaybeAttempts): an unknown
+// answer, a rescued lease. Only a definite answer removes one: an answer to
+// that attempt, or, from an idempotent provider, a confirmation or refusal
+// under the key, which answers for every attempt. While any is left, and
+// while the effect is fired, it may have been performed:
+//
+//   - it is never cancelled (effects.ErrMaybePerformed);
+//   - it is never recorded failed: a last attempt that fails with evidence
+//     left ends uncertain.
+//
+// A late answer (after its lease was rescued, or after another attempt was
+// claimed) is never thrown away. A late "performed" confirms the effect
+// with its reference from pending, fired, uncertain, or failed when that
+// was the dispatcher's conclusion. Where it would overrule an operator (an
+// effect resolved as failed, or cancelled) it does not change the state:
+// the reference and answer are stored, the attempt is kept as evidence, and
+// the effect is flagged for an operator. A late definite "not done" for the
+// newest attempt settles an effect nobody claimed since: failed, or, for a
+// keyless effect the rescue made uncertain, pending again, to be sent.
+// Every late answer is in the effect's history (action late_answer). An
+// outcome written again after a commit that looked failed counts as
+// recorded, not fenced.
+//
+// # Key windows
+//
+// A provider remembers a key for a window from the first request
+// (providers.KeyWindow: Stripe 24 hours, a webhook its KeyWindow). An
+// effect that may have been performed is never sent again once its call
+// could end after first fire + window: the claim (with the lease as the
+// call's bound), the outcome write (with the backoff or Retry-After before
+// the next attempt) and the rescue make it uncertain instead. A kind whose
+// RetrySpan can reach its window is refused by New unless OutlastKeyWindow
+// accepts it. An operator sends such an effect again only with
+// effects.RefireOptions.PastKeyWindow (sidefx --past-key-window), which
+// keeps its evidence and starts its window again.
+//
+// # Lost claims
+//
+// A claim whose answer never reached the dispatcher (a statement timeout, a
+// dropped connection) may have committed. Its effects would be fired with
+// nobody calling them, and rescued as possibly performed: a keyless one
+// would become uncertain though never sent. After a failed claim the
+// dispatcher puts back, as they were, the effects fired under its WorkerID
+// that it holds no call or outcome for.
+//
+// The backoff before attempt n+1 is a random duration between half and all
+// of min(BackoffMax, BackoffBase·2^(n-1)), computed without overflow for
+// any n: it never wraps to zero or below, however many attempts a kind
+// allows.
+//
+// # Retry-After pauses the provider
+//
+// A retryable answer with a Retry-After (a 429) says the provider wants no
+// calls for a while, not just no repeat of that one effect. The dispatcher
+// pauses the provider: no effect of any kind served by that provider is
+// claimed until the pause ends, while other providers go on. The pause is
+// the Retry-After capped at the answering kind's BackoffMax (a provider
+// asking for a year gets BackoffMax, default 1h), and a later Retry-After
+// can extend it, never shorten it. Calls already claimed when the answer
+// comes back are made and recorded as usual. The claim loop does not spin
+// meanwhile: it sleeps until the earliest pause (or rate limit) ends, or
+// PollInterval. The answering effect itself is due again after its backoff,
+// at least the capped Retry-After, by the database's clock. A pause lives
+// in the process that got the answer: each replica learns of a 429 from its
+// own calls. An Observer implementing PauseObserver is told of each pause.
+//
+// # When the database refuses
+//
+// Every failed statement is classified (Classify): errors that persist until
+// someone changes the database, its roles or the configuration — a refused
+// authentication (SQLSTATE class 28), a missing privilege (42501), a
+// missing table, column, function, schema or database (42P01, 42703, 42883,
+// 42704, 3D, 3F), another error of class 42, a read-only server (25006) —
+// are told apart from data errors (22, 23) and transient ones (lost
+// connections, timeouts, serialization failures). For a persistent error:
+//
+//   - Healthy returns a *HealthError naming the operation (claim, record,
+//     rescue, reap, listen), the class, since when and how often it failed,
+//     until the operation next succeeds: `sidefx run` fails /readyz with it;
+//   - it is logged at error at most once per 30s per operation, with the
+//     failures in between (which are logged at debug);
+//   - an Observer implementing ErrorObserver counts every failed statement
+//     by operation and class (sidefx_dispatcher_errors_total in the daemon).
+//
+// Whatever the class, claims, outcome writes and the listener retry with
+// backoff (up to 5s), and the rescuer and the reaper at their next
+// interval, so the dispatcher recovers by itself once the privilege, table
+// or server is back.
+//
+// Outcomes are never dropped while the process lives. When a batch of
+// outcomes cannot be recorded (whatever the error), the dispatcher keeps it
+// in memory, retries it, and claims nothing until it is recorded: a new
+// call's answer could not be recorded either. The calls made before — at
+// most Workers, each holding its worker slot until its outcome is written —
+// are not repeated; their outcomes are recorded as soon as the database
+// takes them. A batch refused for its data is recorded one outcome at a
+// time, and an outcome refused on its own is logged with its answer and
+// left to the lease rescue. At shutdown, outcomes still unrecorded after
+// ShutdownTimeout are logged one by one with their answers, and their
+// effects, still fired, are left to the rescuer.
 //
 // # Guarantees
 //
@@ -76,9 +192,12 @@
 // reported and retried, not waited on until TCP gives up, and a stop during
 // such an outage returns within its ShutdownTimeout.
 //
-// The rescuer (every RescueInterval) and the reaper (every ReapInterval,
-// deleting terminal effects older than Retention, default 30 days) run in
-// one replica at a time, under a PostgreSQL advisory lock. Deleting an
-// effect frees its (source_id, kind): Retention must outlast every window in
-// which its source may be replayed.
+// The rescuer (every RescueInterval) and the reaper (every ReapInterval)
+// run in one replica at a time, under a PostgreSQL advisory lock. The
+// reaper compacts finished effects older than Retention (default 30 days)
+// into tombstones: payload and stored answer dropped; (source_id, kind),
+// key, payload hash, final state, reference, times and history kept.
+// Retention never frees a guard: a replay after reaping is a duplicate or a
+// mismatch, never a new effect. Only TombstoneRetention, if set, deletes
+// tombstones, and with them their guards.
 package dispatcher

@@ -111,11 +111,19 @@ func waitStates(t testing.TB, pool *pgxpool.Pool, timeout time.Duration, want ma
 
 // running is a dispatcher started in the background.
 type running struct {
+	d      *dispatcher.Dispatcher
 	cancel context.CancelFunc
 	done   chan error
 }
 
+// start builds a dispatcher with cfg and runs it until the test ends.
 func start(t testing.TB, pool *pgxpool.Pool, cfg *dispatcher.Config) *running {
+	t.Helper()
+	return run(t, build(t, pool, cfg))
+}
+
+// build returns a dispatcher with cfg, logging nothing unless cfg says.
+func build(t testing.TB, pool *pgxpool.Pool, cfg *dispatcher.Config) *dispatcher.Dispatcher {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quiet()
@@ -124,8 +132,14 @@ func start(t testing.TB, pool *pgxpool.Pool, cfg *dispatcher.Config) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// run runs d in the background until stop or the end of the test.
+func run(t testing.TB, d *dispatcher.Dispatcher) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan error, 1)}
+	r := &running{d: d, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- d.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
@@ -149,15 +163,23 @@ func (r *running) stop(t testing.TB) {
 	}
 }
 
-// recorder is an Observer that keeps what it is told.
+// recorder is an Observer that keeps what it is told. onRecorded, if set,
+// is called with each Dispatch before the dispatcher frees its slot.
 type recorder struct {
 	dispatcher.NopObserver
+	onRecorded func(dispatcher.Dispatch)
+
 	mu       sync.Mutex
 	recorded []dispatcher.Dispatch
 	rescued  []effects.Rescued
+	paused   []dispatcher.Pause
+	dbErrors map[string]int // by "op/class"
 }
 
 func (r *recorder) Recorded(d dispatcher.Dispatch) {
+	if r.onRecorded != nil {
+		r.onRecorded(d)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.recorded = append(r.recorded, d)
@@ -169,10 +191,67 @@ func (r *recorder) Rescued(x effects.Rescued) {
 	r.rescued = append(r.rescued, x)
 }
 
+func (r *recorder) Paused(p dispatcher.Pause) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = append(r.paused, p)
+}
+
+func (r *recorder) DatabaseError(op string, class dispatcher.ErrorClass) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dbErrors == nil {
+		r.dbErrors = map[string]int{}
+	}
+	r.dbErrors[op+"/"+string(class)]++
+}
+
 func (r *recorder) snapshot() ([]dispatcher.Dispatch, []effects.Rescued) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]dispatcher.Dispatch(nil), r.recorded...), append([]effects.Rescued(nil), r.rescued...)
+}
+
+func (r *recorder) pauses() []dispatcher.Pause {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]dispatcher.Pause(nil), r.paused...)
+}
+
+// errors returns how many failed statements of op were of class.
+func (r *recorder) errors(op string, class dispatcher.ErrorClass) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dbErrors[op+"/"+string(class)]
+}
+
+// clock is a manual clock for dispatcher.SetClock: it moves only when told.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Now()} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Set moves the clock to t, never backwards.
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.t) {
+		c.t = t
+	}
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
 }
 
 // kinds is a one-kind registry.

@@ -53,3 +53,49 @@ func (NopObserver) Rescued(effects.Rescued) {}
 
 // Reaped does nothing.
 func (NopObserver) Reaped(int64) {}
+
+// PauseObserver is implemented by an Observer that also wants to know when a
+// provider asks, with Retry-After, that no call be made to it for a while.
+// The dispatcher checks for it with a type assertion, so an Observer need
+// not implement it (NopObserver does, doing nothing).
+type PauseObserver interface {
+	// Paused is called for every retryable answer that carried a
+	// Retry-After, once the provider's group is paused.
+	Paused(Pause)
+}
+
+// Pause describes a provider paused by its Retry-After: no effect of any
+// kind of that provider is claimed before Until. Calls already claimed go
+// on.
+type Pause struct {
+	// Provider is the paused provider's name.
+	Provider string
+	// Kind, EffectID and Attempt name the call that was answered.
+	Kind     string
+	EffectID int64
+	Attempt  int
+	// RetryAfter is what the provider asked for.
+	RetryAfter time.Duration
+	// At is when the answer came back, by the dispatcher's clock.
+	At time.Time
+	// Until is when claims for the provider start again: At plus
+	// RetryAfter capped at the kind's BackoffMax, or the end of a pause
+	// already running if that is later.
+	Until time.Time
+}
+
+// ErrorObserver is implemented by an Observer that also counts the
+// dispatcher's failed database statements. The dispatcher checks for it
+// with a type assertion (NopObserver implements it, doing nothing).
+type ErrorObserver interface {
+	// DatabaseError is called for every failed statement of the
+	// dispatcher's own. op is one of claim, record, rescue, reap and
+	// listen; class is one of the ErrorClass values.
+	DatabaseError(op string, class ErrorClass)
+}
+
+// Paused does nothing.
+func (NopObserver) Paused(Pause) {}
+
+// DatabaseError does nothing.
+func (NopObserver) DatabaseError(string, ErrorClass) {}

@@ -91,7 +91,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 					$8::boolean[], $9::boolean[], $10::bigint[], $11::bigint[])
 				AS u(id, attempt, state, ref, outcome_text, err, delay_ms, maybe, settles, window_ms, margin_ms)
 			WHERE e.id = u.id AND e.attempts = u.attempt AND e.state = 'fired'
-			RETURNING e.id`,
+			RETURNING e.id, u.attempt`,
 		// One outcome that the complete statement did not apply, with its
 		// effect locked: see Store.late.
 		late: `SELECT e.state, e.attempts, e.maybe_attempts, coalesce(e.provider_ref, ''), e.outcome_attempt,
@@ -131,7 +131,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 		putBack: `UPDATE ` + t + ` SET state = 'pending', attempts = attempts - 1, lease_until = NULL,
 				first_fired_at = CASE WHEN attempts = 1 THEN NULL ELSE first_fired_at END,
 				updated_at = now()
-			WHERE state = 'fired' AND claimed_by = $1
+			WHERE state = 'fired' AND claimed_by = $1 AND id <> ALL($2::bigint[])
 			RETURNING id`,
 		// Reaping compacts finished effects into tombstones in place: the
 		// payload and the stored answer go, the row and its guard stay.
@@ -176,9 +176,9 @@ type ClaimParams struct {
 	// KeyWindows holds, by kind, how long the kind's provider remembers a
 	// key (absent or 0: no window).
 	KeyWindows map[string]time.Duration
-	// Timeouts holds, by kind, how long a call may take: an effect that may
-	// have been performed is claimed only if its call can end inside the
-	// window.
+	// Timeouts holds, by kind, how long after the claim its call may end
+	// (at most the lease): an effect that may have been performed is
+	// claimed only if its call can end inside the window.
 	Timeouts map[string]time.Duration
 }
 
@@ -213,12 +213,17 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]*Effect, error) {
 	return list, nil
 }
 
-// PutBack returns to pending, as they were before, the effects still fired
-// under worker (a ClaimParams.Worker): those of a claim whose answer the
-// claimer never received, so it never called them. They are not evidence of
-// anything performed. It returns their ids.
-func (s *Store) PutBack(ctx context.Context, worker string) ([]int64, error) {
-	rows, err := s.db.Query(ctx, s.dq.putBack, worker)
+// PutBack returns to pending, as they were before, the effects fired under
+// worker (a ClaimParams.Worker) other than keep: those of a claim whose
+// answer the worker never received, so it never called them. keep must
+// hold every effect the worker is calling, or called without recording
+// the outcome. Put back, they are not evidence of anything performed. It
+// returns their ids.
+func (s *Store) PutBack(ctx context.Context, worker string, keep []int64) ([]int64, error) {
+	if keep == nil {
+		keep = []int64{}
+	}
+	rows, err := s.db.Query(ctx, s.dq.putBack, worker, keep)
 	if err != nil {
 		return nil, fmt.Errorf("put back claimed effects: %w", translate(err))
 	}
@@ -269,9 +274,9 @@ type Outcome struct {
 // the reference and answer are kept, the effect flagged, and the history
 // says so; a late refusal settles an effect nobody claimed since. An
 // outcome already recorded (a write retried after an ambiguous commit)
-// counts as applied. The ids of outcomes that changed nothing are returned
-// as fenced; they are not an error.
-func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []int64, err error) {
+// counts as applied. The outcomes that changed nothing are returned as
+// fenced, in input order; they are not an error.
+func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome, err error) {
 	if len(outs) == 0 {
 		return nil, nil
 	}
@@ -301,16 +306,23 @@ func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []int64, e
 	if err != nil {
 		return nil, fmt.Errorf("record outcomes: %w", translate(err))
 	}
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	// Two outcomes of one effect (an old attempt's, late, and the new
+	// one's) may share a batch: they are told apart by attempt.
+	applied, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]int64, error) {
+		var id int64
+		var attempt int32
+		err := r.Scan(&id, &attempt)
+		return [2]int64{id, int64(attempt)}, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("record outcomes: %w", translate(err))
 	}
-	done := make(map[int64]bool, len(applied))
-	for _, id := range applied {
-		done[id] = true
+	done := make(map[[2]int64]bool, len(applied))
+	for _, k := range applied {
+		done[k] = true
 	}
 	for i, o := range outs {
-		if done[o.ID] {
+		if done[[2]int64{o.ID, int64(o.Attempt)}] {
 			continue
 		}
 		o.ProviderRef, o.Error = refs[i].String, errs[i].String
@@ -320,7 +332,7 @@ func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []int64, e
 			return nil, fmt.Errorf("record late outcome of effect %d: %w", o.ID, err)
 		}
 		if !ok {
-			fenced = append(fenced, o.ID)
+			fenced = append(fenced, outs[i])
 		}
 	}
 	return fenced, nil
@@ -416,6 +428,7 @@ func (s *Store) late(ctx context.Context, o Outcome) (bool, error) {
 		}
 		// Applied means it changed what the effect is, not only its evidence.
 		changed = upd.to != cur || upd.store || upd.flag != ""
+		upd.recorded = changed && newest
 		return s.applyLate(ctx, tx, o, cur, upd, note)
 	})
 	if err != nil {
@@ -431,6 +444,9 @@ type lateUpdate struct {
 	store bool   // store the reference and the answer
 	retry bool   // due now
 	flag  string // for an operator
+	// recorded: the answer is the newest attempt's, and applied; a write of
+	// it again (after an ambiguous commit) is then recognised.
+	recorded bool
 }
 
 func (s *Store) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from State, u lateUpdate, note string) error {
@@ -445,13 +461,15 @@ func (s *Store) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from State,
 			confirmed_at = CASE WHEN $2 = 'confirmed' AND confirmed_at IS NULL THEN now() ELSE confirmed_at END,
 			next_attempt_at = CASE WHEN $8 THEN now() ELSE next_attempt_at END,
 			lease_until = CASE WHEN $2 = 'fired' THEN lease_until ELSE NULL END,
-			flag = coalesce($9, flag), updated_at = now()
+			flag = coalesce($9, flag),
+			outcome_attempt = CASE WHEN $10 THEN $11 ELSE outcome_attempt END,
+			updated_at = now()
 		WHERE id = $1`,
 		o.ID, string(u.to), u.maybe, store,
 		pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""},
 		pgtype.Text{String: string(o.Detail), Valid: o.Detail != nil},
 		pgtype.Text{String: o.Error, Valid: o.Error != ""},
-		u.retry, pgtype.Text{String: u.flag, Valid: u.flag != ""})
+		u.retry, pgtype.Text{String: u.flag, Valid: u.flag != ""}, u.recorded, int32(o.Attempt))
 	if err != nil {
 		return translate(err)
 	}

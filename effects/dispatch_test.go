@@ -118,7 +118,7 @@ func TestStore_CompleteIsFencedByAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fenced) != 1 || fenced[0] != idemID {
+	if len(fenced) != 1 || fenced[0].ID != idemID {
 		t.Fatalf("fenced = %v, want only %d", fenced, idemID)
 	}
 	idem, _ := b.store.Get(b.ctx, idemID)

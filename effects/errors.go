@@ -146,9 +146,16 @@ type StateError struct {
 	State State   // the state the effect is in
 	Want  []State // the states the operation accepts
 	Op    string
+	// ReapedAt is set when the effect is a tombstone: whatever its state,
+	// its payload is gone and it can no longer be sent.
+	ReapedAt time.Time
 }
 
 func (e *StateError) Error() string {
+	if !e.ReapedAt.IsZero() {
+		return fmt.Sprintf("%s effect %d: it is a tombstone (%s, reaped at %s): its payload was dropped, so it cannot be sent again",
+			e.Op, e.ID, e.State, e.ReapedAt.UTC().Format(time.RFC3339))
+	}
 	return fmt.Sprintf("%s effect %d: it is %s, not %v", e.Op, e.ID, e.State, e.Want)
 }
 

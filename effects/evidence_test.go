@@ -17,7 +17,7 @@ func one(t *testing.T, b bundle, source, kind string) int64 {
 	return insert(t, b, effects.NewEffect{SourceID: source, Kind: kind, Payload: json.RawMessage(`{}`)})[0].ID
 }
 
-func complete(t *testing.T, b bundle, outs ...effects.Outcome) []int64 {
+func complete(t *testing.T, b bundle, outs ...effects.Outcome) []effects.Outcome {
 	t.Helper()
 	fenced, err := b.store.Complete(b.ctx, outs)
 	if err != nil {
@@ -256,11 +256,13 @@ func TestStore_PutBackUndoesALostClaim(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id := one(t, b, "p", "k.once")
+	busy := one(t, b, "q", "k.once")
 	got := claim(t, b, "w#7", time.Minute, "k.once")
-	if len(got) != 1 {
+	if len(got) != 2 {
 		t.Fatal("nothing claimed")
 	}
-	ids, err := b.store.PutBack(b.ctx, "w#7")
+	// The worker is calling busy: only the other goes back.
+	ids, err := b.store.PutBack(b.ctx, "w#7", []int64{busy})
 	if err != nil || !slices.Equal(ids, []int64{id}) {
 		t.Fatalf("put back = %v, %v", ids, err)
 	}
@@ -268,7 +270,7 @@ func TestStore_PutBackUndoesALostClaim(t *testing.T) {
 	if e.State != effects.Pending || e.Attempts != 0 || e.MaybePerformed() || !e.FirstFiredAt.IsZero() {
 		t.Fatalf("put back: %+v", e)
 	}
-	if ids, err := b.store.PutBack(b.ctx, "w#7"); err != nil || len(ids) != 0 {
+	if ids, err := b.store.PutBack(b.ctx, "w#7", nil); err != nil || !slices.Equal(ids, []int64{busy}) {
 		t.Fatalf("a second put back moved %v, %v", ids, err)
 	}
 }
@@ -292,9 +294,14 @@ func TestStore_RefirePastTheKeyWindowNeedsConsent(t *testing.T) {
 		t.Fatalf("a refused refire changed the effect: %s", e.State)
 	}
 	inside.PastKeyWindow = true
+	before := get(t, b, id)
 	e, err := b.store.Refire(b.ctx, id, 1, inside, op)
-	if err != nil || e.State != effects.Pending || len(e.MaybeAttempts) != 0 {
+	if err != nil || e.State != effects.Pending || !slices.Equal(e.MaybeAttempts, []int{1}) || !e.FirstFiredAt.After(before.FirstFiredAt) {
 		t.Fatalf("refire with consent: %+v, %v", e, err)
+	}
+	// Its evidence stays: it can never be cancelled.
+	if _, err := b.store.CancelByID(b.ctx, id, op); !errors.Is(err, effects.ErrMaybePerformed) {
+		t.Fatalf("cancel after a refire: %v", err)
 	}
 	hist, _ := b.store.History(b.ctx, id)
 	if len(hist) != 1 || !strings.Contains(hist[0].Note, "past the provider's key window") {

@@ -70,7 +70,7 @@ func (s *Store) guardedTransition(ctx context.Context, op string, id int64, from
 	}
 	sql := `WITH upd AS (
 			UPDATE ` + t + ` SET state = $3, updated_at = now()` + set + `
-			WHERE id = $1 AND state = $2` + guard + `
+			WHERE id = $1 AND state = $2 AND reaped_at IS NULL` + guard + `
 			RETURNING *
 		), ev AS (
 			INSERT INTO ` + events + ` (effect_id, action, from_state, to_state, actor, note, provider_ref)
@@ -100,8 +100,8 @@ type RefireOptions struct {
 	// PastKeyWindow sends an effect that may have been performed although
 	// its provider's key window has passed since it was first fired,
 	// accepting that it may be performed twice. Without it, such a request
-	// is refused with a *PastKeyWindowError. Its evidence is cleared: the
-	// operator has decided.
+	// is refused with a *PastKeyWindowError. Its evidence stays (it is never
+	// cancelled afterwards); its key window starts again.
 	PastKeyWindow bool
 }
 
@@ -115,13 +115,14 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, 
 		return nil, invalid("key window", "must not be negative")
 	}
 	// Past the window, an effect that may have been performed is sent again
-	// only when the operator says so, and then without its evidence (the
-	// claim would otherwise refuse it again).
+	// only when the operator says so; its evidence stays, and its window
+	// starts again from now, as the provider, having forgotten the key, will
+	// take the next request as a new one.
 	guard := ` AND ($x2 OR $x3 = 0 OR cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
 		OR now() < first_fired_at + $x3 * interval '1 millisecond')`
 	set := `, next_attempt_at = now(), max_attempts = attempts + $x1,
-		maybe_attempts = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
-			AND now() >= first_fired_at + $x3 * interval '1 millisecond' THEN '{}' ELSE maybe_attempts END`
+		first_fired_at = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
+			AND now() >= first_fired_at + $x3 * interval '1 millisecond' THEN now() ELSE first_fired_at END`
 	if o.PastKeyWindow {
 		a.Note = strings.TrimSpace(a.Note + " [sent again past the provider's key window: may be performed twice]")
 		if err := a.validate(); err != nil {
@@ -130,7 +131,7 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, 
 	}
 	e, err := s.guardedTransition(ctx, op, id, from, Pending, guard, set, "", a, extra, o.PastKeyWindow, o.KeyWindow.Milliseconds())
 	var se *StateError
-	if errors.As(err, &se) && se.State == from {
+	if errors.As(err, &se) && se.State == from && se.ReapedAt.IsZero() {
 		// The state was right: the window refused it.
 		cur, gerr := s.Get(ctx, id)
 		if gerr != nil {

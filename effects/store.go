@@ -384,7 +384,7 @@ func refusal(op string, cur *Effect, want ...State) error {
 		return &MaybePerformedError{ID: cur.ID, Op: op, State: cur.State, Attempts: cur.Attempts,
 			MaybeAttempts: cur.MaybeAttempts, Why: cur.LastError}
 	}
-	return &StateError{ID: cur.ID, State: cur.State, Want: want, Op: op}
+	return &StateError{ID: cur.ID, State: cur.State, Want: want, Op: op, ReapedAt: cur.ReapedAt}
 }
 
 // Cancel moves the pending effect of kind caused by sourceID to cancelled

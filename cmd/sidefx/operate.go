@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/sidefx/sidefx/effects"
 )
@@ -42,6 +43,27 @@ func target(ctx context.Context, io *IO, c *common, fs *flag.FlagSet) (*effects.
 	return store, e, pool.Close, nil
 }
 
+// assumedKeyWindow is the key window assumed for a kind the configuration
+// does not name (or without --config): Stripe's, the shortest common one.
+const assumedKeyWindow = 24 * time.Hour
+
+// refireOptions says what sending e again accepts: its provider's key
+// window, from the configuration, and whether the operator accepts sending
+// it past that window.
+func refireOptions(io *IO, c *common, e *effects.Effect, past bool) (effects.RefireOptions, error) {
+	o := effects.RefireOptions{KeyWindow: assumedKeyWindow, PastKeyWindow: past}
+	cfg, err := c.loadConfig(io)
+	if err != nil {
+		return o, err
+	}
+	if cfg != nil {
+		if w, ok := cfg.KeyWindow(e.Kind); ok {
+			o.KeyWindow = w
+		}
+	}
+	return o, nil
+}
+
 func report(io *IO, verb string, e *effects.Effect) {
 	fmt.Fprintf(io.Out, "effect %d (%s %s): %s, now %s\n", e.ID, e.Kind, e.SourceID, verb, e.State)
 }
@@ -49,6 +71,7 @@ func report(io *IO, verb string, e *effects.Effect) {
 func retryCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("retry", io)
 	attempts := fs.Int("attempts", 5, "attempts granted beyond those made")
+	past := fs.Bool("past-key-window", false, "send it although its provider's key window has passed: it may be performed twice")
 	op := addOpFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -58,7 +81,11 @@ func retryCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	defer done()
-	e, err = store.Retry(ctx, e.ID, *attempts, effects.RefireOptions{}, op.action())
+	opts, err := refireOptions(io, c, e, *past)
+	if err != nil {
+		return err
+	}
+	e, err = store.Retry(ctx, e.ID, *attempts, opts, op.action())
 	if err != nil {
 		return err
 	}
@@ -72,6 +99,7 @@ func resolveCmd(ctx context.Context, io *IO, args []string) error {
 	ref := fs.String("ref", "", "with --as confirmed: the provider's reference")
 	refire := fs.Bool("refire", false, "call the provider again instead: accepts that the effect may happen twice")
 	attempts := fs.Int("attempts", 1, "with --refire: attempts granted")
+	past := fs.Bool("past-key-window", false, "with --refire: send it although its provider's key window has passed: it may be performed twice")
 	op := addOpFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -85,7 +113,11 @@ func resolveCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	defer done()
 	if *refire {
-		e, err = store.Refire(ctx, e.ID, *attempts, effects.RefireOptions{}, op.action())
+		opts, err := refireOptions(io, c, e, *past)
+		if err != nil {
+			return err
+		}
+		e, err = store.Refire(ctx, e.ID, *attempts, opts, op.action())
 		if err != nil {
 			return err
 		}

@@ -267,3 +267,44 @@ func TestCLI_OperatorCommandsAndRefusals(t *testing.T) {
 		t.Fatalf("inspect after retry:\n%s", out)
 	}
 }
+
+// An effect whose answer was lost may have been performed: sidefx cancel
+// refuses it and says why; past its provider's key window, a refire needs
+// --past-key-window.
+func TestCLI_MaybePerformedAndKeyWindow(t *testing.T) {
+	t.Parallel()
+	c, pool, store := newCLI(t)
+	ctx := context.Background()
+	c.ok("enqueue", "--source", "o1", "--kind", "charge.create", "--payload", `{"amount": 1}`)
+	got, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 1, Lease: time.Minute, Worker: "w"})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v, %v", got, err)
+	}
+	id := fmt.Sprint(got[0].ID)
+	if _, err := store.Complete(ctx, []effects.Outcome{{ID: got[0].ID, Attempt: 1, State: effects.Pending,
+		MaybePerformed: true, RetryIn: time.Hour, Error: "attempt 1 of 25: unknown: timeout"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"cancel", id}, {"cancel", "--source", "o1", "--kind", "charge.create"}} {
+		err := c.refuse(args...)
+		if !errors.Is(err, effects.ErrMaybePerformed) || !strings.Contains(err.Error(), "may have been performed") ||
+			!strings.Contains(err.Error(), "attempt 1 reached the provider without a definite answer") {
+			t.Fatalf("sidefx %v: %v", args, err)
+		}
+	}
+	if out := c.ok("inspect", id); !strings.Contains(out, "maybe: attempt 1 reached the provider") {
+		t.Fatalf("inspect:\n%s", out)
+	}
+
+	// Uncertain, and first fired 25 hours ago: past Stripe's window.
+	if _, err := pool.Exec(ctx, `UPDATE side_effects SET state = 'uncertain', first_fired_at = now() - interval '25 hours' WHERE id = $1`, got[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	err = c.refuse("resolve", id, "--refire", "--note", "nothing at Stripe")
+	if !errors.Is(err, effects.ErrPastKeyWindow) || !strings.Contains(err.Error(), "forgets keys after 24h0m0s") {
+		t.Fatalf("refire past the window: %v", err)
+	}
+	if out := c.ok("resolve", id, "--refire", "--past-key-window", "--note", "nothing at Stripe"); !strings.Contains(out, "now pending") {
+		t.Fatalf("refire with --past-key-window: %s", out)
+	}
+}

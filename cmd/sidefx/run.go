@@ -113,7 +113,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", rt.HTTP.Listen, err)
 	}
-	srv := &http.Server{Handler: httpHandler(reg, pool, &rt.Migrations), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: httpHandler(reg, pool, &rt.Migrations, d.Healthy), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
@@ -162,14 +162,19 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) 
 }
 
 // httpHandler serves /metrics, /healthz (the process is up) and /readyz (the
-// database answers and the schema is current).
-func httpHandler(reg *prometheus.Registry, pool *pgxpool.Pool, mc *migrations.Config) http.Handler {
+// dispatcher reports no persistent error, the database answers and the
+// schema is current).
+func httpHandler(reg *prometheus.Registry, pool *pgxpool.Pool, mc *migrations.Config, healthy func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {

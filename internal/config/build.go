@@ -97,17 +97,18 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 
 	d := c.Dispatcher
 	rt.Dispatcher = dispatcher.Config{
-		Schema:          c.Schema,
-		Kinds:           make(map[string]dispatcher.Kind, len(c.Kinds)),
-		Workers:         d.Workers,
-		BatchSize:       d.BatchSize,
-		Lease:           time.Duration(d.Lease),
-		PollInterval:    time.Duration(d.PollInterval),
-		RescueInterval:  time.Duration(d.RescueInterval),
-		Retention:       time.Duration(d.Retention),
-		ReapInterval:    time.Duration(d.ReapInterval),
-		ShutdownTimeout: time.Duration(d.ShutdownTimeout),
-		Logger:          logger,
+		Schema:             c.Schema,
+		Kinds:              make(map[string]dispatcher.Kind, len(c.Kinds)),
+		Workers:            d.Workers,
+		BatchSize:          d.BatchSize,
+		Lease:              time.Duration(d.Lease),
+		PollInterval:       time.Duration(d.PollInterval),
+		RescueInterval:     time.Duration(d.RescueInterval),
+		Retention:          time.Duration(d.Retention),
+		TombstoneRetention: time.Duration(d.TombstoneRetention),
+		ReapInterval:       time.Duration(d.ReapInterval),
+		ShutdownTimeout:    time.Duration(d.ShutdownTimeout),
+		Logger:             logger,
 	}
 	for kind, k := range c.Kinds {
 		rt.Dispatcher.Kinds[kind] = dispatcher.Kind{
@@ -117,6 +118,8 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 			BackoffBase: time.Duration(k.BackoffBase),
 			BackoffMax:  time.Duration(k.BackoffMax),
 			AtLeastOnce: k.AtLeastOnce,
+
+			OutlastKeyWindow: k.OutlastKeyWindow,
 		}
 		pc := c.Providers[k.Provider]
 		if pc.Concurrency != 0 || pc.RatePerSecond != 0 || pc.Burst != 0 {

@@ -140,17 +140,27 @@ type DispatcherConfig struct {
 	// without a notification. Default 1s.
 	PollInterval Duration `yaml:"poll_interval"`
 
-	// Retention is how long finished effects are kept before they are
-	// deleted; it must outlast every replay window of the sources. Default
-	// 720h (30 days); negative keeps them forever.
+	// Retention is how long finished effects are kept whole before they
+	// are compacted into tombstones: the payload and stored answer go, the
+	// (source_id, kind) guard, key, payload hash, state, reference, times
+	// and history stay, so a replay is still a duplicate. Default 720h (30
+	// days); negative keeps them whole forever.
 	Retention Duration `yaml:"retention"`
+
+	// TombstoneRetention, if positive, deletes tombstones that old.
+	// Deleting one frees its (source_id, kind): a replay of its source
+	// afterwards enqueues the effect again under a key the provider may
+	// have forgotten, so it may be performed twice. Default 0: tombstones
+	// are kept forever.
+	TombstoneRetention Duration `yaml:"tombstone_retention"`
 
 	// RescueInterval is how often expired leases are rescued. Default
 	// lease/4, at least 1s (15s with the default lease).
 	RescueInterval Duration `yaml:"rescue_interval"`
 
 	// ReapInterval is how often finished effects past Retention are
-	// deleted. Default 1h.
+	// compacted (and tombstones past TombstoneRetention deleted). Default
+	// 1h.
 	ReapInterval Duration `yaml:"reap_interval"`
 
 	// ShutdownTimeout bounds the wait for calls in flight at shutdown.

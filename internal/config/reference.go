@@ -52,13 +52,19 @@ dispatcher:
   lease: 60s
   # How often to look for due effects when no notification arrives.
   poll_interval: 1s
-  # How long confirmed, failed and cancelled effects are kept. Deleting an
-  # effect frees its (source_id, kind), so it must outlast every replay
-  # window of the sources. Negative keeps them forever.
+  # How long confirmed, failed and cancelled effects are kept whole before
+  # they are compacted into tombstones (payload and answer dropped; key,
+  # payload hash, state, reference and history kept, and with them the
+  # (source_id, kind) guard: a replay is still a duplicate). Negative keeps
+  # them whole forever.
   retention: 720h
+  # Delete tombstones this old. 0 keeps them forever. Deleting one frees its
+  # (source_id, kind): a replay of its source afterwards is enqueued again,
+  # under a key the provider may have forgotten, and may be performed twice.
+  tombstone_retention: 0s
   # How often expired leases are rescued. Default lease/4, at least 1s.
   rescue_interval: 15s
-  # How often effects past their retention are deleted.
+  # How often effects past their retention are compacted.
   reap_interval: 1h
   # At shutdown, how long calls in flight may finish before they are
   # cancelled and recorded as unknown.

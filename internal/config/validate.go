@@ -184,6 +184,7 @@ func (d *DispatcherConfig) check(v *checker) {
 		{"dispatcher.poll_interval", d.PollInterval},
 		{"dispatcher.rescue_interval", d.RescueInterval},
 		{"dispatcher.reap_interval", d.ReapInterval},
+		{"dispatcher.tombstone_retention", d.TombstoneRetention},
 		{"dispatcher.shutdown_timeout", d.ShutdownTimeout},
 	} {
 		if f.d < 0 {
@@ -410,7 +411,7 @@ func (c *Config) checkKinds(v *checker) {
 			v.fail(path+".backoff_max", "%s is below backoff_base %s", k.BackoffMax, k.BackoffBase)
 		}
 		if window, which := keyWindow(p); ok && window > 0 && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase && !k.OutlastKeyWindow {
-			// The last attempt starts after span and may run its timeout.
+			// The last attempt starts after RetrySpan and may run its timeout.
 			if span := RetrySpan(k) + time.Duration(k.Timeout); span >= window {
 				v.fail(path, "retries can span %s (max_attempts %d, timeout %s, backoff_base %s, backoff_max %s), beyond %s: an attempt after it could perform the effect twice, so it would not be made and the effect would be left uncertain; lower max_attempts or backoff_max, or set outlast_key_window: true to accept that",
 					span.Round(time.Minute), k.MaxAttempts, k.Timeout, k.BackoffBase, k.BackoffMax, which)
@@ -422,6 +423,17 @@ func (c *Config) checkKinds(v *checker) {
 			v.warn(providerPath(name), "no kind uses it")
 		}
 	}
+}
+
+// KeyWindow returns how long the provider of kind remembers an idempotency
+// key (0: it takes none), and whether the kind is configured.
+func (c *Config) KeyWindow(kind string) (time.Duration, bool) {
+	k, ok := c.Kinds[kind]
+	if !ok {
+		return 0, false
+	}
+	w, _ := keyWindow(c.Providers[k.Provider])
+	return w, true
 }
 
 // keyWindow returns how long the provider p configures remembers a key,
@@ -439,20 +451,15 @@ func keyWindow(p ProviderConfig) (time.Duration, string) {
 // RetrySpan is the longest time from a kind's first attempt to the start
 // of its last: every attempt but the last running its full timeout, then
 // waiting the longest backoff (min(backoff_max, backoff_base·2^(n-1))
-// after attempt n). A provider's Retry-After can stretch it further.
+// after attempt n). It is dispatcher.RetrySpan less the last attempt's
+// timeout. A provider's Retry-After never stretches a wait past
+// backoff_max.
 func RetrySpan(k KindConfig) time.Duration {
-	var span time.Duration
-	step, most := time.Duration(k.BackoffBase), time.Duration(k.BackoffMax)
-	for n := 1; n < k.MaxAttempts && span < 100*365*24*time.Hour; n++ {
-		span += time.Duration(k.Timeout) + min(step, most)
-		if step < most {
-			step = min(step*2, most) // no overflow: step < most
-			if step <= 0 {
-				step = most
-			}
-		}
+	if k.MaxAttempts < 1 {
+		return 0
 	}
-	return span
+	return dispatcher.RetrySpan(dispatcher.Kind{MaxAttempts: k.MaxAttempts, Timeout: time.Duration(k.Timeout),
+		BackoffBase: time.Duration(k.BackoffBase), BackoffMax: time.Duration(k.BackoffMax)}) - time.Duration(k.Timeout)
 }
 
 func (d *DriftConfig) check(v *checker, kinds map[string]KindConfig) {

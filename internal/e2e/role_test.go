@@ -92,8 +92,9 @@ func TestE2E_DaemonRunsWithLeastPrivileges(t *testing.T) {
 		t.Fatalf("drift run as the daemon role: %+v, %v", rep, err)
 	}
 
-	// And nothing more: it cannot enqueue, change the schema, or read what
-	// it was not granted.
+	// And nothing more: it cannot enqueue, change the schema, rewrite the
+	// history (it only adds late answers to it), or read what it was not
+	// granted.
 	for _, q := range []string{
 		`INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash) VALUES ('x', 'k', 'k', '{}', sha256('x'))`,
 		`SELECT * FROM sidefx_enqueue('x', 'k', '{}')`,
@@ -101,7 +102,9 @@ func TestE2E_DaemonRunsWithLeastPrivileges(t *testing.T) {
 		`ALTER TABLE side_effects ADD COLUMN evil text`,
 		`DROP TABLE side_effect_events`,
 		`CREATE TABLE mine (id int)`,
-		`SELECT * FROM side_effect_events`,
+		`UPDATE side_effect_events SET note = 'rewritten'`,
+		`DELETE FROM side_effect_events`,
+		`SELECT * FROM sidefx_settings`,
 	} {
 		if _, err := daemon.Exec(ctx, q); err == nil || !strings.Contains(err.Error(), "denied") && !strings.Contains(err.Error(), "must be owner") {
 			t.Errorf("the daemon role could run %q: %v", q, err)

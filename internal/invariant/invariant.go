@@ -52,7 +52,7 @@ func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.K
 // made without its claim recorded), and a confirmed row's attempt had a call
 // answered confirmed with the row's reference (no outcome recorded for
 // another attempt than the one it answered), unless an operator resolved
-// it.
+// it or a late answer of an earlier attempt, confirmed by a call, did.
 func Check(ctx context.Context, store *effects.Store, exp Expect) ([]Violation, error) {
 	// The fakes' calls are read before the rows and again after them. A call
 	// recorded before is for an attempt its claim had already committed, so
@@ -128,10 +128,10 @@ func Check(ctx context.Context, store *effects.Store, exp Expect) ([]Violation, 
 				// Calls are kept unless the fake caps its records.
 				case e.ProviderRef != "" && len(calls) > 0 && !refSeen(calls, e.ProviderRef):
 					bad(kind, key, "confirmed with reference %q, which no call to the provider returned", e.ProviderRef)
-				// An outcome is recorded only for the attempt it answers (the
-				// outcome of a rescued attempt nobody claimed again included),
-				// so some call of the row's attempt was confirmed.
-				case !sn.capped && !confirmedAt(calls, e.Attempts, e.ProviderRef) && !resolvedByOperator(ctx, store, e.ID):
+				// An outcome is recorded for the attempt it answers, so some
+				// call of the row's attempt was confirmed; a late answer of an
+				// earlier attempt is recorded too, and says so in the history.
+				case !sn.capped && !confirmedAt(calls, e.Attempts, e.ProviderRef) && !confirmedOtherwise(ctx, store, e.ID, calls):
 					bad(kind, key, "confirmed at attempt %d, but no call of attempt %d was confirmed%s (calls: %s): the outcome of a stale attempt was recorded",
 						e.Attempts, e.Attempts, withRef(e.ProviderRef), describe(calls))
 				}
@@ -194,15 +194,25 @@ func confirmedAt(calls []providertest.CallRecord, attempt int, ref string) bool 
 	return false
 }
 
-// resolvedByOperator reports whether an operator resolved effect id as
-// confirmed: its outcome came from no call.
-func resolvedByOperator(ctx context.Context, store *effects.Store, id int64) bool {
+// confirmedOtherwise reports whether effect id was made confirmed by
+// something else than the outcome of its current attempt: an operator's
+// resolve, or a late answer of an earlier attempt (recorded after its lease
+// was rescued) that some call was answered confirmed with.
+func confirmedOtherwise(ctx context.Context, store *effects.Store, id int64, calls []providertest.CallRecord) bool {
 	evs, err := store.History(ctx, id)
 	if err != nil {
 		return false
 	}
 	for _, ev := range evs {
-		if ev.To == effects.Confirmed {
+		switch {
+		case ev.To != effects.Confirmed:
+		case ev.Action == "late_answer":
+			for _, c := range calls {
+				if c.Class == providers.Confirmed && c.Ref == ev.ProviderRef {
+					return true
+				}
+			}
+		default:
 			return true
 		}
 	}

@@ -46,7 +46,7 @@ func enqueue(t *testing.T, pool *pgxpool.Pool, kind string, n int) []string {
 // running is a dispatcher started by start, like a `sidefx run` process.
 type running struct {
 	t       *testing.T
-	bound   time.Duration
+	grace   time.Duration // ShutdownTimeout
 	cancel  context.CancelFunc
 	done    chan error
 	stopped bool
@@ -67,27 +67,27 @@ func start(t *testing.T, pool *pgxpool.Pool, cfg *dispatcher.Config) *running {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{t: t, bound: shutdownBound(cfg), cancel: cancel, done: make(chan error, 1)}
+	grace := cfg.ShutdownTimeout
+	if grace == 0 {
+		grace = dispatcher.DefaultShutdownTimeout
+	}
+	r := &running{t: t, grace: grace, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- d.Run(ctx) }()
 	t.Cleanup(func() { r.stop() })
 	return r
 }
 
-// shutdownBound is how long Run may take to return once its context ends:
-// ShutdownTimeout for the calls in flight, as long again to record their
-// outcomes (Run's contract), and a second for a statement in progress to be
-// abandoned and for the listener and the rescuer to stop.
-func shutdownBound(cfg *dispatcher.Config) time.Duration {
-	grace := cfg.ShutdownTimeout
-	if grace == 0 {
-		grace = dispatcher.DefaultShutdownTimeout
-	}
-	return 2*grace + time.Second
-}
+// hangGuard is how long stop waits for Run to return before it declares a
+// hang: far beyond Run's contract (about twice ShutdownTimeout), so that a
+// loaded machine cannot trip it. That the shutdown deadline does its work
+// is checked by what it does instead (hung calls cut short and recorded,
+// nothing left fired), never by measuring how long Run took.
+const hangGuard = 2 * time.Minute
 
 // stop cancels Run's context, as SIGTERM does to `sidefx run`, and asserts
-// that Run returns nil within shutdownBound; past it, the test fails with
-// every goroutine's stack. It returns how long Run took to return.
+// that Run returns nil; if it has not returned after hangGuard, the test
+// fails with every goroutine's stack. It returns how long Run took to
+// return, for the test's log.
 func (r *running) stop() time.Duration {
 	r.t.Helper()
 	if r.stopped {
@@ -96,7 +96,7 @@ func (r *running) stop() time.Duration {
 	r.stopped = true
 	began := time.Now()
 	r.cancel()
-	timer := time.NewTimer(r.bound)
+	timer := time.NewTimer(2*r.grace + hangGuard)
 	defer timer.Stop()
 	select {
 	case err := <-r.done:
@@ -106,7 +106,7 @@ func (r *running) stop() time.Duration {
 	case <-timer.C:
 		var b strings.Builder
 		_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
-		r.t.Fatalf("dispatcher Run did not return within %s of its context ending (twice ShutdownTimeout and a second):\n%s", r.bound, b.String())
+		r.t.Fatalf("dispatcher Run did not return within %s of its context ending (ShutdownTimeout %s): hung:\n%s", 2*r.grace+hangGuard, r.grace, b.String())
 	}
 	return time.Since(began)
 }
@@ -277,7 +277,8 @@ type stopped struct {
 }
 
 // shutdownMidway stops r in the middle of its scenario, while the fault is
-// on, as SIGTERM stops `sidefx run`: Run must return nil within its bound.
+// on, as SIGTERM stops `sidefx run`: Run must return nil, with no provider
+// call left running (calls past the shutdown deadline are cut short).
 // Then it checks, on pool, what must hold at any moment (invariant.Check
 // with Settled false: nothing lost, nothing performed twice that must be
 // performed once, nothing confirmed that the provider did not perform) and,
@@ -288,6 +289,11 @@ func shutdownMidway(t *testing.T, r *running, pool *pgxpool.Pool, m midway) stop
 		m.calls.mark()
 	}
 	took := r.stop()
+	if m.calls != nil && m.calls.fake != nil {
+		if st := m.calls.fake.Stats(); st.InFlight != 0 {
+			t.Errorf("Run returned with %d provider calls still running: the shutdown deadline did not cut them short (%s)", st.InFlight, st)
+		}
+	}
 	inFlight, begun := -1, -1
 	if m.calls != nil {
 		if inFlight, begun = m.calls.settle(); inFlight == 0 {
@@ -311,7 +317,7 @@ func shutdownMidway(t *testing.T, r *running, pool *pgxpool.Pool, m midway) stop
 	if m.calls != nil {
 		calls = fmt.Sprintf(", %d calls in flight, %d begun during the stop", inFlight, begun)
 	}
-	t.Logf("stopped in %s (bound %s)%s; states %v", took.Round(time.Millisecond), r.bound, calls, c)
+	t.Logf("stopped in %s (ShutdownTimeout %s)%s; states %v", took.Round(time.Millisecond), r.grace, calls, c)
 	return stopped{states: c, inFlight: inFlight, begun: begun}
 }
 
@@ -360,8 +366,8 @@ const (
 //
 // Then the same storm with a graceful shutdown in the middle of each fault:
 // the dispatcher's context is cancelled while the fault is on and calls are
-// in flight, Run returns within its bound, the promises that hold at any
-// moment hold, nothing is left fired; a fresh dispatcher (the restarted
+// in flight, Run returns with no call left running, the promises that hold
+// at any moment hold, nothing is left fired; a fresh dispatcher (the restarted
 // process) finishes, and the end state is as without the stop.
 func TestScenario_ProviderStormThenRecovery(t *testing.T) {
 	t.Parallel()
@@ -435,6 +441,8 @@ func TestScenario_ProviderStormThenRecovery(t *testing.T) {
 			fake, w := watchFake(providertest.Config{Name: "stripe", Idempotent: true, Latency: 5 * time.Millisecond, Faults: plan})
 			k := quick
 			k.Provider = w
+			// BackoffMax caps a Retry-After: here it lets the 429s' through.
+			k.BackoffMax = retryAfter
 			if tc.timeout > 0 {
 				k.Timeout = tc.timeout
 			}

@@ -43,9 +43,69 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 			}
 			late[i] = effects.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
 		}
-		// Its leases are rescued; worker B claims attempt 2, whose answer
-		// is lost on the way back: B does not know it is done, and retries
-		// later.
+		// Its leases are rescued; worker B claims attempt 2.
+		rescued := 0
+		waitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
+			got, err := store.Rescue(ctx, []effects.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rescued += len(got)
+			return rescued == 3
+		})
+		b, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
+		if err != nil || len(b) != 3 {
+			t.Fatalf("claim B: %d, %v", len(b), err)
+		}
+		exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys}, Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true}
+		// A broken recorder that writes with the row's current attempt
+		// instead of its claim's gets A's answer in as attempt 2's, while
+		// attempt 2 is fired and no call of it was confirmed.
+		broken := make([]effects.Outcome, len(late))
+		for i, o := range late {
+			o.Attempt = 2
+			broken[i] = o
+		}
+		if fenced, err := store.Complete(ctx, broken); err != nil || len(fenced) != 0 {
+			t.Fatalf("the unfenced write: fenced %v, %v", fenced, err)
+		}
+		vs := check(t, pool, exp)
+		if len(vs) != 3 {
+			t.Fatalf("want 3 violations: %s", invariant.Summary(vs, 10))
+		}
+		for _, v := range vs {
+			if !strings.Contains(v.What, "confirmed at attempt 2, but no call of attempt 2 was confirmed") || !strings.Contains(v.What, "stale attempt") {
+				t.Fatalf("not caught as a stale attempt: %s", invariant.Summary(vs, 10))
+			}
+		}
+	})
+	t.Run("a late answer recorded with its own attempt", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.DB(t)
+		ctx := context.Background()
+		keys := enqueue(t, pool, "charge.create", 3)
+		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.Sequence(providertest.None, providertest.PerformedThenTimeout)})
+		store, err := effects.NewStore(pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As above, but B's answer is lost on the way back: B does not
+		// know it is done, and retries later. Then A's answer arrives, with
+		// its own attempt: a late answer, which is never thrown away. The
+		// effects are confirmed with A's reference, and the checker has
+		// nothing to say.
+		a, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
+		if err != nil || len(a) != 3 {
+			t.Fatalf("claim A: %d, %v", len(a), err)
+		}
+		late := make([]effects.Outcome, len(a))
+		for i, e := range a {
+			res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts})
+			if !res.IsConfirmed() {
+				t.Fatalf("attempt 1: %+v", res)
+			}
+			late[i] = effects.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
+		}
 		rescued := 0
 		waitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
 			got, err := store.Rescue(ctx, []effects.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
@@ -64,36 +124,22 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 			if res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts}); !res.IsUnknown() {
 				t.Fatalf("attempt 2: %+v", res)
 			}
-			retry = append(retry, effects.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Pending, RetryIn: time.Hour})
+			retry = append(retry, effects.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Pending, RetryIn: time.Hour, MaybePerformed: true})
 		}
 		if fenced, err := store.Complete(ctx, retry); err != nil || len(fenced) != 0 {
 			t.Fatalf("B's outcomes: fenced %v, %v", fenced, err)
 		}
-		exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys}, Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}}
-		// A's answer arrives. Recorded with its own attempt, it is fenced
-		// out, and the checker has nothing to say.
-		if fenced, err := store.Complete(ctx, late); err != nil || len(fenced) != 3 {
-			t.Fatalf("A's late outcomes: fenced %v, %v; want all 3 fenced", fenced, err)
-		}
-		if vs := check(t, pool, exp); len(vs) != 0 {
-			t.Fatalf("the fenced flow: %s", invariant.Summary(vs, 5))
-		}
-		// A broken recorder that writes with the row's current attempt
-		// instead of its claim's gets A's answer in over attempt 2.
-		for i := range late {
-			late[i].Attempt = 2
-		}
 		if fenced, err := store.Complete(ctx, late); err != nil || len(fenced) != 0 {
-			t.Fatalf("the unfenced write: fenced %v, %v", fenced, err)
+			t.Fatalf("A's late outcomes: fenced %v, %v; want all 3 recorded", fenced, err)
 		}
-		exp.Settled = true
-		vs := check(t, pool, exp)
-		if len(vs) != 3 {
-			t.Fatalf("want 3 violations: %s", invariant.Summary(vs, 10))
+		exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys}, Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true}
+		if vs := check(t, pool, exp); len(vs) != 0 {
+			t.Fatalf("the late answer: %s", invariant.Summary(vs, 5))
 		}
-		for _, v := range vs {
-			if !strings.Contains(v.What, "confirmed at attempt 2, but no call of attempt 2 was confirmed") || !strings.Contains(v.What, "stale attempt") {
-				t.Fatalf("not caught as a stale attempt: %s", invariant.Summary(vs, 10))
+		for i, k := range keys {
+			e, err := store.GetByKey(ctx, k)
+			if err != nil || e.State != effects.Confirmed || e.ProviderRef != late[i].ProviderRef {
+				t.Fatalf("after A's late answer: %+v, %v", e, err)
 			}
 		}
 	})

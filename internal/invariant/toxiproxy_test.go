@@ -158,8 +158,8 @@ const slowCall = 600 * time.Millisecond
 //
 // Then the same faults with a graceful shutdown during each: slow calls are
 // put in flight, the fault starts, the dispatcher is stopped and Run must
-// return within its bound; the promises that hold at any moment are
-// checked, and a fresh dispatcher (the restarted process) carries on
+// return with no call left running; the promises that hold at any moment
+// are checked, and a fresh dispatcher (the restarted process) carries on
 // through the rest of the fault.
 func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
 	t.Parallel()

@@ -1,6 +1,7 @@
 // Package metrics exposes sidefx's Prometheus metrics: the state of the
 // side_effects table, read through effects.Store.Stats, and what the
-// dispatcher does, through its dispatcher.Observer hook.
+// dispatcher does, through its dispatcher.Observer hook (and the optional
+// dispatcher.ErrorObserver).
 //
 //	reg := prometheus.NewRegistry()
 //	m, err := metrics.New(reg, store, &metrics.Options{Version: version})
@@ -34,6 +35,13 @@
 //	sidefx_rescued_total{kind,state}         counter: expired leases rescued, by the
 //	                                         state the effect was moved to
 //	sidefx_reaped_total                      counter: terminal effects deleted
+//	sidefx_dispatcher_errors_total{op,class} counter: failed database statements
+//	                                         of the dispatcher, by operation (claim,
+//	                                         record, rescue, reap, listen) and class
+//	                                         (auth, privilege, undefined, mismatch,
+//	                                         read_only: persistent, the daemon is not
+//	                                         ready until fixed; data, transient);
+//	                                         every series at 0 from the start
 //	sidefx_build_info{version}               gauge: always 1
 //
 // Names lists them all, for dashboards and alerts to be checked against.

@@ -11,6 +11,15 @@ func SetClock(m *Metrics, now func() time.Time) {
 	m.table.now = now
 }
 
+// SetTimer makes m's scrapes wait for a table read with timer instead of a
+// time.Timer: it returns the channel that says the wait is over, and the
+// timer's Stop.
+func SetTimer(m *Metrics, timer func(time.Duration) (<-chan time.Time, func() bool)) {
+	m.table.mu.Lock()
+	defer m.table.mu.Unlock()
+	m.table.timer = timer
+}
+
 // WaitRead waits for the table read in flight, if any, to end.
 func WaitRead(m *Metrics) {
 	m.table.mu.Lock()

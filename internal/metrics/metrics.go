@@ -35,12 +35,14 @@ const (
 	nameDriftStuck     = "sidefx_drift_stuck"
 	nameDriftLastRun   = "sidefx_drift_last_run_timestamp_seconds"
 	nameDriftErrors    = "sidefx_drift_run_errors_total"
+	nameDBErrors       = "sidefx_dispatcher_errors_total"
 )
 
 var names = []string{
 	nameBuildInfo, nameConfirmLatency, nameDispatch, nameTransitions, nameEffects, nameOldestPending,
 	nameCallSeconds, nameReaped, nameReplays, nameRescued, nameStatsErrors,
 	nameDriftMissing, nameDriftExtra, nameDriftStuck, nameDriftLastRun, nameDriftErrors,
+	nameDBErrors,
 }
 
 // Names returns the name of every metric this package can expose, sorted.
@@ -91,8 +93,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Metrics holds sidefx's Prometheus metrics. It is a dispatcher.Observer;
-// its methods are safe for concurrent use and do not block.
+// Metrics holds sidefx's Prometheus metrics. It is a dispatcher.Observer
+// and a dispatcher.ErrorObserver; its methods are safe for concurrent use
+// and do not block.
 type Metrics struct {
 	table *tableCollector
 
@@ -105,6 +108,7 @@ type Metrics struct {
 	reaped         prometheus.Counter
 	statsErrors    prometheus.Counter
 	buildInfo      prometheus.Gauge
+	dbErrors       *prometheus.CounterVec
 
 	driftMissing *prometheus.GaugeVec
 	driftExtra   *prometheus.GaugeVec
@@ -180,6 +184,10 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 			Name: nameReaped,
 			Help: "Terminal effects deleted by the reaper.",
 		}),
+		dbErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: nameDBErrors,
+			Help: "Failed database statements of the dispatcher, by operation (claim, record, rescue, reap, listen) and class: auth, privilege, undefined, mismatch and read_only persist until someone changes the database or its roles (the dispatcher is then not ready); data and transient do not.",
+		}, []string{"op", "class"}),
 		statsErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: nameStatsErrors,
 			Help: "Reads of the side_effects table for the sidefx_effects gauges that failed or timed out; the gauges keep the last reading.",
@@ -211,12 +219,17 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 		}),
 	}
 	m.buildInfo.Set(1)
+	for _, op := range dispatcher.Ops {
+		for _, class := range dispatcher.ErrorClasses {
+			m.dbErrors.WithLabelValues(op, string(class))
+		}
+	}
 	m.table = newTableCollector(store, o, m.statsErrors)
 
 	var done []prometheus.Collector
 	for _, c := range []prometheus.Collector{
 		m.table, m.dispatch, m.transitions, m.replays, m.callSeconds,
-		m.confirmLatency, m.rescued, m.reaped, m.buildInfo,
+		m.confirmLatency, m.rescued, m.reaped, m.buildInfo, m.dbErrors,
 		m.driftMissing, m.driftExtra, m.driftStuck, m.driftLastRun, m.driftErrors,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -261,6 +274,13 @@ func (m *Metrics) Reaped(n int64) {
 	if n > 0 {
 		m.reaped.Add(float64(n))
 	}
+}
+
+var _ dispatcher.ErrorObserver = (*Metrics)(nil)
+
+// DatabaseError counts a failed statement of the dispatcher's.
+func (m *Metrics) DatabaseError(op string, class dispatcher.ErrorClass) {
+	m.dbErrors.WithLabelValues(op, string(class)).Inc()
 }
 
 // classLabel names a provider's class; the dispatcher turns an answer

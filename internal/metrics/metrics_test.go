@@ -376,19 +376,51 @@ func TestMetrics_FirstReadFails(t *testing.T) {
 	}
 }
 
+// timers stands in for the time.Timer of a scrape's wait for a read: the
+// test fires the waits, so no wall-clock span is measured.
+type timers struct {
+	mu      sync.Mutex
+	pending []chan time.Time
+	asked   []time.Duration
+}
+
+func (f *timers) timer(d time.Duration) (<-chan time.Time, func() bool) {
+	c := make(chan time.Time, 1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending = append(f.pending, c)
+	f.asked = append(f.asked, d)
+	return c, func() bool { return true }
+}
+
+// fire ends every wait started so far and reports how many there were.
+func (f *timers) fire() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(f.pending)
+	for _, c := range f.pending {
+		c <- time.Now()
+	}
+	f.pending = nil
+	return n
+}
+
 func TestMetrics_SlowReadDoesNotHoldUpScrape(t *testing.T) {
 	t.Parallel()
 	const timeout = 50 * time.Millisecond
 	b := setup(t, &metrics.Options{StatsInterval: time.Minute, StatsTimeout: timeout})
+	waits := &timers{}
+	metrics.SetTimer(b.m, waits.timer)
 	b.enqueue(t, kindMail, "o-1")
 	errs := key("sidefx_stats_errors_total")
 	last := effectGauges(scrape(t, b.reg))
 
-	// scrapeWithin fails the test if a scrape takes much longer than the
-	// timeout.
-	scrapeWithin := func(t *testing.T) map[string]float64 {
+	// scrapeTimedOut scrapes while the read hangs, ends the scrape's wait as
+	// StatsTimeout would, and returns what the scrape then got. A scrape
+	// that does not return once its wait is over fails the test (after a
+	// minute: a guard against a hang, not a measure of speed).
+	scrapeTimedOut := func(t *testing.T) map[string]float64 {
 		t.Helper()
-		start := time.Now()
 		got := make(chan map[string]float64, 1)
 		go func() {
 			fams, err := b.reg.Gather()
@@ -409,38 +441,53 @@ func TestMetrics_SlowReadDoesNotHoldUpScrape(t *testing.T) {
 			}
 			got <- s
 		}()
-		select {
-		case s := <-got:
-			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("scrape took %v with StatsTimeout %v", d, timeout)
+		guard := time.NewTimer(time.Minute)
+		defer guard.Stop()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case s := <-got:
+				waits.mu.Lock()
+				for _, d := range waits.asked {
+					if d != timeout {
+						t.Errorf("a scrape waited for its read up to %v, want StatsTimeout %v", d, timeout)
+					}
+				}
+				waits.mu.Unlock()
+				return s
+			case <-tick.C:
+				waits.fire()
+			case <-guard.C:
+				t.Fatalf("scrape still running a minute after its wait for the read was over (StatsTimeout %v)", timeout)
+				return nil
 			}
-			return s
-		case <-time.After(10 * time.Second):
-			t.Fatalf("scrape still running after 10s with StatsTimeout %v", timeout)
-			return nil
 		}
 	}
 
 	t.Run("driver ignores the deadline", func(t *testing.T) {
 		release := make(chan struct{})
+		var released sync.Once
+		let := func() { released.Do(func() { close(release) }) }
+		t.Cleanup(let) // a failed subtest must not leave the read hanging
 		b.db.setBefore(func(context.Context) error {
 			<-release
 			return errors.New("answered too late")
 		})
 		b.clock.advance(time.Minute)
-		if diff := diffSeries(effectGauges(scrapeWithin(t)), last); diff != "" {
+		if diff := diffSeries(effectGauges(scrapeTimedOut(t)), last); diff != "" {
 			t.Errorf("a timed-out read changed the gauges: %s", diff)
 		}
 		// A second scrape, an interval later, finds the first read still
 		// running and starts no other.
 		b.clock.advance(time.Minute)
-		if diff := diffSeries(effectGauges(scrapeWithin(t)), last); diff != "" {
+		if diff := diffSeries(effectGauges(scrapeTimedOut(t)), last); diff != "" {
 			t.Errorf("a timed-out read changed the gauges: %s", diff)
 		}
 		if n := b.db.reads.Load(); n != 2 {
 			t.Errorf("%d reads, want 2: no read starts while one is running", n)
 		}
-		close(release)
+		let()
 		metrics.WaitRead(b.m)
 		b.db.setBefore(nil)
 		s := scrape(t, b.reg) // a new read, an interval after the slow one began
@@ -456,7 +503,7 @@ func TestMetrics_SlowReadDoesNotHoldUpScrape(t *testing.T) {
 			return ctx.Err()
 		})
 		b.clock.advance(time.Minute)
-		if diff := diffSeries(effectGauges(scrapeWithin(t)), last); diff != "" {
+		if diff := diffSeries(effectGauges(scrapeTimedOut(t)), last); diff != "" {
 			t.Errorf("a timed-out read changed the gauges: %s", diff)
 		}
 		metrics.WaitRead(b.m)
@@ -511,6 +558,34 @@ func TestMetrics_Recorded(t *testing.T) {
 	}
 	if diff := diffSeries(observed(got), want); diff != "" {
 		t.Error(diff)
+	}
+}
+
+// The dispatcher's failed statements are counted by operation and class,
+// every series there at zero from the start.
+func TestMetrics_DatabaseErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	s := scrape(t, b.reg)
+	for _, op := range dispatcher.Ops {
+		for _, class := range dispatcher.ErrorClasses {
+			if v, ok := s[key("sidefx_dispatcher_errors_total", "class", string(class), "op", op)]; !ok || v != 0 {
+				t.Errorf("errors op=%s class=%s: %v (present %v), want 0 from the start", op, class, v, ok)
+			}
+		}
+	}
+	b.m.DatabaseError("record", dispatcher.ClassPrivilege)
+	b.m.DatabaseError("record", dispatcher.ClassPrivilege)
+	b.m.DatabaseError("claim", dispatcher.ClassTransient)
+	s = scrape(t, b.reg)
+	for k, want := range map[string]float64{
+		key("sidefx_dispatcher_errors_total", "class", "privilege", "op", "record"): 2,
+		key("sidefx_dispatcher_errors_total", "class", "transient", "op", "claim"):  1,
+		key("sidefx_dispatcher_errors_total", "class", "privilege", "op", "claim"):  0,
+	} {
+		if got := s[k]; got != want {
+			t.Errorf("%s = %v, want %v", k, got, want)
+		}
 	}
 }
 
@@ -765,8 +840,8 @@ func TestNew_Options(t *testing.T) {
 }
 
 // observed drops the series every registry has from the start (build info,
-// table errors and reaped at 0, table gauges), leaving what the observer
-// methods made.
+// table errors, reaped and dispatcher errors at 0, table gauges), leaving
+// what the observer methods made.
 func observed(s map[string]float64) map[string]float64 {
 	out := map[string]float64{}
 	for k, v := range s {
@@ -776,7 +851,8 @@ func observed(s map[string]float64) map[string]float64 {
 			strings.HasPrefix(k, "sidefx_effects{"),
 			strings.HasPrefix(k, "sidefx_oldest_pending_seconds{"):
 		case (strings.HasPrefix(k, "sidefx_reaped_total{") || strings.HasPrefix(k, "sidefx_drift_run_errors_total{") ||
-			strings.HasPrefix(k, "sidefx_drift_last_run_timestamp_seconds{")) && v == 0:
+			strings.HasPrefix(k, "sidefx_drift_last_run_timestamp_seconds{") ||
+			strings.HasPrefix(k, "sidefx_dispatcher_errors_total{")) && v == 0:
 		default:
 			out[k] = v
 		}

@@ -31,10 +31,12 @@ type tableCollector struct {
 	effectsDesc *prometheus.Desc
 	oldestDesc  *prometheus.Desc
 
-	mu      sync.Mutex
-	now     func() time.Time // the clock for interval; a test may replace it
-	readAt  time.Time        // when the last read started; zero before the first
-	reading chan struct{}    // closed when the read in flight ends; nil if none
+	mu  sync.Mutex
+	now func() time.Time // the clock for interval; a test may replace it
+	// timer starts the wait of a scrape for a read; a test may replace it.
+	timer   func(time.Duration) (<-chan time.Time, func() bool)
+	readAt  time.Time     // when the last read started; zero before the first
+	reading chan struct{} // closed when the read in flight ends; nil if none
 	// kinds holds the last reading of every kind seen since start; a kind
 	// absent from a later reading is kept, with zero counts.
 	kinds   map[string]effects.KindStats
@@ -55,6 +57,7 @@ func newTableCollector(store statsReader, o Options, errors prometheus.Counter) 
 			"Age in seconds of the kind's oldest pending effect by the database's clock, 0 if none, as of the last table read.",
 			[]string{"kind"}, nil),
 		now:   time.Now,
+		timer: realTimer,
 		kinds: map[string]effects.KindStats{},
 	}
 }
@@ -78,9 +81,18 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	c.errors.Collect(ch)
 }
 
+// realTimer is a time.Timer's channel and Stop.
+func realTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
 func (c *tableCollector) current() []prometheus.Metric {
-	wait := time.NewTimer(c.timeout)
-	defer wait.Stop()
+	c.mu.Lock()
+	timer := c.timer
+	c.mu.Unlock()
+	waited, stop := timer(c.timeout)
+	defer stop()
 
 	c.mu.Lock()
 	if c.reading == nil && (c.readAt.IsZero() || c.now().Sub(c.readAt) >= c.interval) {
@@ -94,7 +106,7 @@ func (c *tableCollector) current() []prometheus.Metric {
 	if done != nil {
 		select {
 		case <-done:
-		case <-wait.C:
+		case <-waited:
 		}
 	}
 	c.mu.Lock()
