@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: test deps vet fmt-check bench bench-full gobench fuzz soak
+.PHONY: test deps vet fmt-check bench bench-full gobench fuzz soak model
 
 ## test: install what is missing, then vet and run every test with the race detector
 test: deps fmt-check vet
@@ -46,3 +46,11 @@ fuzz:
 SOAK ?= 1000000
 soak: deps
 	$(GO) test ./dispatcher -run '^TestSoak$$' -soak $(SOAK) -timeout 60m -v
+
+## model: the model checker (dispatcher/model_test.go) for MODEL_BUDGET
+## (default 5m): random interleavings of every operation against a real
+## PostgreSQL and reference models of the providers, invariants checked
+## after every step. make test runs it for 20s.
+MODEL_BUDGET ?= 5m
+model: deps
+	$(GO) test ./dispatcher -run '^TestModel$$' -count=1 -v -timeout 0 -args -model.budget=$(MODEL_BUDGET)

@@ -1,0 +1,680 @@
+package dispatcher_test
+
+// The model checker: random interleavings of every operation on effects
+// (enqueue and replays, claims by three workers, calls answered in every
+// class, lost answers, stored 500s, late answers, lease expiry and rescue,
+// lost claims, cancel, the operators' retry, resolve and refire, reaping,
+// time passing a key window) against a real PostgreSQL, the real Stripe and
+// SendGrid providers, and reference models of the providers that record what
+// was performed. After every step it checks the invariants. A failure prints
+// rapid's seed and the shrunk sequence of steps.
+//
+// make test runs a short budget (-model.budget, default 20s); make model a
+// long one (MODEL_BUDGET, default 5m).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/sendgrid"
+	"github.com/sidefx/sidefx/providers/stripe"
+)
+
+var modelBudget = flag.Duration("model.budget", 20*time.Second, "how long TestModel explores (make model sets minutes)")
+
+const (
+	kindCharge = "charge.create"  // Stripe: keyed, 24h window
+	kindMail   = "email.receipt"  // SendGrid: keyless, at most once
+	kindDigest = "email.digest"   // SendGrid: keyless, at least once
+	keyWindow  = 24 * time.Hour   // Stripe's
+	modelLease = 60 * time.Second // the claims' lease
+)
+
+var modelKinds = []string{kindCharge, kindMail, kindDigest}
+
+// answer is how a model provider treats the next new request.
+type answer string
+
+const (
+	answerOK        answer = "ok"         // performed, answered
+	answerLost      answer = "lost"       // performed, the connection closed before the answer
+	answer500Done   answer = "500-done"   // Stripe: began executing (performed), stored a 500
+	answer500Undone answer = "500-undone" // Stripe: began executing, did nothing, stored a 500
+	answer503       answer = "503"        // mail: unavailable
+	answerDecline   answer = "decline"    // Stripe: card declined (stored); mail: 400
+	answerInvalid   answer = "invalid"    // a validation error, not stored
+	answer429       answer = "429"        // rate limited, not stored
+)
+
+// keyState is what the Stripe model holds for one Idempotency-Key.
+type keyState struct {
+	storedAt  time.Time // zero: no stored answer
+	status    int
+	body      []byte
+	performed int // objects created under this key
+	ref       string
+}
+
+// providerModel is the reference model of both providers: what was
+// performed, per key, on the model's clock.
+type providerModel struct {
+	mu    sync.Mutex
+	clock time.Time
+	next  answer
+
+	keys          map[string]*keyState // Stripe, by Idempotency-Key
+	sentPastWin   []string             // Stripe keys sent again after their window
+	mailPerformed map[string]int       // mail, by X-Sidefx-Key
+	mailRefs      map[string][]string
+	objects       int
+}
+
+func newProviderModel() *providerModel {
+	m := &providerModel{}
+	m.reset()
+	return m
+}
+
+func (m *providerModel) reset() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clock = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.next = answerOK
+	m.keys, m.sentPastWin = map[string]*keyState{}, nil
+	m.mailPerformed, m.mailRefs = map[string]int{}, map[string][]string{}
+	m.objects = 0
+}
+
+func (m *providerModel) setNext(a answer) {
+	m.mu.Lock()
+	m.next = a
+	m.mu.Unlock()
+}
+
+func (m *providerModel) now() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.clock
+}
+
+func (m *providerModel) advance(d time.Duration) {
+	m.mu.Lock()
+	m.clock = m.clock.Add(d)
+	m.mu.Unlock()
+}
+
+// lose closes the client's connection without an answer.
+func lose(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			c.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+func writeStripe(w http.ResponseWriter, status int, body []byte, replayed bool) {
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body) //nolint:errcheck // the client may be gone
+}
+
+func stripeErr(typ, code, msg string) []byte {
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"type": typ, "code": code, "message": msg}})
+	return b
+}
+
+func (m *providerModel) stripe(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	form, _ := url.ParseQuery(string(body))
+	key := r.Header.Get("Idempotency-Key")
+	m.mu.Lock()
+	st := m.keys[key]
+	if st == nil {
+		st = &keyState{}
+		m.keys[key] = st
+	}
+	if !st.storedAt.IsZero() && m.clock.Sub(st.storedAt) <= keyWindow {
+		status, b := st.status, st.body
+		m.mu.Unlock()
+		writeStripe(w, status, b, true)
+		return
+	}
+	if !st.storedAt.IsZero() {
+		// Stripe has forgotten the key: this request is new to it.
+		m.sentPastWin = append(m.sentPastWin, key)
+		st.storedAt = time.Time{}
+	}
+	a := m.next
+	store := func(status int, b []byte) {
+		st.storedAt, st.status, st.body = m.clock, status, b
+	}
+	perform := func() []byte {
+		m.objects++
+		st.performed++
+		st.ref = fmt.Sprintf("ch_%d", m.objects)
+		amount, _ := strconv.Atoi(form.Get("amount"))
+		b, _ := json.Marshal(map[string]any{"id": st.ref, "object": "charge", "status": "succeeded",
+			"amount": amount, "metadata": map[string]string{"sidefx_key": form.Get("metadata[sidefx_key]")}})
+		return b
+	}
+	switch a {
+	case answerOK, answerLost:
+		b := perform()
+		store(http.StatusOK, b)
+		m.mu.Unlock()
+		if a == answerLost {
+			lose(w)
+			return
+		}
+		writeStripe(w, http.StatusOK, b, false)
+	case answer500Done, answer500Undone:
+		if a == answer500Done {
+			perform()
+		}
+		b := stripeErr("api_error", "", "An unknown error occurred")
+		store(http.StatusInternalServerError, b)
+		m.mu.Unlock()
+		writeStripe(w, http.StatusInternalServerError, b, false)
+	case answerDecline:
+		b := stripeErr("card_error", "card_declined", "Your card was declined.")
+		store(http.StatusPaymentRequired, b)
+		m.mu.Unlock()
+		writeStripe(w, http.StatusPaymentRequired, b, false)
+	case answerInvalid:
+		m.mu.Unlock()
+		writeStripe(w, http.StatusBadRequest, stripeErr("invalid_request_error", "parameter_invalid_integer", "Invalid integer: amount"), false)
+	default: // 429, 503
+		m.mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		writeStripe(w, http.StatusTooManyRequests, stripeErr("rate_limit_error", "rate_limit", "Too many requests"), false)
+	}
+}
+
+func (m *providerModel) mail(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Personalizations []struct {
+			CustomArgs map[string]string `json:"custom_args"`
+		} `json:"personalizations"`
+	}
+	json.NewDecoder(r.Body).Decode(&body) //nolint:errcheck // a body without the key counts under ""
+	key := ""
+	if len(body.Personalizations) > 0 {
+		key = body.Personalizations[0].CustomArgs["sidefx_key"]
+	}
+	m.mu.Lock()
+	a := m.next
+	switch a {
+	case answerOK, answerLost, answer500Done:
+		m.objects++
+		m.mailPerformed[key]++
+		ref := fmt.Sprintf("msg_%d", m.objects)
+		m.mailRefs[key] = append(m.mailRefs[key], ref)
+		m.mu.Unlock()
+		if a == answerLost {
+			lose(w)
+			return
+		}
+		if a == answer500Done {
+			// Accepted, then the answer went wrong on the way.
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("X-Message-Id", ref)
+		w.WriteHeader(http.StatusAccepted)
+	case answerDecline, answerInvalid:
+		m.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"errors":[{"message":"The to field is invalid.","field":"personalizations.0.to"}]}`) //nolint:errcheck // test server
+	case answer429:
+		m.mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	default: // 503, 500-undone
+		m.mu.Unlock()
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+}
+
+// modelEffect is what the model knows of one enqueued effect.
+type modelEffect struct {
+	source, kind string
+	variant      int
+	id           int64
+	key          string
+	refired      bool // an operator accepted a possible duplicate
+	forced       bool // an operator sent it again past its key window
+	cancelled    bool
+}
+
+// call is one claimed effect a worker holds, and, once called, its outcome.
+type call struct {
+	e         *effects.Effect
+	claimedAt time.Time // on the model's clock
+	out       *effects.Outcome
+}
+
+type world struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	store  *effects.Store
+	model  *providerModel
+	kinds  map[string]dispatcher.Kind
+	effs   map[[2]string]*modelEffect
+	order  [][2]string
+	work   [3][]*call // per worker: claimed, maybe called, not recorded
+	claims int
+	tb     interface {
+		Fatalf(string, ...any)
+		Logf(string, ...any)
+	}
+}
+
+func (w *world) fatalf(format string, args ...any) { w.tb.Fatalf(format, args...) }
+
+func (w *world) policies() []effects.RescuePolicy {
+	var ps []effects.RescuePolicy
+	for _, name := range modelKinds {
+		k := w.kinds[name]
+		ps = append(ps, effects.RescuePolicy{Kind: name, Repeatable: k.Provider.Idempotent() || k.AtLeastOnce,
+			MaxAttempts: k.MaxAttempts, KeyWindow: providers.KeyWindow(k.Provider), Timeout: k.Timeout})
+	}
+	return ps
+}
+
+func payload(kind string, variant int) json.RawMessage {
+	if kind == kindCharge {
+		return json.RawMessage(fmt.Sprintf(`{"amount": %d, "currency": "usd", "source": "tok_visa"}`, 1000+variant))
+	}
+	return json.RawMessage(fmt.Sprintf(`{"personalizations": [{"to": [{"email": "a@example.com"}]}], "from": {"email": "shop@example.com"},
+		"subject": "receipt %d", "content": [{"type": "text/plain", "value": "thanks"}]}`, variant))
+}
+
+// shift moves every stored time back by d: time passing, on the database's
+// clock as on the providers'.
+func (w *world) shift(d time.Duration) {
+	_, err := w.pool.Exec(w.ctx, `UPDATE side_effects SET
+		created_at = created_at - $1 * interval '1 millisecond',
+		next_attempt_at = next_attempt_at - $1 * interval '1 millisecond',
+		lease_until = lease_until - $1 * interval '1 millisecond',
+		fired_at = fired_at - $1 * interval '1 millisecond',
+		first_fired_at = first_fired_at - $1 * interval '1 millisecond',
+		updated_at = updated_at - $1 * interval '1 millisecond'`, d.Milliseconds())
+	if err != nil {
+		w.fatalf("shift time: %v", err)
+	}
+	w.model.advance(d)
+}
+
+func (w *world) enqueue(t *rapid.T) {
+	src := rapid.SampledFrom([]string{"o1", "o2", "o3", "o4"}).Draw(t, "source")
+	kind := rapid.SampledFrom(modelKinds).Draw(t, "kind")
+	variant := rapid.IntRange(0, 1).Draw(t, "variant")
+	res, err := w.store.Insert(w.ctx, []effects.NewEffect{{SourceID: src, Kind: kind, Payload: payload(kind, variant)}}, 0)
+	me := w.effs[[2]string{src, kind}]
+	switch {
+	case me == nil && err != nil:
+		w.fatalf("enqueue %s %s: %v", src, kind, err)
+	case me == nil:
+		if !res[0].Inserted {
+			w.fatalf("enqueue %s %s: a new effect was not inserted", src, kind)
+		}
+		w.effs[[2]string{src, kind}] = &modelEffect{source: src, kind: kind, variant: variant, id: res[0].ID, key: res[0].Key}
+		w.order = append(w.order, [2]string{src, kind})
+	case variant == me.variant:
+		if err != nil || res[0].Inserted || res[0].ID != me.id {
+			w.fatalf("replay of %s %s: %+v, %v; want the existing effect %d", src, kind, res, err, me.id)
+		}
+	default:
+		if !errors.Is(err, effects.ErrPayloadMismatch) {
+			w.fatalf("replay of %s %s with another payload: %+v, %v; want a mismatch", src, kind, res, err)
+		}
+	}
+}
+
+func (w *world) claimParams(worker string, limit int) effects.ClaimParams {
+	p := effects.ClaimParams{Kinds: modelKinds, Limit: limit, Lease: modelLease, Worker: worker,
+		KeyWindows: map[string]time.Duration{}, Timeouts: map[string]time.Duration{}}
+	for name, k := range w.kinds {
+		p.KeyWindows[name], p.Timeouts[name] = providers.KeyWindow(k.Provider), modelLease
+	}
+	return p
+}
+
+func (w *world) claim(t *rapid.T) {
+	i := rapid.IntRange(0, 2).Draw(t, "worker")
+	w.claims++
+	got, err := w.store.Claim(w.ctx, w.claimParams(fmt.Sprintf("w%d#%d", i, w.claims), rapid.IntRange(1, 3).Draw(t, "limit")))
+	if err != nil {
+		w.fatalf("claim: %v", err)
+	}
+	for _, e := range got {
+		if e.State == effects.Fired {
+			w.work[i] = append(w.work[i], &call{e: e, claimedAt: w.model.now()})
+		}
+	}
+}
+
+// lostClaim is a claim whose answer never reached its worker, which puts
+// back what it may have claimed.
+func (w *world) lostClaim(t *rapid.T) {
+	w.claims++
+	worker := fmt.Sprintf("lost#%d", w.claims)
+	got, err := w.store.Claim(w.ctx, w.claimParams(worker, 2))
+	if err != nil {
+		w.fatalf("claim: %v", err)
+	}
+	if _, err := w.store.PutBack(w.ctx, worker, nil); err != nil {
+		w.fatalf("put back: %v", err)
+	}
+	// Never called: each is as it was before the claim, pending, with no
+	// evidence of anything performed.
+	for _, e := range got {
+		if e.State != effects.Fired {
+			continue
+		}
+		now, err := w.store.Get(w.ctx, e.ID)
+		if err != nil {
+			w.fatalf("get: %v", err)
+		}
+		if now.State != effects.Pending || now.Attempts != e.Attempts-1 || !slices.Equal(now.MaybeAttempts, e.MaybeAttempts) {
+			w.fatalf("effect %d of a lost claim, put back: %s at attempt %d, maybe %v; want pending at %d, maybe %v",
+				e.ID, now.State, now.Attempts, now.MaybeAttempts, e.Attempts-1, e.MaybeAttempts)
+		}
+	}
+}
+
+func (w *world) call(t *rapid.T) {
+	i := rapid.IntRange(0, 2).Draw(t, "worker")
+	var open []*call
+	for _, c := range w.work[i] {
+		if c.out == nil {
+			open = append(open, c)
+		}
+	}
+	if len(open) == 0 {
+		t.Skip("no call to make")
+	}
+	c := rapid.SampledFrom(open).Draw(t, "call")
+	choices := []answer{answerOK, answerLost, answer503, answerDecline, answerInvalid, answer429}
+	if c.e.Kind == kindCharge {
+		choices = []answer{answerOK, answerLost, answer500Done, answer500Undone, answerDecline, answerInvalid, answer429}
+	}
+	w.model.setNext(rapid.SampledFrom(choices).Draw(t, "answer"))
+	k := w.kinds[c.e.Kind]
+	var res providers.Result
+	if w.model.now().Sub(c.claimedAt) >= modelLease-5*time.Second {
+		// As the dispatcher does: a call that could not end inside its
+		// lease is not made (the process was paused, say).
+		res = providers.Retry(errors.New("not called: the lease was nearly over"), 0)
+	} else {
+		res = k.Provider.Call(w.ctx, providers.Call{EffectID: c.e.ID, SourceID: c.e.SourceID, Kind: c.e.Kind,
+			Key: c.e.Key, Payload: c.e.Payload, Attempt: c.e.Attempts})
+	}
+	out := dispatcher.Decide(c.e, k, res)
+	c.out = &out
+}
+
+func (w *world) record(t *rapid.T) {
+	i := rapid.IntRange(0, 2).Draw(t, "worker")
+	var outs []effects.Outcome
+	var left []*call
+	for _, c := range w.work[i] {
+		if c.out != nil {
+			outs = append(outs, *c.out)
+		} else {
+			left = append(left, c)
+		}
+	}
+	if len(outs) == 0 {
+		t.Skip("nothing to record")
+	}
+	fenced, err := w.store.Complete(w.ctx, outs)
+	if err != nil {
+		w.fatalf("record outcomes: %v", err)
+	}
+	if rapid.Bool().Draw(t, "ambiguous") {
+		// The commit looked failed: the dispatcher writes the same batch
+		// again. What the first write recorded must not now count as fenced.
+		again, err := w.store.Complete(w.ctx, outs)
+		if err != nil {
+			w.fatalf("record outcomes again: %v", err)
+		}
+		for _, o := range again {
+			if !slices.ContainsFunc(fenced, func(f effects.Outcome) bool { return f.ID == o.ID && f.Attempt == o.Attempt }) {
+				w.fatalf("effect %d attempt %d: recorded by the first write, fenced by the same write again", o.ID, o.Attempt)
+			}
+		}
+	}
+	w.work[i] = left
+}
+
+// crash loses a worker's claims and unrecorded outcomes.
+func (w *world) crash(t *rapid.T) {
+	w.work[rapid.IntRange(0, 2).Draw(t, "worker")] = nil
+}
+
+func (w *world) passTime(t *rapid.T) {
+	w.shift(rapid.SampledFrom([]time.Duration{time.Second, 2 * modelLease, 2 * time.Hour, keyWindow + time.Hour}).Draw(t, "by"))
+}
+
+func (w *world) rescue(t *rapid.T) {
+	if _, err := w.store.Rescue(w.ctx, w.policies(), 100); err != nil {
+		w.fatalf("rescue: %v", err)
+	}
+}
+
+func (w *world) reap(t *rapid.T) {
+	if _, err := w.store.Reap(w.ctx, 0, 100); err != nil {
+		w.fatalf("reap: %v", err)
+	}
+}
+
+func (w *world) pick(t *rapid.T) *modelEffect {
+	if len(w.order) == 0 {
+		t.Skip("nothing enqueued")
+	}
+	return w.effs[rapid.SampledFrom(w.order).Draw(t, "effect")]
+}
+
+var op = effects.Action{Actor: "model", Note: "checked"}
+
+func (w *world) cancel(t *rapid.T) {
+	me := w.pick(t)
+	if _, err := w.store.Cancel(w.ctx, me.source, me.kind); err == nil {
+		me.cancelled = true
+	}
+}
+
+// performed reports how often the provider performed me, and its last
+// reference.
+func (w *world) performed(me *modelEffect) (int, string) {
+	w.model.mu.Lock()
+	defer w.model.mu.Unlock()
+	if me.kind == kindCharge {
+		if st := w.model.keys[me.key]; st != nil {
+			return st.performed, st.ref
+		}
+		return 0, ""
+	}
+	refs := w.model.mailRefs[me.key]
+	if len(refs) == 0 {
+		return 0, ""
+	}
+	return len(refs), refs[len(refs)-1]
+}
+
+// resolve settles an uncertain effect as an operator would after looking at
+// the provider: truthfully.
+func (w *world) resolve(t *rapid.T) {
+	me := w.pick(t)
+	n, ref := w.performed(me)
+	var err error
+	if n > 0 {
+		_, err = w.store.Resolve(w.ctx, me.id, effects.Confirmed, ref, op)
+	} else {
+		_, err = w.store.Resolve(w.ctx, me.id, effects.Failed, "", op)
+	}
+	if err != nil && !errors.Is(err, effects.ErrWrongState) {
+		w.fatalf("resolve: %v", err)
+	}
+}
+
+func (w *world) refire(t *rapid.T) {
+	me := w.pick(t)
+	k := w.kinds[me.kind]
+	force := rapid.Bool().Draw(t, "force")
+	_, err := w.store.Refire(w.ctx, me.id, 1, effects.RefireOptions{KeyWindow: providers.KeyWindow(k.Provider), PastKeyWindow: force}, op)
+	switch {
+	case err == nil:
+		me.refired, me.forced = true, me.forced || force
+	case errors.Is(err, effects.ErrWrongState), errors.Is(err, effects.ErrPastKeyWindow):
+	default:
+		w.fatalf("refire: %v", err)
+	}
+}
+
+func (w *world) retry(t *rapid.T) {
+	me := w.pick(t)
+	k := w.kinds[me.kind]
+	_, err := w.store.Retry(w.ctx, me.id, 1, effects.RefireOptions{KeyWindow: providers.KeyWindow(k.Provider)}, op)
+	if err != nil && !errors.Is(err, effects.ErrWrongState) && !errors.Is(err, effects.ErrPastKeyWindow) {
+		w.fatalf("retry: %v", err)
+	}
+}
+
+// check holds the invariants.
+func (w *world) check(t *rapid.T) {
+	rows, err := w.store.List(w.ctx, effects.Filter{Limit: 1000})
+	if err != nil {
+		w.fatalf("list: %v", err)
+	}
+	byPair := map[[2]string]*effects.Effect{}
+	for _, e := range rows {
+		p := [2]string{e.SourceID, e.Kind}
+		if byPair[p] != nil {
+			w.fatalf("two effects for %v", p)
+		}
+		byPair[p] = e
+	}
+	if len(rows) != len(w.effs) {
+		w.fatalf("%d effects stored, %d enqueued", len(rows), len(w.effs))
+	}
+	w.model.mu.Lock()
+	pastWin := slices.Clone(w.model.sentPastWin)
+	w.model.mu.Unlock()
+	forced := map[string]bool{}
+	for _, me := range w.effs {
+		forced[me.key] = me.forced
+	}
+	for _, key := range pastWin {
+		if !forced[key] {
+			w.fatalf("sent to Stripe again after the key window, and no operator asked for it: %s", key)
+		}
+	}
+	for p, me := range w.effs {
+		e := byPair[p]
+		if e == nil || e.ID != me.id || e.Key != me.key {
+			w.fatalf("effect %v lost or changed: %+v", p, e)
+		}
+		n, ref := w.performed(me)
+		switch {
+		case me.kind == kindCharge && n > 1 && !me.forced:
+			w.fatalf("charge %s performed %d times under one key inside its window", me.key, n)
+		case me.kind == kindMail && n > 1 && !me.refired:
+			w.fatalf("at-most-once email %d sent %d times", me.id, n)
+		case e.State == effects.Confirmed && n == 0:
+			w.fatalf("effect %d confirmed, never performed", e.ID)
+		case e.State == effects.Confirmed && me.kind == kindCharge && e.ProviderRef != ref:
+			w.fatalf("charge %d confirmed with %q, the provider holds %q", e.ID, e.ProviderRef, ref)
+		case n > 0 && (e.State == effects.Failed || e.State == effects.Cancelled) && len(e.MaybeAttempts) == 0 && e.Flag == "":
+			w.fatalf("effect %d is %s but was performed (%d), and holds no evidence of it", e.ID, e.State, n)
+		}
+	}
+}
+
+func TestModel(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	store, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newProviderModel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/charges", m.stripe)
+	mux.HandleFunc("POST /v3/mail/send", m.mail)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	st, err := stripe.New(&stripe.Config{APIKey: "sk_test_model", BaseURL: srv.URL, Timeout: 5 * time.Second,
+		Operations: map[string]string{kindCharge: "charges.create"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mail, err := sendgrid.New(&sendgrid.Config{APIKey: "SG.model", BaseURL: srv.URL, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := func(p providers.Provider, alo bool) dispatcher.Kind {
+		return dispatcher.Kind{Provider: p, MaxAttempts: 4, Timeout: 30 * time.Second,
+			BackoffBase: time.Second, BackoffMax: time.Minute, AtLeastOnce: alo}
+	}
+	kinds := map[string]dispatcher.Kind{kindCharge: kind(st, false), kindMail: kind(mail, false), kindDigest: kind(mail, true)}
+
+	prop := func(rt *rapid.T) {
+		if _, err := pool.Exec(ctx, `TRUNCATE side_effects, side_effect_events RESTART IDENTITY`); err != nil {
+			rt.Fatalf("reset: %v", err)
+		}
+		m.reset()
+		w := &world{ctx: ctx, pool: pool, store: store, model: m, kinds: kinds, effs: map[[2]string]*modelEffect{}, tb: rt}
+		rt.Repeat(map[string]func(*rapid.T){
+			"":          w.check,
+			"enqueue":   w.enqueue,
+			"claim":     w.claim,
+			"lostClaim": w.lostClaim,
+			"call":      w.call,
+			"record":    w.record,
+			"crash":     w.crash,
+			"passTime":  w.passTime,
+			"rescue":    w.rescue,
+			"reap":      w.reap,
+			"cancel":    w.cancel,
+			"resolve":   w.resolve,
+			"refire":    w.refire,
+			"retry":     w.retry,
+		})
+	}
+	deadline := time.Now().Add(*modelBudget)
+	runs := 0
+	for time.Now().Before(deadline) && !t.Failed() {
+		rapid.Check(t, prop)
+		runs++
+	}
+	t.Logf("model: %d rounds of rapid checks in %s", runs, *modelBudget)
+}
