@@ -611,8 +611,12 @@ func (w *world) check(t *rapid.T) {
 			w.fatalf("effect %d confirmed, never performed", e.ID)
 		case e.State == effects.Confirmed && me.kind == kindCharge && e.ProviderRef != ref:
 			w.fatalf("charge %d confirmed with %q, the provider holds %q", e.ID, e.ProviderRef, ref)
-		case n > 0 && (e.State == effects.Failed || e.State == effects.Cancelled) && len(e.MaybeAttempts) == 0 && e.Flag == "":
-			w.fatalf("effect %d is %s but was performed (%d), and holds no evidence of it", e.ID, e.State, n)
+		case n > 0 && e.State == effects.Cancelled && e.Flag == "":
+			// Only an effect never possibly performed is cancelled; a late
+			// "performed" after that flags it.
+			w.fatalf("effect %d was cancelled but was performed (%d)", e.ID, n)
+		case n > 0 && e.State == effects.Failed && len(e.MaybeAttempts) == 0 && e.Flag == "":
+			w.fatalf("effect %d is failed but was performed (%d), and holds no evidence of it", e.ID, n)
 		}
 	}
 }
