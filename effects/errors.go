@@ -31,7 +31,40 @@ var (
 	// because its provider's key window has passed since it was first fired;
 	// an operator must say so explicitly.
 	ErrPastKeyWindow = errors.New("the provider's key window has passed")
+	// ErrUnknownKind: the kind is not one the caller knows, or no live
+	// dispatcher serves it; its effects would wait forever.
+	ErrUnknownKind = errors.New("unknown kind")
 )
+
+// UnknownKindError names a kind that nothing serves, and the kinds that
+// are known.
+type UnknownKindError struct {
+	Index int // the item's position in a batch; -1 for a single item
+	Kind  string
+	Known []string // the kinds known or served
+	// Served: Known lists the kinds live dispatchers serve (from the
+	// registry), not a configured list.
+	Served bool
+}
+
+func (e *UnknownKindError) Error() string {
+	where := ""
+	if e.Index >= 0 {
+		where = fmt.Sprintf(" at index %d", e.Index)
+	}
+	what := "known kinds"
+	if e.Served {
+		what = "kinds a live dispatcher serves"
+	}
+	known := "none"
+	if len(e.Known) > 0 {
+		known = strings.Join(e.Known, ", ")
+	}
+	return fmt.Sprintf("effect%s: kind %q is not one of the %s (%s): its effects would wait forever", where, e.Kind, what, known)
+}
+
+// Is makes errors.Is(err, ErrUnknownKind) hold.
+func (e *UnknownKindError) Is(target error) bool { return target == ErrUnknownKind }
 
 // MaybePerformedError says why an effect may have been performed, so an
 // operation that needs it never performed was refused; nothing was changed.

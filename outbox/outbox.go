@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -29,6 +30,10 @@ var (
 	// The error is an *effects.MaybePerformedError naming state, attempts and
 	// why.
 	ErrMaybePerformed = effects.ErrMaybePerformed
+	// ErrUnknownKind: with Config.Kinds or Config.RequireServed, the kind is
+	// not known or no live dispatcher serves it. The error is an
+	// *effects.UnknownKindError naming the kind and the known ones.
+	ErrUnknownKind = effects.ErrUnknownKind
 )
 
 // DefaultMaxPayloadBytes is the default limit on one payload's JSON.
@@ -71,6 +76,15 @@ type Config struct {
 	// MaxPayloadBytes bounds one payload's JSON encoding. Default
 	// DefaultMaxPayloadBytes (256 KiB).
 	MaxPayloadBytes int
+	// Kinds, if not empty, are the only kinds Enqueue accepts: any other is
+	// refused with an *effects.UnknownKindError before any SQL, instead of
+	// waiting forever for a dispatcher that does not serve it. Default: any
+	// kind.
+	Kinds []string
+	// RequireServed refuses a kind that no live dispatcher serves, as the
+	// dispatchers' registry (sidefx_dispatchers) says, in the caller's
+	// transaction: one more round trip per call. Default false.
+	RequireServed bool
 }
 
 // Outbox enqueues effects into one schema. It holds no connection: each call
@@ -78,6 +92,8 @@ type Config struct {
 type Outbox struct {
 	store    *effects.Store
 	maxBytes int
+	kinds    map[string]bool // nil: any
+	served   bool
 }
 
 // New returns an Outbox for cfg (nil for the defaults).
@@ -96,7 +112,57 @@ func New(cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new outbox: %w", err)
 	}
-	return &Outbox{store: store, maxBytes: maxBytes}, nil
+	o := &Outbox{store: store, maxBytes: maxBytes, served: cfg.RequireServed}
+	if len(cfg.Kinds) > 0 {
+		o.kinds = map[string]bool{}
+		for _, k := range cfg.Kinds {
+			if err := effects.ValidateKind(k); err != nil {
+				return nil, fmt.Errorf("new outbox: Kinds: %w", err)
+			}
+			o.kinds[k] = true
+		}
+	}
+	return o, nil
+}
+
+// checkKinds refuses items of kinds that are not known or not served.
+func (o *Outbox) checkKinds(ctx context.Context, db DB, items []effects.NewEffect) error {
+	single := len(items) == 1
+	index := func(i int) int {
+		if single {
+			return -1
+		}
+		return i
+	}
+	if o.kinds != nil {
+		for i, it := range items {
+			if !o.kinds[it.Kind] {
+				return &effects.UnknownKindError{Index: index(i), Kind: it.Kind, Known: sortedKeys(o.kinds)}
+			}
+		}
+	}
+	if !o.served {
+		return nil
+	}
+	served, err := o.store.WithDB(db).ServedKinds(ctx)
+	if err != nil {
+		return err
+	}
+	for i, it := range items {
+		if !served[it.Kind] {
+			return &effects.UnknownKindError{Index: index(i), Kind: it.Kind, Known: sortedKeys(served), Served: true}
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 var defaultOutbox, _ = New(nil)
@@ -133,6 +199,9 @@ func (o *Outbox) Enqueue(ctx context.Context, db DB, e Effect) (Enqueued, error)
 	if err != nil {
 		return Enqueued{}, err
 	}
+	if err := o.checkKinds(ctx, db, []effects.NewEffect{ne}); err != nil {
+		return Enqueued{}, err
+	}
 	res, err := o.store.WithDB(db).Insert(ctx, []effects.NewEffect{ne}, o.maxBytes)
 	if err != nil {
 		return Enqueued{}, err
@@ -159,6 +228,9 @@ func (o *Outbox) EnqueueMany(ctx context.Context, db DB, es []Effect) ([]Enqueue
 			return nil, fmt.Errorf("effect at index %d: %w", i, err)
 		}
 		items[i] = ne
+	}
+	if err := o.checkKinds(ctx, db, items); err != nil {
+		return nil, err
 	}
 	res, err := o.store.WithDB(db).Insert(ctx, items, o.maxBytes)
 	if err != nil {

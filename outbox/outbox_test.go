@@ -519,3 +519,48 @@ func TestNew_Config(t *testing.T) {
 		t.Fatalf("300 KiB under a 1 MiB limit: %v", err)
 	}
 }
+
+func TestOutbox_RefusesUnknownKindsWhenAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	known, err := outbox.New(&outbox.Config{Kinds: []string{"charge.create", "email.receipt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = known.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "o1", Kind: "sms.send", Payload: map[string]any{}})
+	var uk *effects.UnknownKindError
+	if !errors.As(err, &uk) || !errors.Is(err, outbox.ErrUnknownKind) || uk.Kind != "sms.send" ||
+		!strings.Contains(err.Error(), "charge.create, email.receipt") {
+		t.Fatalf("an unknown kind: %v", err)
+	}
+	_, err = known.EnqueueMany(b.ctx, b.pool, []outbox.Effect{
+		{SourceID: "o1", Kind: "charge.create", Payload: map[string]any{}},
+		{SourceID: "o1", Kind: "pager.page", Payload: map[string]any{}},
+	})
+	if !errors.As(err, &uk) || uk.Index != 1 {
+		t.Fatalf("a batch with an unknown kind: %v", err)
+	}
+	if _, err := outbox.New(&outbox.Config{Kinds: []string{"Not A Kind"}}); err == nil {
+		t.Fatal("a bad kind in Config.Kinds was accepted")
+	}
+
+	// The registry: only what a live dispatcher serves.
+	served, err := outbox.New(&outbox.Config{RequireServed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := served.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "o2", Kind: "charge.create", Payload: map[string]any{}}); !errors.Is(err, outbox.ErrUnknownKind) || !strings.Contains(err.Error(), "live dispatcher serves (none)") {
+		t.Fatalf("no dispatcher at all: %v", err)
+	}
+	store, _ := effects.NewStore(b.pool, nil)
+	if err := store.Heartbeat(b.ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := served.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "o2", Kind: "charge.create", Payload: map[string]any{}}); err != nil || !res.Inserted {
+		t.Fatalf("a served kind: %+v, %v", res, err)
+	}
+	var n int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM side_effects WHERE kind IN ('sms.send', 'pager.page')`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("refused kinds were written: %d, %v", n, err)
+	}
+}

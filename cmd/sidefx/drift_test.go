@@ -21,7 +21,7 @@ func TestCLI_DriftRunAndList(t *testing.T) {
 		if _, err := pool.Exec(ctx, `INSERT INTO orders VALUES ($1, now() - interval '1 hour')`, id); err != nil {
 			t.Fatal(err)
 		}
-		c.ok("enqueue", "--source", id, "--kind", "email.receipt", "--payload", "{}")
+		c.ok("enqueue", "--any-kind", "--source", id, "--kind", "email.receipt", "--payload", "{}")
 	}
 	cfg := filepath.Join(t.TempDir(), "sidefx.yaml")
 	if err := os.WriteFile(cfg, []byte(`providers:

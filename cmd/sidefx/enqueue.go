@@ -36,6 +36,7 @@ func enqueueCmd(ctx context.Context, io *IO, args []string) error {
 	from := fs.String("from", "", "read effects as JSON lines from `file` (- for standard input)")
 	batch := fs.Int("batch", 500, "effects per statement with --from")
 	quiet := fs.Bool("quiet", false, "with --from, report only bad lines and the totals")
+	anyKind := fs.Bool("any-kind", false, "accept kinds that the configuration lacks or no live dispatcher serves (they wait until one does)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -51,7 +52,24 @@ func enqueueCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	ob, err := outbox.New(&outbox.Config{Schema: store.Schema()})
+	// A kind nothing serves would wait forever: refuse it, unless asked.
+	// With a configuration, its kinds are the ones served; without, the
+	// live dispatchers' registry says.
+	oc := &outbox.Config{Schema: store.Schema()}
+	if !*anyKind {
+		cfg, err := c.loadConfig(io)
+		if err != nil {
+			return err
+		}
+		if cfg != nil {
+			for k := range cfg.Kinds {
+				oc.Kinds = append(oc.Kinds, k)
+			}
+		} else {
+			oc.RequireServed = true
+		}
+	}
+	ob, err := outbox.New(oc)
 	if err != nil {
 		return err
 	}
@@ -136,7 +154,7 @@ func enqueueLines(ctx context.Context, io *IO, ob *outbox.Outbox, db outbox.DB, 
 			for i, r := range res {
 				report(batch[i].n, r)
 			}
-		case errors.Is(err, effects.ErrPayloadMismatch) || errors.Is(err, effects.ErrInvalid):
+		case errors.Is(err, effects.ErrPayloadMismatch) || errors.Is(err, effects.ErrInvalid) || errors.Is(err, effects.ErrUnknownKind):
 			// One item spoiled the batch: enqueue its items one by one, so
 			// the good ones go in and the bad one is named.
 			for _, p := range batch {

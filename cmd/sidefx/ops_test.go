@@ -95,14 +95,14 @@ func TestCLI_MigrateEnqueueStatusInspect(t *testing.T) {
 	if out := c.ok("migrate", "--schema", "opsdemo"); !strings.Contains(out, "is current") {
 		t.Fatalf("migrate again: %s", out)
 	}
-	out := c.ok("enqueue", "--source", "order-1", "--kind", "email.receipt", "--payload", `{"to":"a@example.com"}`)
+	out := c.ok("enqueue", "--any-kind", "--source", "order-1", "--kind", "email.receipt", "--payload", `{"to":"a@example.com"}`)
 	if !strings.Contains(out, "inserted effect") {
 		t.Fatalf("enqueue: %s", out)
 	}
-	if out := c.ok("enqueue", "--source", "order-1", "--kind", "email.receipt", "--payload", `{"to":"a@example.com"}`); !strings.Contains(out, "already present") {
+	if out := c.ok("enqueue", "--any-kind", "--source", "order-1", "--kind", "email.receipt", "--payload", `{"to":"a@example.com"}`); !strings.Contains(out, "already present") {
 		t.Fatalf("enqueue again: %s", out)
 	}
-	err := c.refuse("enqueue", "--source", "order-1", "--kind", "email.receipt", "--payload", `{"to":"b@example.com"}`)
+	err := c.refuse("enqueue", "--any-kind", "--source", "order-1", "--kind", "email.receipt", "--payload", `{"to":"b@example.com"}`)
 	if !errors.Is(err, effects.ErrPayloadMismatch) {
 		t.Fatalf("enqueue with another payload: %v", err)
 	}
@@ -162,7 +162,7 @@ func TestCLI_EnqueueFromLines(t *testing.T) {
 		name, stdin string
 		args        []string
 	}{
-		{"file", "", []string{"enqueue", "--from", path, "--batch", "3"}},
+		{"file", "", []string{"enqueue", "--any-kind", "--from", path, "--batch", "3"}},
 	} {
 		out, _, err := c.run(src.stdin, src.args...)
 		if err == nil || !strings.Contains(err.Error(), "5 bad lines") {
@@ -186,7 +186,7 @@ func TestCLI_EnqueueFromLines(t *testing.T) {
 		t.Fatalf("pending effects = %v, %v; want o-1, o-2, o-6", got, err)
 	}
 	// Standard input works the same.
-	out, _, err := c.run(`{"source_id":"o-7","kind":"email.receipt","payload":{}}`+"\n", "enqueue", "--from", "-")
+	out, _, err := c.run(`{"source_id":"o-7","kind":"email.receipt","payload":{}}`+"\n", "enqueue", "--any-kind", "--from", "-")
 	if err != nil || !strings.Contains(out, "1 inserted") {
 		t.Fatalf("stdin: %v\n%s", err, out)
 	}
@@ -210,7 +210,7 @@ func TestCLI_OperatorCommandsAndRefusals(t *testing.T) {
 	t.Parallel()
 	c, _, store := newCLI(t)
 	for _, k := range []string{"k.failed", "k.uncertain", "k.refire", "k.pending"} {
-		c.ok("enqueue", "--source", "s", "--kind", k, "--payload", "{}")
+		c.ok("enqueue", "--any-kind", "--source", "s", "--kind", k, "--payload", "{}")
 	}
 	failed := operate(t, store, "k.failed", effects.Failed)
 	unsure := operate(t, store, "k.uncertain", effects.Uncertain)
@@ -275,7 +275,7 @@ func TestCLI_MaybePerformedAndKeyWindow(t *testing.T) {
 	t.Parallel()
 	c, pool, store := newCLI(t)
 	ctx := context.Background()
-	c.ok("enqueue", "--source", "o1", "--kind", "charge.create", "--payload", `{"amount": 1}`)
+	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "charge.create", "--payload", `{"amount": 1}`)
 	got, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 1, Lease: time.Minute, Worker: "w"})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("claim: %v, %v", got, err)
@@ -306,5 +306,43 @@ func TestCLI_MaybePerformedAndKeyWindow(t *testing.T) {
 	}
 	if out := c.ok("resolve", id, "--refire", "--past-key-window", "--note", "nothing at Stripe"); !strings.Contains(out, "now pending") {
 		t.Fatalf("refire with --past-key-window: %s", out)
+	}
+}
+
+// A kind nothing serves is refused by sidefx enqueue, unless --any-kind;
+// status names the pending effects no live dispatcher serves.
+func TestCLI_UnservedKinds(t *testing.T) {
+	t.Parallel()
+	c, _, store := newCLI(t)
+	ctx := context.Background()
+	err := c.refuse("enqueue", "--source", "o1", "--kind", "pager.page", "--payload", `{}`)
+	if !errors.Is(err, effects.ErrUnknownKind) || !strings.Contains(err.Error(), `kind "pager.page" is not one of the kinds a live dispatcher serves (none)`) {
+		t.Fatalf("enqueue of an unserved kind: %v", err)
+	}
+	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "pager.page", "--payload", `{}`)
+	if err := store.Heartbeat(ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c.ok("enqueue", "--source", "o2", "--kind", "charge.create", "--payload", `{}`)
+
+	// With a configuration, its kinds are the known ones.
+	cfg := filepath.Join(t.TempDir(), "sidefx.yaml")
+	doc := "database_url: " + c.url + "\nproviders:\n  mail: {type: sendgrid, api_key_env: SG_KEY}\nkinds:\n  email.receipt: {provider: mail}\n"
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.refuse("enqueue", "--config", cfg, "--source", "o3", "--kind", "charge.create", "--payload", `{}`); !strings.Contains(err.Error(), "known kinds (email.receipt)") {
+		t.Fatalf("enqueue of a kind the configuration lacks: %v", err)
+	}
+
+	out := c.ok("status")
+	if !strings.Contains(out, "1 pending pager.page effects wait for a dispatcher: no live dispatcher serves pager.page") || strings.Contains(out, "charge.create effects wait") {
+		t.Fatalf("status:\n%s", out)
+	}
+	var st struct {
+		Unserved map[string]int64 `json:"unserved_pending"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("status", "--json")), &st); err != nil || st.Unserved["pager.page"] != 1 || len(st.Unserved) != 1 {
+		t.Fatalf("status --json: %+v, %v", st, err)
 	}
 }

@@ -32,6 +32,10 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	unserved, err := store.UnservedPending(ctx)
+	if err != nil {
+		return err
+	}
 	total := map[effects.State]int64{}
 	var kinds []statusKind
 	for _, s := range stats {
@@ -43,7 +47,12 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(io.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"kinds": kinds, "total": total, "uncertain": total[effects.Uncertain], "failed": total[effects.Failed]})
+		un := map[string]int64{}
+		for _, u := range unserved {
+			un[u.Kind] = u.Pending
+		}
+		return enc.Encode(map[string]any{"kinds": kinds, "total": total, "uncertain": total[effects.Uncertain], "failed": total[effects.Failed],
+			"unserved_pending": un})
 	}
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "KIND\t")
@@ -65,6 +74,10 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	fmt.Fprintln(w, "\t")
 	if err := w.Flush(); err != nil {
 		return err
+	}
+	for _, u := range unserved {
+		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). Add the kind to a daemon's configuration.\n",
+			u.Pending, u.Kind, u.Kind, time.Since(u.Oldest).Round(time.Second))
 	}
 	if total[effects.Uncertain]+total[effects.Failed] > 0 {
 		fmt.Fprintf(io.Out, "\n%d uncertain and %d failed effects wait for an operator: sidefx inspect, retry, resolve.\n", total[effects.Uncertain], total[effects.Failed])
