@@ -131,3 +131,35 @@ func keys(m map[string]bool) []string {
 	slices.Sort(ks)
 	return ks
 }
+
+// Now returns the database's clock, which due times and leases are on.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("database clock: %w", translate(err))
+	}
+	return now, nil
+}
+
+// WhyPending says why the pending effect e has not been claimed yet, as of
+// the database's now, given the kinds live dispatchers serve: scheduled for
+// later, backing off after an attempt, no dispatcher serving its kind, or
+// due and waiting for a claim (for how long). A provider paused by a
+// Retry-After or at its limits is known only to its dispatcher's process:
+// it shows as due and waiting. It is empty for other states.
+func WhyPending(e *Effect, now time.Time, served map[string]bool) string {
+	if e.State != Pending {
+		return ""
+	}
+	at := e.NextAttemptAt.UTC().Format(time.RFC3339)
+	switch {
+	case !served[e.Kind]:
+		return fmt.Sprintf("waiting for a dispatcher: no live dispatcher serves %s", e.Kind)
+	case e.NextAttemptAt.After(now) && e.Attempts == 0:
+		return fmt.Sprintf("scheduled: not before %s (in %s)", at, e.NextAttemptAt.Sub(now).Round(time.Second))
+	case e.NextAttemptAt.After(now):
+		return fmt.Sprintf("backing off after attempt %d: next attempt at %s (in %s)", e.Attempts, at, e.NextAttemptAt.Sub(now).Round(time.Second))
+	}
+	return fmt.Sprintf("due since %s (%s ago), waiting for a claim: its provider may be paused (Retry-After) or at its limits, or the dispatchers busy",
+		at, now.Sub(e.NextAttemptAt).Round(time.Millisecond))
+}

@@ -2,6 +2,7 @@ package effects_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,26 @@ func TestStore_RegistryOfServedKinds(t *testing.T) {
 	}
 	if served, _ := b.store.ServedKinds(b.ctx); len(served) != 0 {
 		t.Fatalf("after retiring: served = %v", served)
+	}
+}
+
+func TestWhyPending(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	served := map[string]bool{"charge.create": true}
+	for _, c := range []struct {
+		e    effects.Effect
+		want string
+	}{
+		{effects.Effect{State: effects.Pending, Kind: "sms.send", NextAttemptAt: now}, "no live dispatcher serves sms.send"},
+		{effects.Effect{State: effects.Pending, Kind: "charge.create", NextAttemptAt: now.Add(time.Hour)}, "scheduled: not before 2026-11-23T13:00:00Z (in 1h0m0s)"},
+		{effects.Effect{State: effects.Pending, Kind: "charge.create", Attempts: 2, NextAttemptAt: now.Add(90 * time.Second)}, "backing off after attempt 2: next attempt at 2026-11-23T12:01:30Z (in 1m30s)"},
+		{effects.Effect{State: effects.Pending, Kind: "charge.create", NextAttemptAt: now.Add(-5 * time.Second)}, "due since 2026-11-23T11:59:55Z (5s ago), waiting for a claim"},
+		{effects.Effect{State: effects.Confirmed, Kind: "charge.create"}, ""},
+	} {
+		got := effects.WhyPending(&c.e, now, served)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("WhyPending(%s, attempts %d, due %s) = %q, want %q", c.e.Kind, c.e.Attempts, c.e.NextAttemptAt, got, c.want)
+		}
 	}
 }

@@ -57,7 +57,17 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	type record struct {
 		*effects.Effect
+		// Why a pending effect waits.
+		Why     string          `json:"why_pending,omitempty"`
 		History []effects.Event `json:"history"`
+	}
+	now, err := store.Now(ctx)
+	if err != nil {
+		return err
+	}
+	served, err := store.ServedKinds(ctx)
+	if err != nil {
+		return err
 	}
 	var recs []record
 	for _, e := range list {
@@ -65,7 +75,7 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 		if err != nil {
 			return err
 		}
-		recs = append(recs, record{Effect: e, History: h})
+		recs = append(recs, record{Effect: e, Why: effects.WhyPending(e, now, served), History: h})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(io.Out)
@@ -76,7 +86,7 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 		if i > 0 {
 			fmt.Fprintln(io.Out)
 		}
-		printEffect(io, r.Effect, r.History)
+		printEffect(io, r.Effect, r.Why, r.History)
 	}
 	return nil
 }
@@ -93,7 +103,7 @@ func lookup(ctx context.Context, store *effects.Store, ref string) (*effects.Eff
 	return store.Get(ctx, id)
 }
 
-func printEffect(io *IO, e *effects.Effect, history []effects.Event) {
+func printEffect(io *IO, e *effects.Effect, why string, history []effects.Event) {
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
 	when := func(t time.Time) string {
@@ -107,6 +117,9 @@ func printEffect(io *IO, e *effects.Effect, history []effects.Event) {
 	row("kind", e.Kind)
 	row("key", e.Key)
 	row("state", e.State)
+	if why != "" {
+		row("why pending", why)
+	}
 	maxA := "the kind's policy"
 	if e.MaxAttempts > 0 {
 		maxA = strconv.Itoa(e.MaxAttempts)

@@ -292,8 +292,15 @@ func TestCLI_MaybePerformedAndKeyWindow(t *testing.T) {
 			t.Fatalf("sidefx %v: %v", args, err)
 		}
 	}
-	if out := c.ok("inspect", id); !strings.Contains(out, "maybe: attempt 1 reached the provider") {
+	if out := c.ok("inspect", id); !strings.Contains(out, "maybe: attempt 1 reached the provider") ||
+		!strings.Contains(out, "why pending      waiting for a dispatcher: no live dispatcher serves charge.create") {
 		t.Fatalf("inspect:\n%s", out)
+	}
+	if err := store.Heartbeat(ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if out := c.ok("inspect", id); !strings.Contains(out, "backing off after attempt 1: next attempt at") {
+		t.Fatalf("inspect with a dispatcher:\n%s", out)
 	}
 
 	// Uncertain, and first fired 25 hours ago: past Stripe's window.
