@@ -96,7 +96,7 @@ func buildQueries(q string) *queries {
 		counts: `SELECT state, kind, count(*) FROM ` + t + ` GROUP BY state, kind ORDER BY kind, state`,
 		list:   `SELECT ` + columns + ` FROM ` + t,
 		stats: `SELECT kind, state, count(*),
-				CASE WHEN state = 'pending' THEN extract(epoch FROM now() - min(created_at)) ELSE 0 END::float8
+				CASE WHEN state = 'pending' THEN greatest(extract(epoch FROM now() - min(next_attempt_at)), 0) ELSE 0 END::float8
 			FROM ` + t + ` GROUP BY kind, state ORDER BY kind, state`,
 	}
 }
@@ -321,7 +321,9 @@ type KindStats struct {
 	Kind string
 	// ByState counts the kind's effects in each state present.
 	ByState map[State]int64
-	// OldestPending is the age of the oldest pending effect (zero if none),
+	// OldestPending is how long the pending effect due the longest has been
+	// due: lateness counts from next_attempt_at, so an effect scheduled for
+	// later, or backing off, is not late (zero if none is due),
 	// by the database's clock.
 	OldestPending time.Duration
 }

@@ -225,20 +225,31 @@ func TestStore_Stats(t *testing.T) {
 		effects.NewEffect{SourceID: "a", Kind: "email.receipt", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "b", Kind: "email.receipt", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "a", Kind: "webhook.paid", Payload: json.RawMessage(`{}`)},
+		// Scheduled an hour ahead, although created long ago: not late.
+		effects.NewEffect{SourceID: "later", Kind: "sms.send", Payload: json.RawMessage(`{}`), NotBefore: time.Now().Add(time.Hour)},
 	)
-	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET created_at = now() - interval '90 seconds' WHERE source_id = 'a' AND kind = 'email.receipt'`); err != nil {
+	// Due for 90 s: lateness counts from the due time, not from creation.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET next_attempt_at = now() - interval '90 seconds', created_at = now() - interval '1 day' WHERE source_id = 'a' AND kind = 'email.receipt'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET created_at = now() - interval '1 day' WHERE kind = 'sms.send'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.store.Cancel(b.ctx, "a", "webhook.paid"); err != nil {
 		t.Fatal(err)
 	}
 	stats, err := b.store.Stats(b.ctx)
-	if err != nil || len(stats) != 2 {
+	if err != nil || len(stats) != 3 {
 		t.Fatalf("stats = %+v, %v", stats, err)
 	}
-	mail, hook := stats[0], stats[1]
-	if mail.Kind != "email.receipt" || mail.ByState[effects.Pending] != 2 || mail.OldestPending < 89*time.Second || mail.OldestPending > 120*time.Second {
+	mail, sms, hook := stats[0], stats[1], stats[2]
+	// The database clock: a due time 90 s back is at least 90 s late, and
+	// far less than a day.
+	if mail.Kind != "email.receipt" || mail.ByState[effects.Pending] != 2 || mail.OldestPending < 90*time.Second || mail.OldestPending >= 24*time.Hour {
 		t.Fatalf("email stats = %+v", mail)
+	}
+	if sms.Kind != "sms.send" || sms.ByState[effects.Pending] != 1 || sms.OldestPending != 0 {
+		t.Fatalf("a scheduled effect counts as late: %+v", sms)
 	}
 	if hook.ByState[effects.Cancelled] != 1 || hook.OldestPending != 0 {
 		t.Fatalf("webhook stats = %+v", hook)

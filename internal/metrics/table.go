@@ -54,7 +54,7 @@ func newTableCollector(store statsReader, o Options, errors prometheus.Counter) 
 			"Effects in the side_effects table by kind and state, as of the last table read.",
 			[]string{"kind", "state"}, nil),
 		oldestDesc: prometheus.NewDesc(nameOldestPending,
-			"Age in seconds of the kind's oldest pending effect by the database's clock, 0 if none, as of the last table read.",
+			"Seconds the kind's longest-due pending effect has been due (from next_attempt_at, so scheduled and backing-off effects are not late), by the database's clock, 0 if none is due, as of the last table read.",
 			[]string{"kind"}, nil),
 		now:   time.Now,
 		timer: realTimer,
