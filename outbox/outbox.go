@@ -85,6 +85,13 @@ type Config struct {
 	// dispatchers' registry (sidefx_dispatchers) says, in the caller's
 	// transaction: one more round trip per call. Default false.
 	RequireServed bool
+	// CheckPayload, if set, checks each payload for its kind before any
+	// SQL, as the kind's provider would before sending it: pass a
+	// provider's CheckPayload (providers.PayloadChecker: Stripe's strict
+	// parameters, SendGrid's mail body) so a misspelled parameter is
+	// refused at enqueue, not at dispatch. Its error becomes an
+	// *effects.ValidationError for the payload. Default none.
+	CheckPayload func(kind string, payload json.RawMessage) error
 }
 
 // Outbox enqueues effects into one schema. It holds no connection: each call
@@ -94,6 +101,7 @@ type Outbox struct {
 	maxBytes int
 	kinds    map[string]bool // nil: any
 	served   bool
+	check    func(kind string, payload json.RawMessage) error
 }
 
 // New returns an Outbox for cfg (nil for the defaults).
@@ -112,7 +120,7 @@ func New(cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new outbox: %w", err)
 	}
-	o := &Outbox{store: store, maxBytes: maxBytes, served: cfg.RequireServed}
+	o := &Outbox{store: store, maxBytes: maxBytes, served: cfg.RequireServed, check: cfg.CheckPayload}
 	if len(cfg.Kinds) > 0 {
 		o.kinds = map[string]bool{}
 		for _, k := range cfg.Kinds {
@@ -278,6 +286,12 @@ func (o *Outbox) prepare(e Effect) (effects.NewEffect, error) {
 	payload, err := EncodePayload(e.Payload, o.maxBytes)
 	if err != nil {
 		return effects.NewEffect{}, err
+	}
+	if o.check != nil {
+		if err := o.check(e.Kind, payload); err != nil {
+			return effects.NewEffect{}, &effects.ValidationError{Index: -1, Field: "payload",
+				Reason: fmt.Sprintf("is not one the %s provider can send: %v", e.Kind, err)}
+		}
 	}
 	return effects.NewEffect{SourceID: e.SourceID, Kind: e.Kind, Payload: payload,
 		MaxAttempts: e.MaxAttempts, NotBefore: e.NotBefore}, nil

@@ -172,3 +172,14 @@ func KeyWindow(p Provider) time.Duration {
 	}
 	return 0
 }
+
+// PayloadChecker is implemented by a provider that can tell, without a
+// request, whether a payload is one it could send for a kind: a producer
+// or `sidefx enqueue` calls it before enqueuing, so a misspelled parameter
+// is refused at once instead of failing at dispatch, where the effect can
+// only be superseded.
+type PayloadChecker interface {
+	// CheckPayload returns an error saying what is wrong with payload for
+	// kind, or nil.
+	CheckPayload(kind string, payload json.RawMessage) error
+}

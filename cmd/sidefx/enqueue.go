@@ -65,6 +65,9 @@ func enqueueCmd(ctx context.Context, io *IO, args []string) error {
 			for k := range cfg.Kinds {
 				oc.Kinds = append(oc.Kinds, k)
 			}
+			// Checked as the provider would before sending it: a
+			// misspelled Stripe parameter is refused now, not at dispatch.
+			oc.CheckPayload = cfg.CheckPayload
 		} else {
 			oc.RequireServed = true
 		}

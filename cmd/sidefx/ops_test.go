@@ -353,3 +353,39 @@ func TestCLI_UnservedKinds(t *testing.T) {
 		t.Fatalf("status --json: %+v, %v", st, err)
 	}
 }
+
+// With a configuration, sidefx enqueue checks a payload as the kind's
+// provider would before sending it: a misspelled Stripe parameter or a mail
+// without a recipient is refused at once, naming the problem.
+func TestCLI_EnqueueChecksPayloads(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newCLI(t)
+	cfg := filepath.Join(t.TempDir(), "sidefx.yaml")
+	doc := "database_url: " + c.url + `
+providers:
+  stripe: {type: stripe, api_key_env: STRIPE_KEY}
+  mail: {type: sendgrid, api_key_env: SG_KEY}
+  partner: {type: webhook, url: "https://partner.example/hooks", secret_env: HOOK_SECRET}
+kinds:
+  charge.create: {provider: stripe, operation: charges.create}
+  email.receipt: {provider: mail}
+  webhook.paid: {provider: partner}
+`
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := c.refuse("enqueue", "--config", cfg, "--source", "o1", "--kind", "charge.create", "--payload", `{"ammount": 100, "currency": "usd"}`)
+	if !errors.Is(err, effects.ErrInvalid) || !strings.Contains(err.Error(), "ammount") {
+		t.Fatalf("a misspelled Stripe parameter: %v", err)
+	}
+	err = c.refuse("enqueue", "--config", cfg, "--source", "o1", "--kind", "email.receipt", "--payload", `{"subject": "hi"}`)
+	if !errors.Is(err, effects.ErrInvalid) || !strings.Contains(err.Error(), "email.receipt") {
+		t.Fatalf("a mail body without recipients: %v", err)
+	}
+	c.ok("enqueue", "--config", cfg, "--source", "o1", "--kind", "charge.create", "--payload", `{"amount": 100, "currency": "usd", "source": "tok_visa"}`)
+	c.ok("enqueue", "--config", cfg, "--source", "o1", "--kind", "webhook.paid", "--payload", `{"anything": true}`)
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM side_effects`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d effects stored, want the 2 good ones: %v", n, err)
+	}
+}

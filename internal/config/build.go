@@ -273,14 +273,7 @@ var standIn = map[string]string{
 // what only the provider checks (a header it sets itself, say) at Load
 // rather than at Build. Building a provider opens no connection.
 func dryRun(name string, pc ProviderConfig) error {
-	s := secrets{apiKey: standIn[pc.Type], signing: []string{standIn[TypeWebhook]}}
-	for h := range pc.HeadersEnv {
-		if s.headers == nil {
-			s.headers = map[string]string{}
-		}
-		s.headers[h] = "stand-in"
-	}
-	p, err := newProvider(name, pc, s, nil)
+	p, err := newProvider(name, pc, standInSecrets(pc), nil)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package sendgrid
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -370,3 +371,14 @@ func (p *Provider) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, p.Stri
 
 // LogValue is String, for log/slog.
 func (p *Provider) LogValue() slog.Value { return slog.StringValue(p.String()) }
+
+var _ providers.PayloadChecker = (*Provider)(nil)
+
+// CheckPayload checks payload as a mail-send body, as Call does before any
+// request.
+func (p *Provider) CheckPayload(_ string, payload json.RawMessage) error {
+	if _, err := buildBody(providers.Call{Key: "sfx1_check", Payload: payload}); err != nil {
+		return fmt.Errorf("%s mail send: %w", p.name, err)
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package stripe
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -253,3 +254,20 @@ func (p *Provider) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, p.Stri
 
 // LogValue is String, for log/slog.
 func (p *Provider) LogValue() slog.Value { return slog.StringValue(p.String()) }
+
+var _ providers.PayloadChecker = (*Provider)(nil)
+
+// CheckPayload decodes payload strictly as the parameters of the operation
+// kind maps to, as Call does before any request: an unknown or mistyped
+// parameter is an error naming it.
+func (p *Provider) CheckPayload(kind string, payload json.RawMessage) error {
+	name, ok := p.Operation(kind)
+	if !ok {
+		return fmt.Errorf("stripe: kind %q maps to operation %q (supported: %s): %w",
+			kind, name, strings.Join(Operations(), ", "), ErrUnsupportedOperation)
+	}
+	if _, _, err := operations[name].build(providers.Call{Kind: kind, Key: "sfx1_check", Payload: payload}); err != nil {
+		return fmt.Errorf("stripe %s: payload: %s: %w", name, err, ErrInvalidPayload)
+	}
+	return nil
+}
