@@ -164,8 +164,12 @@ func (m *providerModel) stripe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !st.storedAt.IsZero() {
-		// Stripe has forgotten the key: this request is new to it.
-		m.sentPastWin = append(m.sentPastWin, key)
+		// Stripe has forgotten the key: this request is new to it. That is a
+		// danger when the stored answer was not a definite refusal: the
+		// effect may have been performed under the key.
+		if st.status < 400 || st.status >= 500 {
+			m.sentPastWin = append(m.sentPastWin, key)
+		}
 		st.storedAt = time.Time{}
 	}
 	a := m.next
@@ -268,6 +272,7 @@ type modelEffect struct {
 	key          string
 	refired      bool // an operator accepted a possible duplicate
 	forced       bool // an operator sent it again past its key window
+	resolved     bool // an operator resolved it as failed
 	cancelled    bool
 }
 
@@ -536,8 +541,8 @@ func (w *world) resolve(t *rapid.T) {
 	var err error
 	if n > 0 {
 		_, err = w.store.Resolve(w.ctx, me.id, effects.Confirmed, ref, op)
-	} else {
-		_, err = w.store.Resolve(w.ctx, me.id, effects.Failed, "", op)
+	} else if _, err = w.store.Resolve(w.ctx, me.id, effects.Failed, "", op); err == nil {
+		me.resolved = true
 	}
 	if err != nil && !errors.Is(err, effects.ErrWrongState) {
 		w.fatalf("resolve: %v", err)
@@ -587,13 +592,13 @@ func (w *world) check(t *rapid.T) {
 	w.model.mu.Lock()
 	pastWin := slices.Clone(w.model.sentPastWin)
 	w.model.mu.Unlock()
-	forced := map[string]bool{}
+	byKey := map[string]*modelEffect{}
 	for _, me := range w.effs {
-		forced[me.key] = me.forced
+		byKey[me.key] = me
 	}
 	for _, key := range pastWin {
-		if !forced[key] {
-			w.fatalf("sent to Stripe again after the key window, and no operator asked for it: %s", key)
+		if me := byKey[key]; me == nil || !me.forced {
+			w.fatalf("sent to Stripe again after the key window, and no operator asked for it: %+v", me)
 		}
 	}
 	for p, me := range w.effs {
@@ -617,6 +622,10 @@ func (w *world) check(t *rapid.T) {
 			w.fatalf("effect %d was cancelled but was performed (%d)", e.ID, n)
 		case n > 0 && e.State == effects.Failed && len(e.MaybeAttempts) == 0 && e.Flag == "":
 			w.fatalf("effect %d is failed but was performed (%d), and holds no evidence of it", e.ID, n)
+		case e.State == effects.Failed && len(e.MaybeAttempts) > 0 && e.Flag == "" && !me.resolved:
+			// failed means definitely not performed: only an operator's
+			// decision, or a late answer flagged, leaves evidence on it.
+			w.fatalf("effect %d is failed although attempts %v may have been performed", e.ID, e.MaybeAttempts)
 		}
 	}
 }
