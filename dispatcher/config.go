@@ -27,6 +27,18 @@ type Config struct {
 
 	// Workers bounds the provider calls in flight; the dispatcher never
 	// holds more claimed effects than this. Default 32.
+	//
+	// The workers are shared out among the providers, so that a provider
+	// that hangs or is slow never holds the slots another one needs: each
+	// provider without a Limits entry's Concurrency gets an equal share of
+	// what the Concurrency limits leave (Workers, less the set
+	// Concurrency values, divided among the others; the remainder goes one
+	// each to the first providers by name; at least 1 each). A provider
+	// alone gets every worker. A provider never holds more than its share,
+	// even while the others are idle: a call cannot be taken back once
+	// made, so a slot lent to a provider that then hangs would be lost to
+	// the others until the call's Timeout. Raise Workers, or a provider's
+	// Limit.Concurrency, for more calls to one provider in flight.
 	Workers int
 
 	// BatchSize bounds the effects one claim statement takes and the
@@ -83,10 +95,19 @@ type Config struct {
 	// Logger receives the dispatcher's logs. Default slog.Default().
 	Logger *slog.Logger
 
+	// FailureLogEvery sets how often a provider failing in a row is logged
+	// at warn: its first retryable or unknown answer after a definite one
+	// (or since Run started), and every FailureLogEvery-th in a row after
+	// it, with the provider, kind, attempt and reason; the others are
+	// logged at debug. The first definite answer after such a streak is
+	// logged at info. Default 100.
+	FailureLogEvery int
+
 	// Observer is told of every outcome, rescue and reap, for metrics; of
-	// every provider pause too if it implements PauseObserver, and of every
-	// failed database statement if it implements ErrorObserver. Default
-	// none.
+	// every provider pause too if it implements PauseObserver, of every
+	// failed database statement if it implements ErrorObserver, and of
+	// every provider answer with the provider's failure streak if it
+	// implements ProviderObserver. Default none.
 	Observer Observer
 }
 
@@ -153,7 +174,10 @@ func RetrySpan(k Kind) time.Duration {
 
 // Limit bounds the calls to one provider.
 type Limit struct {
-	// Concurrency bounds the calls in flight. 0: Workers.
+	// Concurrency bounds the calls in flight, at most Workers. 0: the
+	// provider's share of Workers (see Config.Workers). A Concurrency
+	// above the share lets this provider hold slots the others' shares
+	// would have: if it hangs, they get fewer.
 	Concurrency int
 	// RatePerSecond bounds the calls started per second. 0: unlimited.
 	RatePerSecond float64
@@ -175,6 +199,7 @@ const (
 	DefaultTimeout         = 30 * time.Second
 	DefaultBackoffBase     = time.Second
 	DefaultBackoffMax      = time.Hour
+	DefaultFailureLogEvery = 100
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -202,6 +227,9 @@ func withDefaults(cfg *Config) (Config, error) {
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
+	if c.FailureLogEvery == 0 {
+		c.FailureLogEvery = DefaultFailureLogEvery
+	}
 	def(&c.Lease, DefaultLease)
 	def(&c.PollInterval, DefaultPollInterval)
 	def(&c.RescueInterval, max(c.Lease/4, time.Second))
@@ -225,6 +253,8 @@ func withDefaults(cfg *Config) (Config, error) {
 		return c, configErr("Workers is %d, it must be positive", c.Workers)
 	case c.BatchSize < 0:
 		return c, configErr("BatchSize is %d, it must be positive", c.BatchSize)
+	case c.FailureLogEvery < 0:
+		return c, configErr("FailureLogEvery is %d, it must be positive", c.FailureLogEvery)
 	case c.Lease < time.Second:
 		return c, configErr("Lease is %s, it must be at least 1s", c.Lease)
 	case c.TombstoneRetention < 0:
@@ -279,6 +309,42 @@ func withDefaults(cfg *Config) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// shares returns the calls in flight each provider may hold, by name:
+// its Limits Concurrency if set (at most Workers), else an equal share of
+// the workers the set ones leave, the remainder going one each to the
+// first providers by name, at least 1 each.
+func (c *Config) shares() map[string]int {
+	var names []string
+	seen := map[string]bool{}
+	for _, kind := range c.servedKinds() {
+		if name := c.Kinds[kind].Provider.Name(); !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	out := make(map[string]int, len(names))
+	left := c.Workers
+	var open []string
+	for _, name := range names {
+		if l := c.Limits[name].Concurrency; l > 0 {
+			out[name] = min(l, c.Workers)
+			left -= out[name]
+		} else {
+			open = append(open, name)
+		}
+	}
+	left = max(left, 0)
+	for i, name := range open {
+		share := left / len(open)
+		if i < left%len(open) {
+			share++
+		}
+		out[name] = max(share, 1)
+	}
+	return out
 }
 
 // servedKinds lists the configured kinds in order.

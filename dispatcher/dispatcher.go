@@ -38,6 +38,11 @@ type Dispatcher struct {
 	now      func() time.Time
 	pauseObs PauseObserver
 	errObs   ErrorObserver
+	provObs  ProviderObserver
+
+	// amu orders providers' answers: each group's failure streak and last
+	// success, and the ProviderObserver calls that report them.
+	amu sync.Mutex
 
 	running atomic.Bool
 	// stuck: the completer holds outcomes it failed to record; no claim is
@@ -76,6 +81,10 @@ type group struct {
 	// pausedUntil: no claim before it (a Retry-After), by Dispatcher.now;
 	// guarded by Dispatcher.mu.
 	pausedUntil time.Time
+	// failures: retryable or unknown answers in a row; lastSuccess: the
+	// last definite answer, by Dispatcher.now. Guarded by Dispatcher.amu.
+	failures    int
+	lastSuccess time.Time
 }
 
 // pending is an outcome waiting to be recorded.
@@ -125,17 +134,19 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 	if d.errObs == nil {
 		d.errObs = NopObserver{}
 	}
+	d.provObs, _ = c.Observer.(ProviderObserver)
+	if d.provObs == nil {
+		d.provObs = NopObserver{}
+	}
 	byName := map[string]*group{}
+	shares := c.shares()
 	for _, kind := range c.servedKinds() {
 		k := c.Kinds[kind]
 		name := k.Provider.Name()
 		g := byName[name]
 		if g == nil {
 			l := c.Limits[name]
-			g = &group{name: name, limit: c.Workers}
-			if l.Concurrency > 0 {
-				g.limit = min(l.Concurrency, c.Workers)
-			}
+			g = &group{name: name, limit: shares[name]}
 			if l.RatePerSecond > 0 {
 				burst := l.Burst
 				if burst == 0 {
@@ -469,6 +480,11 @@ func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, 
 		res = providers.Retry(errors.New("not called: the lease was nearly over when the claim returned"), 0)
 	} else {
 		res = d.call(hardCtx, k.Provider, call, timeout)
+		if hardCtx.Err() == nil {
+			// A call cancelled at the shutdown deadline says nothing of
+			// the provider.
+			d.answered(g, e, res)
+		}
 	}
 	if res.IsRetryable() && res.RetryAfter > 0 {
 		d.pause(g, e, k, res.RetryAfter)
@@ -479,6 +495,42 @@ func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, 
 	rec.State = out.State
 	rec.SinceEnqueue = time.Since(e.CreatedAt)
 	outcomes <- pending{out: out, rec: rec, g: g}
+}
+
+// answered keeps g's failure streak and last success from one answer of
+// its provider, and tells the ProviderObserver. The first failure in a
+// row (retryable or unknown), and every FailureLogEvery-th after it, is
+// logged at warn; the first definite answer after a streak at info.
+func (d *Dispatcher) answered(g *group, e *effects.Effect, res providers.Result) {
+	failed := res.IsRetryable() || res.IsUnknown()
+	reason := ""
+	if res.Err != nil {
+		reason = res.Err.Error()
+	}
+	d.amu.Lock()
+	defer d.amu.Unlock()
+	at := d.now()
+	before := g.failures
+	if failed {
+		g.failures++
+	} else {
+		g.failures = 0
+		g.lastSuccess = at
+	}
+	n := g.failures
+	switch {
+	case failed && (n == 1 || n%d.cfg.FailureLogEvery == 0):
+		d.log.Warn("provider failing: answer "+res.Class.String(), "provider", g.name, "kind", e.Kind,
+			"effect_id", e.ID, "attempt", e.Attempts, "reason", reason, "consecutive_failures", n,
+			"logged_every", d.cfg.FailureLogEvery)
+	case failed:
+		d.log.Debug("provider failing: answer "+res.Class.String(), "provider", g.name, "kind", e.Kind,
+			"effect_id", e.ID, "attempt", e.Attempts, "reason", reason, "consecutive_failures", n)
+	case before > 0:
+		d.log.Info("provider answering again", "provider", g.name, "kind", e.Kind, "failures_before", before)
+	}
+	d.provObs.ProviderAnswered(ProviderAnswer{Provider: g.name, Kind: e.Kind, EffectID: e.ID, Attempt: e.Attempts,
+		Class: res.Class, ConsecutiveFailures: n, LastSuccess: g.lastSuccess, At: at})
 }
 
 // pause stops claims for g's kinds for the provider's Retry-After, capped

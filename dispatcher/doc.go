@@ -16,7 +16,7 @@
 // # The loop
 //
 //  1. Claim: one statement moves up to min(free worker slots, the provider's
-//     free capacity, BatchSize) due pending effects of the served kinds to
+//     free share and capacity, BatchSize) due pending effects of the served kinds to
 //     fired — attempts+1, a lease, the worker's id — using FOR UPDATE SKIP
 //     LOCKED, and commits. The effect is recorded as fired before its
 //     provider is called; no transaction is open during a call.
@@ -33,6 +33,19 @@
 // as a fallback. Per provider, Limits bound calls in flight and calls per second;
 // the claim takes no more than that capacity, so claimed effects do not wait
 // out their lease in a queue.
+//
+// # Providers are isolated
+//
+// A provider that hangs or is slow never holds the worker slots another
+// provider needs. Each provider gets a share of Workers: its
+// Limit.Concurrency if set, else an equal part of what the set ones leave
+// (at least 1). With 8 workers and two providers, a mail provider that
+// never answers holds 4 slots until its calls time out, and webhooks go on
+// through the other 4. A provider holds no more than its share even while
+// the others are idle: a call cannot be taken back once made, so a slot
+// lent to a provider that then hangs would be lost to the others for the
+// call's Timeout. A dispatcher serving one provider gives it every worker.
+// Isolation needs at least as many Workers as providers.
 //
 // # What each answer does
 //
@@ -121,6 +134,20 @@
 // at least the capped Retry-After, by the database's clock. A pause lives
 // in the process that got the answer: each replica learns of a 429 from its
 // own calls. An Observer implementing PauseObserver is told of each pause.
+//
+// # A provider failing in a row
+//
+// Retries are visible. Each provider's retryable and unknown answers in a
+// row are counted (a confirmed or rejected answer, which says the
+// provider works, ends the streak). The first of a streak, and every
+// FailureLogEvery-th (default 100) after it, is logged at warn with the
+// provider, kind, effect, attempt and reason; the others at debug; the
+// first definite answer after a streak at info. An Observer implementing
+// ProviderObserver is told of every answer with the streak and the time
+// of the provider's last definite answer
+// (sidefx_provider_consecutive_failures and
+// sidefx_provider_last_success_timestamp_seconds in the daemon, and the
+// SidefxProviderFailing alert).
 //
 // # When the database refuses
 //

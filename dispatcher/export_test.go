@@ -9,3 +9,13 @@ func SetClock(d *Dispatcher, now func() time.Time) { d.now = now }
 // Decide is the dispatcher's decision: what a provider's answer to one
 // attempt makes of the effect.
 var Decide = decide
+
+// Shares returns the calls in flight each provider of cfg may hold, by
+// provider name, after defaults.
+func Shares(cfg *Config) (map[string]int, error) {
+	c, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.shares(), nil
+}

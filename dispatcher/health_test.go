@@ -197,8 +197,8 @@ func TestDispatcher_RefusedRecordIsSurfacedAndOutcomesKept(t *testing.T) {
 		WHERE table_schema = current_schema() AND table_name = 'side_effects' AND column_name <> 'provider_ref'`).Scan(&cols); err != nil {
 		t.Fatal(err)
 	}
-	sql(t, owner, "REVOKE UPDATE ON side_effects FROM "+role)
-	sql(t, owner, "GRANT UPDATE ("+cols+") ON side_effects TO "+role)
+	// One transaction: a claim between the two would be refused too.
+	sql(t, owner, "REVOKE UPDATE ON side_effects FROM "+role+"; GRANT UPDATE ("+cols+") ON side_effects TO "+role)
 	t.Cleanup(func() { // should the test fail midway, before the stop
 		_, _ = owner.Exec(context.Background(), "GRANT UPDATE ON side_effects TO "+role)
 	})

@@ -99,3 +99,40 @@ func (NopObserver) Paused(Pause) {}
 
 // DatabaseError does nothing.
 func (NopObserver) DatabaseError(string, ErrorClass) {}
+
+// ProviderObserver is implemented by an Observer that also follows each
+// provider's health: a provider failing continuously, whose effects only
+// retry. The dispatcher checks for it with a type assertion (NopObserver
+// implements it, doing nothing). Calls are made one at a time, in the
+// order of the answers.
+type ProviderObserver interface {
+	// ProviderAnswered is called for every answer of a provider to a call
+	// (not for calls cancelled at the shutdown deadline, nor for effects
+	// not called because their lease was nearly over).
+	ProviderAnswered(ProviderAnswer)
+}
+
+// ProviderAnswer describes one answer of a provider and the provider's
+// failure streak after it, in this dispatcher.
+type ProviderAnswer struct {
+	// Provider is the provider's name.
+	Provider string
+	// Kind, EffectID and Attempt name the call that was answered.
+	Kind     string
+	EffectID int64
+	Attempt  int
+	// Class is the provider's answer.
+	Class providers.Class
+	// ConsecutiveFailures counts the provider's retryable and unknown
+	// answers in a row, this one included: 0 after a definite answer
+	// (confirmed or rejected), which says the provider works.
+	ConsecutiveFailures int
+	// LastSuccess is when the provider last gave a definite answer, by the
+	// dispatcher's clock; zero if it has given none since New.
+	LastSuccess time.Time
+	// At is when the answer came back, by the dispatcher's clock.
+	At time.Time
+}
+
+// ProviderAnswered does nothing.
+func (NopObserver) ProviderAnswered(ProviderAnswer) {}

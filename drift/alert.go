@@ -22,9 +22,9 @@ type Alert struct {
 	GeneratorURL string            `json:"generatorURL,omitempty"`
 }
 
-// alerter posts firing alerts for non-zero findings on every run (as
-// Alertmanager expects active alerts to be re-sent) and a resolved alert
-// once a firing one goes back to zero.
+// alerter posts firing alerts for non-zero findings and for failed or
+// refused rules on every run (as Alertmanager expects active alerts to be
+// re-sent) and a resolved alert once a firing one goes back to zero.
 type alerter struct {
 	url    string
 	client *http.Client
@@ -53,6 +53,15 @@ func alertsFor(rep Report, now time.Time) []Alert {
 		out = append(out, Alert{Labels: l, Annotations: map[string]string{"summary": summary, "description": desc}, StartsAt: now})
 	}
 	for _, f := range rep.Findings {
+		if f.Err != nil {
+			what := "failed"
+			if f.Refused {
+				what = "was refused at start and does not run"
+			}
+			add("SidefxDriftRunErrors", "ticket", map[string]string{"rule": f.Rule, "kind": f.Kind},
+				fmt.Sprintf("drift rule %s %s", f.Rule, what),
+				fmt.Sprintf("%v; its findings are missing until the rule is fixed", f.Err))
+		}
 		if f.Missing > 0 {
 			add("SidefxDriftMissing", "page", map[string]string{"rule": f.Rule, "kind": f.Kind},
 				fmt.Sprintf("%d sources lack their %s effect", f.Missing, f.Kind),

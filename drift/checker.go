@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -27,9 +28,13 @@ type Observer interface {
 type Config struct {
 	// Schema holds side_effects and the drift tables. Default "public".
 	Schema string
-	// Rules are the checks. Rules that fail validation are left out, each
-	// reported by NewChecker; the others run.
+	// Rules are the checks. Rules that fail validation are refused, each
+	// reported by NewChecker and as a failed Finding (Refused) in every
+	// run; the others run.
 	Rules []Rule
+	// StatementTimeout bounds each statement of a rule's run, for the rules
+	// that set none. Default DefaultStatementTimeout (30s).
+	StatementTimeout time.Duration
 	// Schedule is when to run: a 5-field cron spec or a descriptor such as
 	// "@every 5m", as cron.ParseStandard reads it. @every schedules are
 	// aligned to the clock (every 5m runs at :00, :05, …) so replicas agree
@@ -57,7 +62,8 @@ type Config struct {
 // findings.
 type Checker struct {
 	pool     *pgxpool.Pool
-	cfg      Config
+	cfg      Config // Rules: every rule, refused or not
+	refused  map[string]error
 	schema   string
 	schedule cron.Schedule
 	log      *slog.Logger
@@ -96,15 +102,20 @@ func NewChecker(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Checker,
 	if c.Runner == "" {
 		c.Runner = defaultRunner()
 	}
-	refused := Validate(ctx, pool, c.Rules)
-	var good []Rule
-	for _, r := range c.Rules {
-		if refused[r.Name] == nil {
-			good = append(good, r)
+	if c.StatementTimeout < 0 {
+		return nil, nil, fmt.Errorf("new drift checker: statement timeout %s is negative", c.StatementTimeout)
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
+	c.Rules = slices.Clone(c.Rules)
+	for i := range c.Rules {
+		if c.Rules[i].StatementTimeout == 0 {
+			c.Rules[i].StatementTimeout = c.StatementTimeout
 		}
 	}
-	c.Rules = good
-	ch := &Checker{pool: pool, cfg: c, schema: schema, schedule: sched, log: c.Logger.With("component", "drift")}
+	refused := Validate(ctx, pool, c.Rules)
+	ch := &Checker{pool: pool, cfg: c, refused: refused, schema: schema, schedule: sched, log: c.Logger.With("component", "drift")}
 	for name, err := range refused {
 		ch.log.Error("drift rule refused; the other rules run", "rule", name, "err", err)
 	}
@@ -114,8 +125,16 @@ func NewChecker(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Checker,
 	return ch, refused, nil
 }
 
-// Rules returns the rules the checker runs.
-func (c *Checker) Rules() []Rule { return c.cfg.Rules }
+// Rules returns the rules the checker runs: those it did not refuse.
+func (c *Checker) Rules() []Rule {
+	var good []Rule
+	for _, r := range c.cfg.Rules {
+		if c.refused[r.Name] == nil {
+			good = append(good, r)
+		}
+	}
+	return good
+}
 
 // ParseSchedule reads a 5-field cron spec or a descriptor. An "@every D"
 // schedule is aligned to multiples of D since the Unix epoch, so that every
@@ -197,7 +216,7 @@ func (c *Checker) run(ctx context.Context, tick time.Time) (rep Report, ran bool
 	if err != nil || !ok {
 		return rep, false, err
 	}
-	rep = Run(ctx, c.pool, c.schema, c.cfg.Rules, c.cfg.PendingAfter)
+	rep = run(ctx, c.pool, c.schema, c.cfg.Rules, c.refused, c.cfg.PendingAfter)
 	if err := save(ctx, c.pool, c.schema, id, rep); err != nil {
 		return rep, true, err
 	}
@@ -217,6 +236,8 @@ func (c *Checker) run(ctx context.Context, tick time.Time) (rep Report, ran bool
 func (c *Checker) logReport(rep Report) {
 	for _, f := range rep.Findings {
 		switch {
+		case f.Refused:
+			c.log.Error("drift rule refused at start, not run", "rule", f.Rule, "err", f.Err)
 		case f.Err != nil:
 			c.log.Error("drift rule failed", "rule", f.Rule, "err", f.Err)
 		case f.Missing > 0 || f.Extra > 0:

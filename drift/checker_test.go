@@ -175,9 +175,62 @@ func TestChecker_StoresRunsAndRefusesBrokenRules(t *testing.T) {
 	if err != nil || len(runs) != 2 {
 		t.Fatalf("recent = %+v, %v", runs, err)
 	}
+	// The refused rule is in every run, as an error: findings by rule name.
 	r := runs[0]
-	if r.Finished.IsZero() || !r.Tick.IsZero() || len(r.Findings) != 1 || r.Findings[0].Missing != 2 ||
-		strings.Join(r.Findings[0].MissingIDs, ",") != "1,2" || r.Stuck == nil {
+	if r.Finished.IsZero() || !r.Tick.IsZero() || r.Errors != 1 || len(r.Findings) != 2 || r.Stuck == nil {
 		t.Fatalf("stored run = %+v", r)
+	}
+	if f := r.Findings[0]; f.Rule != "broken" || !f.Refused || f.Err == nil || !strings.Contains(f.Err.Error(), "no_such_table") {
+		t.Fatalf("refused rule's finding = %+v", f)
+	}
+	if f := r.Findings[1]; f.Err != nil || f.Missing != 2 || strings.Join(f.MissingIDs, ",") != "1,2" {
+		t.Fatalf("good rule's finding = %+v", f)
+	}
+}
+
+// lastReport keeps the last report a checker made.
+type lastReport struct {
+	mu  sync.Mutex
+	rep drift.Report
+}
+
+func (l *lastReport) Reported(rep drift.Report) { l.mu.Lock(); l.rep = rep; l.mu.Unlock() }
+
+// A rule refused at start is an error of every run: in the report the
+// observer (metrics) sees, and in the alerts posted.
+func TestChecker_RefusedRuleIsAnErrorOfEveryRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 2, 0)
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	var obs lastReport
+	typo := drift.Rule{Name: "typo", Kind: "email.receipt", SQL: `SELECT id FROM orders WHERE paid_at < :due_befor`}
+	c, refused, err := drift.NewChecker(ctx, pool, &drift.Config{Rules: []drift.Rule{receipts, typo},
+		AlertURL: srv.URL + "/api/v2/alerts", Logger: quietLog, Observer: &obs})
+	if err != nil || len(refused) != 1 || refused["typo"] == nil {
+		t.Fatalf("refused = %v, %v", refused, err)
+	}
+	for range 2 {
+		rep, err := c.RunNow(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Errors() != 1 || len(rep.Findings) != 2 || !rep.Findings[1].Refused {
+			t.Fatalf("report = %+v", rep)
+		}
+		obs.mu.Lock()
+		seen := obs.rep.Errors()
+		obs.mu.Unlock()
+		if seen != 1 {
+			t.Fatalf("the observer saw %d errors, want 1", seen)
+		}
+		alerts := rcv.last()
+		if len(alerts) != 1 || alerts[0].Labels["alertname"] != "SidefxDriftRunErrors" || alerts[0].Labels["rule"] != "typo" ||
+			!strings.Contains(alerts[0].Annotations["description"], ":due_befor") {
+			t.Fatalf("alerts posted: %+v", alerts)
+		}
 	}
 }

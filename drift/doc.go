@@ -27,6 +27,23 @@
 // The comparison runs in SQL, in one statement per rule (one snapshot):
 // anti-joins on side_effects' (source_id, kind) index, bounded by the
 // window. A rule whose SQL fails is reported in its finding and does not stop
-// the others. Validate prepares each rule's SQL without running it and
-// checks it returns one text-compatible column.
+// the others.
+//
+// Each rule runs in a read-only transaction of its own (a savepoint when the
+// DB given is a transaction), and the database cancels any of its statements
+// that runs past Rule.StatementTimeout (Config.StatementTimeout for a
+// Checker's rules that set none, DefaultStatementTimeout, 30s, without
+// either). Rule SQL that calls something that writes fails; nothing is kept.
+//
+// Validate checks each rule before it runs: its fields, its placeholders
+// (any other than :due_before and :window_start is named, with where it
+// is, before any SQL runs), then its SQL, which the database runs for no
+// rows and which must return one text-compatible column. The database's
+// error positions are given as a line and column of the rule's own SQL, not
+// of the statement sidefx wraps around it.
+//
+// A Checker refuses the rules Validate rejects and runs the others. A
+// refused rule is a failed Finding (Refused) in every run, so it counts in
+// Report.Errors, in the stored runs, in the Observer's report and in the
+// alerts posted, until it is fixed and the checker started again.
 package drift

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/drift"
@@ -194,6 +195,117 @@ func TestRun_RuleWithoutPlaceholders(t *testing.T) {
 	}
 	f := drift.Run(ctx, pool, "", []drift.Rule{rule}, 0).Findings[0]
 	if f.Err != nil || f.Missing != 1 || f.MissingIDs[0] != "2" {
+		t.Fatalf("finding = %+v", f)
+	}
+}
+
+// noSQL is a database that fails the test if anything is run on it.
+type noSQL struct {
+	drift.DB
+	t *testing.T
+}
+
+func (d noSQL) Begin(context.Context) (pgx.Tx, error) {
+	d.t.Error("sql ran")
+	return nil, errors.New("no sql")
+}
+
+func TestValidate_NamesUnknownPlaceholders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rule := drift.Rule{Name: "typo", Kind: "email.receipt",
+		SQL: "SELECT id FROM orders\nWHERE paid_at < :due_befor AND paid_at >= :window_start"}
+	err := drift.Validate(ctx, noSQL{t: t}, []drift.Rule{rule})["typo"]
+	want := `invalid drift rule "typo": unknown placeholder :due_befor at line 2, column 17 of its sql (want :due_before or :window_start)`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error = %v\nwant %s", err, want)
+	}
+	// Casts, strings, quoted names, comments, dollar quotes and array
+	// slices are not placeholders; the real ones still bind.
+	pool := pgtest.DB(t)
+	shop(t, pool, 3, 0)
+	fine := drift.Rule{Name: "fine", Kind: "email.receipt", SQL: `SELECT id FROM orders -- :not_one
+		WHERE paid_at::date <= :due_before::date AND ':nor_this' <> $$ :nor$$ /* :nor_that */
+		AND (ARRAY[1, 2])[1:2] IS NOT NULL AND paid_at >= :window_start`}
+	if bad := drift.Validate(ctx, pool, []drift.Rule{fine}); len(bad) != 0 {
+		t.Fatalf("validate: %v", bad)
+	}
+	if f := drift.Run(ctx, pool, "", []drift.Rule{fine}, 0).Findings[0]; f.Err != nil {
+		t.Fatalf("run: %v", f.Err)
+	}
+}
+
+// The database's error positions are in the rule's own SQL, counted in
+// characters, past placeholders that bind to longer text.
+func TestValidate_PositionsInTheRulesSQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 1, 0)
+	rules := []drift.Rule{
+		{Name: "syntax", Kind: "email.receipt", SQL: "SELECT id -- the ordérs\nFROM orders WHERE paid_at < :due_before AND AND paid_at IS NOT NULL"},
+		{Name: "column", Kind: "email.receipt", SQL: "SELECT id FROM orders\n  WHERE paid_at < :due_before AND payd_at IS NOT NULL"},
+		{Name: "short", Kind: "email.receipt", SQL: "SELECT id FROM orders WHERE (paid_at < :due_before"},
+	}
+	bad := drift.Validate(ctx, pool, rules)
+	wants := map[string]string{
+		"syntax": `syntax error at or near "AND" at line 2, column 45 of its sql`,
+		"column": `column "payd_at" does not exist at line 2, column 35 of its sql`,
+		"short":  `after the end of its sql (line 1, column 51)`,
+	}
+	for name, want := range wants {
+		if err := bad[name]; err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "character") {
+			t.Errorf("rule %s: %v\nwant %q", name, err, want)
+		}
+	}
+	// The same at run time.
+	if f := drift.Run(ctx, pool, "", rules[:1], 0).Findings[0]; f.Err == nil || !strings.Contains(f.Err.Error(), wants["syntax"]) {
+		t.Errorf("run: %v", f.Err)
+	}
+}
+
+// Rules run read-only: SQL that would write fails, and nothing is written.
+func TestRun_RulesRunReadOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 3, 0)
+	if _, err := pool.Exec(ctx, `CREATE TABLE audit (n int);
+		CREATE FUNCTION audited() RETURNS boolean LANGUAGE sql AS 'INSERT INTO audit VALUES (1) RETURNING true'`); err != nil {
+		t.Fatal(err)
+	}
+	rule := drift.Rule{Name: "writes", Kind: "email.receipt", SQL: `SELECT id FROM orders WHERE audited()`}
+	f := drift.Run(ctx, pool, "", []drift.Rule{rule}, 0).Findings[0]
+	if f.Err == nil || !strings.Contains(f.Err.Error(), "read-only transaction") {
+		t.Fatalf("finding = %+v", f)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the rule wrote %d rows (%v)", n, err)
+	}
+	// Inside the caller's transaction too, which stays usable.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if f := drift.Run(ctx, tx, "", []drift.Rule{rule, receipts}, 0).Findings; f[0].Err == nil || f[1].Err != nil {
+		t.Fatalf("findings in a transaction = %+v", f)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO audit VALUES (2)`); err != nil {
+		t.Fatalf("the caller's transaction after the rules: %v", err)
+	}
+}
+
+func TestRun_StatementTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	shop(t, pool, 1, 0)
+	slow := drift.Rule{Name: "slow", Kind: "email.receipt", SQL: `SELECT id FROM orders WHERE pg_sleep(2) IS NOT NULL`,
+		StatementTimeout: 50 * time.Millisecond}
+	f := drift.Run(ctx, pool, "", []drift.Rule{slow}, 0).Findings[0]
+	if f.Err == nil || !strings.Contains(f.Err.Error(), `drift rule "slow": its sql ran past its statement timeout 50ms`) {
 		t.Fatalf("finding = %+v", f)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sidefx/sidefx/effects"
@@ -46,12 +47,33 @@ type Rule struct {
 	// run then costs about the same whatever their size, and its counts are
 	// counts in the sample (Finding.Sampled). Default 0: check everything.
 	CheckAtMost int
+	// StatementTimeout bounds each statement of the rule's run: the
+	// database cancels one that runs longer, and the rule's run fails.
+	// Default 0: the Checker's Config.StatementTimeout, and
+	// DefaultStatementTimeout (30s) without one.
+	StatementTimeout time.Duration
+}
+
+// DefaultStatementTimeout is how long a statement of a rule's run may take
+// when neither the rule nor the Checker's Config says.
+const DefaultStatementTimeout = 30 * time.Second
+
+func (r *Rule) timeout() time.Duration {
+	if r.StatementTimeout > 0 {
+		return r.StatementTimeout
+	}
+	return DefaultStatementTimeout
+}
+
+// DB is what rules run on: a *pgxpool.Pool or a *pgx.Conn, or a pgx.Tx, in
+// which each rule runs in a savepoint. Each rule runs in a read-only
+// transaction of its own, whatever its SQL calls.
+type DB interface {
+	effects.DB
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 var ruleNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*([._][a-z0-9_-]+)*$`)
-
-// placeholders the rule SQL may use.
-var placeholderRE = regexp.MustCompile(`:(due_before|window_start)\b`)
 
 // ErrRule is wrapped by every rule validation error.
 var ErrRule = errors.New("invalid drift rule")
@@ -67,9 +89,11 @@ func (r *Rule) check() error {
 	}
 	if strings.TrimSpace(r.SQL) == "" {
 		errs = append(errs, errors.New("sql is empty"))
+	} else if err := checkPlaceholders(r.SQL); err != nil {
+		errs = append(errs, err)
 	}
-	if r.Grace < 0 || r.Window < 0 || r.Sample < 0 || r.CheckAtMost < 0 {
-		errs = append(errs, errors.New("grace, window, sample and check_at_most must not be negative"))
+	if r.Grace < 0 || r.Window < 0 || r.Sample < 0 || r.CheckAtMost < 0 || r.StatementTimeout < 0 {
+		errs = append(errs, errors.New("grace, window, sample, check_at_most and statement_timeout must not be negative"))
 	}
 	if r.Window > 0 && r.Grace >= r.Window {
 		errs = append(errs, fmt.Errorf("grace %s is not below window %s: nothing would be compared", r.Grace, r.Window))
@@ -80,25 +104,16 @@ func (r *Rule) check() error {
 	return nil
 }
 
-// bind replaces the rule's placeholders with $dueBefore and $windowStart.
-func (r *Rule) bind(dueBefore, windowStart int) string {
-	return placeholderRE.ReplaceAllStringFunc(r.SQL, func(m string) string {
-		if m == ":due_before" {
-			return fmt.Sprintf("$%d::timestamptz", dueBefore)
-		}
-		return fmt.Sprintf("$%d::timestamptz", windowStart)
-	})
-}
-
 // textOIDs are the result column types a rule may return: text, varchar,
 // bpchar, name, uuid, int2, int4, int8.
 var textOIDs = map[uint32]string{25: "text", 1043: "varchar", 1042: "char", 19: "name", 2950: "uuid", 21: "smallint", 23: "integer", 20: "bigint"}
 
-// Validate checks each rule: its fields, and its SQL, which the database
-// plans (without returning rows) and which must return one text-compatible
-// column. It returns one error per invalid rule, each naming the rule; valid
-// rules are unaffected by the others.
-func Validate(ctx context.Context, db effects.DB, rules []Rule) map[string]error {
+// Validate checks each rule: its fields and placeholders, then its SQL,
+// which the database runs for no rows (read-only, with the rule's statement
+// timeout) and which must return one text-compatible column. It returns one
+// error per invalid rule, each naming the rule, with positions in the rule's
+// own SQL; valid rules are unaffected by the others.
+func Validate(ctx context.Context, db DB, rules []Rule) map[string]error {
 	bad := map[string]error{}
 	seen := map[string]bool{}
 	for _, r := range rules {
@@ -111,25 +126,54 @@ func Validate(ctx context.Context, db effects.DB, rules []Rule) map[string]error
 			bad[r.Name] = err
 			continue
 		}
-		if err := checkShape(ctx, db, r); err != nil {
+		if err := readOnly(ctx, db, r, func(tx pgx.Tx) error { return checkShape(ctx, tx, r) }); err != nil {
 			bad[r.Name] = err
 		}
 	}
 	return bad
 }
 
+// readOnly runs fn in a read-only transaction (a savepoint if db is a
+// transaction) whose statements the database cancels after the rule's
+// statement timeout. It always rolls back: a rule has nothing to keep.
+func readOnly(ctx context.Context, db DB, r Rule, fn func(pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("drift rule %q: begin its read-only transaction: %s", r.Name, pgMessage(err))
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // nothing was written; a failed rollback ends the session
+	// A whole number of milliseconds, at least one (0 would mean none).
+	ms := max(r.timeout().Milliseconds(), 1)
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = %d", ms)); err != nil {
+		return fmt.Errorf("drift rule %q: begin its read-only transaction: %s", r.Name, pgMessage(err))
+	}
+	return fn(tx)
+}
+
+// problem says what the database made of the rule's SQL, run inside q:
+// positions are placed in the rule's own text, and a statement timeout is
+// named with its value.
+func (r *Rule) problem(q *query, err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "57014" && strings.Contains(pe.Message, "statement timeout") {
+		return fmt.Sprintf("its sql ran past its statement timeout %s", r.timeout())
+	}
+	return q.explain(err, r.SQL)
+}
+
 // checkShape runs the rule's SQL for no rows and checks its result is one
 // text-compatible column.
 func checkShape(ctx context.Context, db effects.DB, r Rule) error {
-	rows, err := db.Query(ctx, `WITH params AS (SELECT $1::timestamptz, $2::timestamptz)
-		SELECT * FROM (`+r.bind(1, 2)+`) AS q LIMIT 0`, time.Now(), pgxInfinity())
+	q := new(query).add(`WITH params AS (SELECT $1::timestamptz, $2::timestamptz)
+		SELECT * FROM (`).rule(r.bind(1, 2)).add(`) AS q LIMIT 0`)
+	rows, err := db.Query(ctx, q.String(), time.Now(), pgxInfinity())
 	if err != nil {
-		return fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, pgMessage(err))
+		return fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, r.problem(q, err))
 	}
 	fields := rows.FieldDescriptions()
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, pgMessage(err))
+		return fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, r.problem(q, err))
 	}
 	if len(fields) != 1 {
 		return fmt.Errorf("%w %q: its sql returns %d columns, want one (the source id)", ErrRule, r.Name, len(fields))
@@ -165,12 +209,18 @@ type Finding struct {
 	// Sampled: the counts are of a random sample (Rule.CheckAtMost), not of
 	// every source and effect.
 	Sampled bool
-	Err     error // the rule's run failed; the counts are zero
+	// Err: the rule's run failed, or the rule was refused; the counts are
+	// zero.
+	Err error
+	// Refused: the Checker refused the rule when it started (its fields or
+	// its SQL are invalid, Err says why), so it does not run until it is
+	// fixed and the process restarted. It counts as an error in every run.
+	Refused bool `json:",omitempty"`
 }
 
 // checkRule runs one rule in one statement, so missing and extra are
 // computed on one snapshot.
-func checkRule(ctx context.Context, db effects.DB, schema string, r Rule) Finding {
+func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
 	f := Finding{Rule: r.Name, Kind: r.Kind}
 	sample := r.Sample
 	if sample == 0 {
@@ -188,11 +238,11 @@ func checkRule(ctx context.Context, db effects.DB, schema string, r Rule) Findin
 	}
 	// params names every parameter's type, so a rule that uses neither
 	// placeholder leaves none of them untyped.
-	sql := `WITH params AS (SELECT $1::timestamptz, $2::timestamptz, $3::text, $4::timestamptz, $5::interval, $6::integer),
+	q := new(query).add(`WITH params AS (SELECT $1::timestamptz, $2::timestamptz, $3::text, $4::timestamptz, $5::interval, $6::integer),
 		due AS MATERIALIZED (
-			SELECT source_id FROM (SELECT DISTINCT x.src::text AS source_id FROM (` + r.bind(1, 2) + `) AS x(src)) d` + sampling + `
+			SELECT source_id FROM (SELECT DISTINCT x.src::text AS source_id FROM (`).rule(r.bind(1, 2)).add(`) AS x(src)) d` + sampling + `
 		), known AS MATERIALIZED (
-			SELECT DISTINCT x.src::text AS source_id FROM (` + r.bind(4, 2) + `) AS x(src)
+			SELECT DISTINCT x.src::text AS source_id FROM (`).rule(r.bind(4, 2)).add(`) AS x(src)
 		), missing AS (
 			SELECT d.source_id FROM due d
 			WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` s WHERE s.source_id = d.source_id AND s.kind = $3)
@@ -206,27 +256,31 @@ func checkRule(ctx context.Context, db effects.DB, schema string, r Rule) Findin
 		SELECT (SELECT count(*) FROM missing),
 			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM missing ORDER BY source_id LIMIT $6) m), '{}'),
 			(SELECT count(*) FROM extra),
-			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM extra ORDER BY source_id LIMIT $6) e), '{}')`
+			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM extra ORDER BY source_id LIMIT $6) e), '{}')`)
 	start := time.Now()
-	if err := checkShape(ctx, db, r); err != nil {
-		f.Err = err
-		return f
-	}
-	windowStart := pgxInfinity()
-	var now time.Time
-	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-		f.Err = fmt.Errorf("drift rule %q: %w", r.Name, err)
-		return f
-	}
-	if r.Window > 0 {
-		windowStart = now.Add(-r.Window)
-	}
 	var missing, extra int64
-	err := db.QueryRow(ctx, sql, now.Add(-r.Grace), windowStart, r.Kind, now, r.Grace, sample).
-		Scan(&missing, &f.MissingIDs, &extra, &f.ExtraIDs)
+	err := readOnly(ctx, db, r, func(tx pgx.Tx) error {
+		if err := checkShape(ctx, tx, r); err != nil {
+			return err
+		}
+		windowStart := pgxInfinity()
+		var now time.Time
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return fmt.Errorf("drift rule %q: %s", r.Name, pgMessage(err))
+		}
+		if r.Window > 0 {
+			windowStart = now.Add(-r.Window)
+		}
+		err := tx.QueryRow(ctx, q.String(), now.Add(-r.Grace), windowStart, r.Kind, now, r.Grace, sample).
+			Scan(&missing, &f.MissingIDs, &extra, &f.ExtraIDs)
+		if err != nil {
+			return fmt.Errorf("drift rule %q: %s", r.Name, r.problem(q, err))
+		}
+		return nil
+	})
 	f.Duration = time.Since(start)
 	if err != nil {
-		f.Err = fmt.Errorf("drift rule %q: %s", r.Name, pgMessage(err))
+		f.Err, f.MissingIDs, f.ExtraIDs = err, nil, nil
 		return f
 	}
 	f.Missing, f.Extra = int(missing), int(extra)

@@ -36,7 +36,8 @@ type Report struct {
 	StuckErr error
 }
 
-// Errors counts the rules whose run failed, and the stuck check if it did.
+// Errors counts the rules whose run failed or that were refused, and the
+// stuck check if it failed.
 func (r Report) Errors() int {
 	n := 0
 	for _, f := range r.Findings {
@@ -51,9 +52,15 @@ func (r Report) Errors() int {
 }
 
 // Run checks every rule and the stuck effects once. A rule that fails is
-// reported in its Finding and does not stop the others. pendingAfter is how
-// old a pending effect must be to count as stuck (0: one hour).
-func Run(ctx context.Context, db effects.DB, schema string, rules []Rule, pendingAfter time.Duration) Report {
+// reported in its Finding and does not stop the others. Each rule runs in a
+// read-only transaction of its own, with its statement timeout. pendingAfter
+// is how old a pending effect must be to count as stuck (0: one hour).
+func Run(ctx context.Context, db DB, schema string, rules []Rule, pendingAfter time.Duration) Report {
+	return run(ctx, db, schema, rules, nil, pendingAfter)
+}
+
+// run is Run, with the rules refused at start reported, not run.
+func run(ctx context.Context, db DB, schema string, rules []Rule, refused map[string]error, pendingAfter time.Duration) Report {
 	rep := Report{Started: time.Now()}
 	schema, err := sqlname.Schema(schema)
 	if err != nil {
@@ -61,6 +68,10 @@ func Run(ctx context.Context, db effects.DB, schema string, rules []Rule, pendin
 		return rep
 	}
 	for _, r := range rules {
+		if err := refused[r.Name]; err != nil {
+			rep.Findings = append(rep.Findings, Finding{Rule: r.Name, Kind: r.Kind, Err: err, Refused: true})
+			continue
+		}
 		if err := r.check(); err != nil {
 			rep.Findings = append(rep.Findings, Finding{Rule: r.Name, Kind: r.Kind, Err: err})
 			continue

@@ -3,7 +3,9 @@ package drift
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +47,9 @@ func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Re
 		var errText pgtype.Text
 		if f.Err != nil {
 			errText = pgtype.Text{String: f.Err.Error(), Valid: true}
+			if f.Refused {
+				errText.String = refusedPrefix + errText.String
+			}
 		}
 		if _, err := db.Exec(ctx, `INSERT INTO `+findingsTable(schema)+`
 			(run_id, rule, kind, missing, extra, missing_ids, extra_ids, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
@@ -54,6 +59,9 @@ func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Re
 	}
 	return nil
 }
+
+// refusedPrefix marks a stored finding's error as the refusal of its rule.
+const refusedPrefix = "refused: "
 
 func nonNil(s []string) []string {
 	if s == nil {
@@ -122,7 +130,8 @@ func Recent(ctx context.Context, db effects.DB, schema string, limit int) ([]Run
 		if rule.Valid {
 			f := Finding{Rule: rule.String, Kind: kind.String, Missing: int(missing.Int64), Extra: int(extra.Int64), MissingIDs: missingIDs, ExtraIDs: extraIDs}
 			if errText.Valid {
-				f.Err = fmt.Errorf("%s", errText.String)
+				msg, refused := strings.CutPrefix(errText.String, refusedPrefix)
+				f.Err, f.Refused = errors.New(msg), refused
 			}
 			out[len(out)-1].Findings = append(out[len(out)-1].Findings, f)
 		}

@@ -133,7 +133,8 @@ func New(cfg *Config) (*Outbox, error) {
 	return o, nil
 }
 
-// checkKinds refuses items of kinds that are not known or not served.
+// checkKinds refuses items of kinds no live dispatcher serves, when asked
+// (the configured kinds are checked by prepare).
 func (o *Outbox) checkKinds(ctx context.Context, db DB, items []effects.NewEffect) error {
 	single := len(items) == 1
 	index := func(i int) int {
@@ -141,13 +142,6 @@ func (o *Outbox) checkKinds(ctx context.Context, db DB, items []effects.NewEffec
 			return -1
 		}
 		return i
-	}
-	if o.kinds != nil {
-		for i, it := range items {
-			if !o.kinds[it.Kind] {
-				return &effects.UnknownKindError{Index: index(i), Kind: it.Kind, Known: sortedKeys(o.kinds)}
-			}
-		}
 	}
 	if !o.served {
 		return nil
@@ -233,6 +227,11 @@ func (o *Outbox) EnqueueMany(ctx context.Context, db DB, es []Effect) ([]Enqueue
 			if ve, ok := err.(*effects.ValidationError); ok {
 				return nil, ve.AtIndex(i)
 			}
+			if uk, ok := err.(*effects.UnknownKindError); ok {
+				c := *uk
+				c.Index = i
+				return nil, &c
+			}
 			return nil, fmt.Errorf("effect at index %d: %w", i, err)
 		}
 		items[i] = ne
@@ -286,6 +285,9 @@ func (o *Outbox) prepare(e Effect) (effects.NewEffect, error) {
 	payload, err := EncodePayload(e.Payload, o.maxBytes)
 	if err != nil {
 		return effects.NewEffect{}, err
+	}
+	if o.kinds != nil && !o.kinds[e.Kind] {
+		return effects.NewEffect{}, &effects.UnknownKindError{Index: -1, Kind: e.Kind, Known: sortedKeys(o.kinds)}
 	}
 	if o.check != nil {
 		if err := o.check(e.Kind, payload); err != nil {

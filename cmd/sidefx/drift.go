@@ -20,10 +20,11 @@ import (
 func driftConfig(d config.DriftConfig, schema string, log *slog.Logger) *drift.Config {
 	rules := make([]drift.Rule, len(d.Rules))
 	for i, r := range d.Rules {
-		rules[i] = drift.Rule{Name: r.Name, Kind: r.Kind, SQL: r.SQL, Grace: time.Duration(r.Grace), Window: time.Duration(r.Window), Sample: r.Sample, CheckAtMost: r.CheckAtMost}
+		rules[i] = drift.Rule{Name: r.Name, Kind: r.Kind, SQL: r.SQL, Grace: time.Duration(r.Grace), Window: time.Duration(r.Window),
+			Sample: r.Sample, CheckAtMost: r.CheckAtMost, StatementTimeout: time.Duration(r.StatementTimeout)}
 	}
 	return &drift.Config{Schema: schema, Rules: rules, Schedule: d.Schedule, PendingAfter: time.Duration(d.PendingAfter),
-		Retention: time.Duration(d.Retention), AlertURL: d.AlertURL, Logger: log}
+		Retention: time.Duration(d.Retention), AlertURL: d.AlertURL, StatementTimeout: time.Duration(d.StatementTimeout), Logger: log}
 }
 
 // startDrift starts the drift schedule; the returned function stops it.
@@ -96,7 +97,7 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 		return usageErr("drift run needs --config FILE (the rules are there)")
 	}
 	log := slog.New(slog.NewTextHandler(io.Err, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	checker, refused, err := drift.NewChecker(ctx, pool, driftConfig(cfg.Drift, store.Schema(), log))
+	checker, _, err := drift.NewChecker(ctx, pool, driftConfig(cfg.Drift, store.Schema(), log))
 	if err != nil {
 		return err
 	}
@@ -106,9 +107,6 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	if *asJSON {
 		return writeJSON(io.Out, rep)
-	}
-	for name, err := range refused {
-		fmt.Fprintf(io.Out, "rule %s refused: %v\n", name, err)
 	}
 	for _, f := range rep.Findings {
 		printFinding(io.Out, f)
@@ -120,13 +118,23 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 	} else {
 		fmt.Fprintln(io.Out, "stuck: none")
 	}
-	if len(refused) > 0 || rep.Errors() > 0 {
-		return fmt.Errorf("%d rules refused, %d failed", len(refused), rep.Errors())
+	if rep.Errors() > 0 {
+		n := 0
+		for _, f := range rep.Findings {
+			if f.Refused {
+				n++
+			}
+		}
+		return fmt.Errorf("%d rules refused, %d failed", n, rep.Errors()-n)
 	}
 	return nil
 }
 
 func printFinding(w io.Writer, f drift.Finding) {
+	if f.Refused {
+		fmt.Fprintf(w, "  rule %s (%s): not run: %v\n", f.Rule, f.Kind, f.Err)
+		return
+	}
 	if f.Err != nil {
 		fmt.Fprintf(w, "  rule %s (%s): failed: %v\n", f.Rule, f.Kind, f.Err)
 		return

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,24 +70,13 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		// wait for TCP to give up. The URL's connect_timeout wins.
 		pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
+	// The pool connects on first use: nothing below touches the database
+	// before the HTTP server is up.
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("database: %w", redactURL(err, rt.DatabaseURL))
 	}
 	defer pool.Close()
-	if !waitForDatabase(ctx, pool, log) {
-		return nil // stopped while waiting
-	}
-	if *migrate {
-		if err := migrations.Apply(ctx, pool, &rt.Migrations); err != nil {
-			return err
-		}
-	}
-	if _, missing, err := migrations.Status(ctx, pool, &rt.Migrations); err != nil {
-		return err
-	} else if len(missing) > 0 {
-		return fmt.Errorf("schema %s lacks migrations %v: run sidefx migrate (or run --migrate)", rt.Migrations.Schema, missing)
-	}
 	store, err := effects.NewStore(pool, &effects.Config{Schema: rt.Dispatcher.Schema})
 	if err != nil {
 		return err
@@ -109,87 +99,143 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 
+	// The HTTP server starts first: /healthz answers while the daemon waits
+	// for its database or its migrations, and /readyz says which.
 	ln, err := net.Listen("tcp", rt.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", rt.HTTP.Listen, err)
 	}
-	srv := &http.Server{Handler: httpHandler(reg, pool, &rt.Migrations, d.Healthy), ReadHeaderTimeout: 10 * time.Second}
+	var started atomic.Bool
+	db := dbCheck{pool: pool, mc: &rt.Migrations, url: rt.DatabaseURL}
+	srv := &http.Server{Handler: httpHandler(reg, db, started.Load, d.Healthy), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
 		}
 	}()
-	log.Info("started", "version", version, "http", ln.Addr().String(), "worker", d.WorkerID(), "kinds", len(rt.Dispatcher.Kinds))
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info("serving http", "http", ln.Addr().String())
 
+	if ok, err := waitForDatabase(ctx, db, *migrate, log); err != nil || !ok {
+		return err // nil if stopped while waiting
+	}
 	stopDrift, err := startDrift(ctx, pool, rt, m, d.WorkerID(), log)
 	if err != nil {
-		_ = srv.Close()
 		return err
 	}
+	started.Store(true)
+	log.Info("started", "version", version, "http", ln.Addr().String(), "worker", d.WorkerID(), "kinds", len(rt.Dispatcher.Kinds))
 	err = d.Run(ctx)
 	stopDrift()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
 	return err
 }
 
-// waitForDatabase pings until the database answers, backing off; a daemon
-// started before its database should wait, not crash-loop. It reports false
-// if ctx ended first.
-func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) bool {
+// dbCheck tells whether the daemon's database answers and holds its
+// current schema, for the wait at start and for /readyz.
+type dbCheck struct {
+	pool *pgxpool.Pool
+	mc   *migrations.Config
+	url  string // to redact its password from errors
+}
+
+// schemaBehindError is dbCheck's answer for a schema that lacks migrations.
+type schemaBehindError struct {
+	schema  string
+	missing []int
+}
+
+func (e *schemaBehindError) Error() string {
+	return fmt.Sprintf("schema %s lacks migrations %v: run sidefx migrate (or sidefx run --migrate)", e.schema, e.missing)
+}
+
+// check reports why the database is not ready: unreachable, its migration
+// status unreadable, or a *schemaBehindError; nil if it is.
+func (c dbCheck) check(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.pool.Ping(pctx); err != nil {
+		return fmt.Errorf("database unreachable: %w", redactURL(err, c.url))
+	}
+	_, missing, err := migrations.Status(pctx, c.pool, c.mc)
+	if err != nil {
+		return redactURL(err, c.url)
+	}
+	if len(missing) > 0 {
+		schema := c.mc.Schema
+		if schema == "" {
+			schema = "public"
+		}
+		return &schemaBehindError{schema: schema, missing: missing}
+	}
+	return nil
+}
+
+// waitForDatabase checks the database until it answers with a current
+// schema, backing off, and applies the missing migrations if migrate is
+// set: a daemon started before its database, or before its migrations,
+// waits and says why (a warning per retry, /readyz) rather than
+// crash-looping. It reports false if ctx ended first, and an error only if
+// applying the migrations failed.
+func waitForDatabase(ctx context.Context, db dbCheck, migrate bool, log *slog.Logger) (bool, error) {
 	delay := 100 * time.Millisecond
 	for {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := pool.Ping(pctx)
-		cancel()
+		err := db.check(ctx)
+		if behind, ok := errors.AsType[*schemaBehindError](err); ok && migrate {
+			log.Info("applying migrations", "schema", behind.schema, "missing", behind.missing)
+			if err := migrations.Apply(ctx, db.pool, db.mc); err != nil {
+				return false, err
+			}
+			migrate = false // once; a schema still behind is waited for
+			continue
+		}
 		if err == nil {
-			return true
+			return true, nil
 		}
 		if ctx.Err() != nil {
-			return false
+			return false, nil
 		}
-		log.Warn("database not reachable; retrying", "err", err, "retry_in", delay)
+		log.Warn("not ready; retrying", "reason", err, "retry_in", delay.String())
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			return false, nil
 		case <-t.C:
 		}
 		delay = min(delay*2, 5*time.Second)
 	}
 }
 
-// httpHandler serves /metrics, /healthz (the process is up) and /readyz (the
-// dispatcher reports no persistent error, the database answers and the
-// schema is current).
-func httpHandler(reg *prometheus.Registry, pool *pgxpool.Pool, mc *migrations.Config, healthy func() error) http.Handler {
+// httpHandler serves /metrics, /healthz (the process is up, whatever the
+// database) and /readyz: 200 once the database answers, the schema is
+// current, the daemon has started and the dispatcher reports no persistent
+// error; else 503 with the reason.
+func httpHandler(reg *prometheus.Registry, db dbCheck, started func() bool, healthy func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := db.check(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if !started() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
 		if err := healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-		defer cancel()
-		if err := pool.Ping(ctx); err != nil {
-			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
-			return
-		}
-		_, missing, err := migrations.Status(ctx, pool, mc)
-		switch {
-		case err != nil:
-			http.Error(w, "migration status unknown", http.StatusServiceUnavailable)
-		case len(missing) > 0:
-			http.Error(w, fmt.Sprintf("schema lacks migrations %v", missing), http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(w, "ready")
-		}
+		fmt.Fprintln(w, "ready")
 	})
 	return mux
 }

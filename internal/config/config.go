@@ -133,7 +133,8 @@ type DispatcherConfig struct {
 	BatchSize int `yaml:"batch_size"`
 
 	// Lease is how long a claimed effect stays fired before it is rescued;
-	// at least 1s, and above every kind's timeout. Default 60s.
+	// at least 1s, and above every kind's timeout (its own, else its
+	// provider's). Default 60s, above the default timeouts (30s at most).
 	Lease Duration `yaml:"lease"`
 
 	// PollInterval is how often the dispatcher looks for due effects
@@ -219,11 +220,15 @@ type ProviderConfig struct {
 	KeyWindow Duration `yaml:"key_window"`
 
 	// Timeout bounds one request. Default 30s for stripe and sendgrid, 10s
-	// for webhook. A kind's timeout bounds the call too; the shorter wins.
+	// for webhook. It is also the default timeout of the provider's kinds,
+	// so it must be below dispatcher.lease unless each of them sets its
+	// own. A kind's timeout bounds the call too; the shorter wins.
 	Timeout Duration `yaml:"timeout"`
 
 	// Concurrency bounds the calls to this provider in flight. Default 0:
-	// bounded by dispatcher.workers alone.
+	// the provider's share of dispatcher.workers (an equal part of what the
+	// set limits leave, so a hung provider never holds the slots of the
+	// others).
 	Concurrency int `yaml:"concurrency"`
 
 	// RatePerSecond bounds the calls started per second. Default 0:
@@ -250,7 +255,8 @@ type KindConfig struct {
 	MaxAttempts int `yaml:"max_attempts"`
 
 	// Timeout bounds one provider call; it must be below dispatcher.lease.
-	// Default 30s.
+	// Default the provider's timeout (ProviderConfig.Timeout): 30s for
+	// stripe and sendgrid, 10s for webhook.
 	Timeout Duration `yaml:"timeout"`
 
 	// BackoffBase is the delay before the second attempt, doubled for each
@@ -295,6 +301,12 @@ type DriftConfig struct {
 	// AlertURL, if set, is an Alertmanager /api/v2/alerts endpoint (http or
 	// https) that receives firing and resolved alerts. Default none.
 	AlertURL string `yaml:"alert_url"`
+
+	// StatementTimeout bounds each statement of a rule's run (each rule
+	// runs in a read-only transaction): the database cancels one that runs
+	// longer and the rule's run fails. Default 0: the drift package's
+	// default, 30s.
+	StatementTimeout Duration `yaml:"statement_timeout"`
 }
 
 // DriftRule is one drift check, kept as written: the drift package runs it
@@ -327,6 +339,10 @@ type DriftRule struct {
 	// sources and effects per run instead of all: for very large tables.
 	// Default 0: check everything.
 	CheckAtMost int `yaml:"check_at_most"`
+
+	// StatementTimeout overrides drift.statement_timeout for this rule.
+	// Default 0: drift.statement_timeout.
+	StatementTimeout Duration `yaml:"statement_timeout"`
 }
 
 // FieldError is one thing wrong with a configuration. Load, Parse and Build

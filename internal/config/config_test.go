@@ -179,9 +179,12 @@ func TestParse_Invalid(t *testing.T) {
 		{"stripe kind without an operation its name maps to", db + stripeP + "kinds:\n  charge.create: {provider: stripe}\n",
 			nil, []string{`kinds["charge.create"].operation: "charge.create" (unset, a kind maps to its last two words) is not a Stripe operation`}},
 		{"kind timeout not below the lease", db + mail + "dispatcher: {lease: 30s}\nkinds:\n  email.receipt: {provider: mail, timeout: 30s}\n",
-			nil, []string{`kinds["email.receipt"].timeout: 30s is not below dispatcher.lease 30s`}},
+			nil, []string{`kinds["email.receipt"].timeout: 30s`, `is not below dispatcher.lease 30s`}},
 		{"default kind timeout not below a short lease", db + mail + "dispatcher: {lease: 10s}\nkinds:\n  email.receipt: {provider: mail}\n",
-			nil, []string{`line 6: kinds["email.receipt"].timeout: 30s is not below dispatcher.lease 10s`}},
+			nil, []string{`line 6: kinds["email.receipt"].timeout: 30s (providers["mail"].timeout is its default) is not below dispatcher.lease 10s`}},
+		{"explicit kind timeout not below a lease its provider's fits", db + "providers:\n  mail: {type: sendgrid, api_key_env: K, timeout: 3s}\n" +
+			"dispatcher: {lease: 5s}\nkinds:\n  email.receipt: {provider: mail, timeout: 5s}\n",
+			nil, []string{`line 6: kinds["email.receipt"].timeout: 5s is not below dispatcher.lease 5s`}},
 		{"backoff_max below backoff_base", db + mail + "kinds:\n  email.receipt: {provider: mail, backoff_base: 1m, backoff_max: 1s}\n",
 			nil, []string{`kinds["email.receipt"].backoff_max: 1s is below backoff_base 1m0s`}},
 		{"negative workers", db + mail + "kinds: {email.receipt: {provider: mail}}\ndispatcher: {workers: -1}\n",
@@ -461,6 +464,77 @@ drift:
 	_, err := config.Parse(nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "database_url: required") || !strings.Contains(err.Error(), "kinds: none configured") {
 		t.Errorf("empty file: %v", err)
+	}
+}
+
+// A kind's timeout defaults to its provider's, so a short lease needs only
+// the providers' timeouts below it; the lease check and the dispatcher see
+// the timeout that is used.
+func TestParse_KindTimeoutDefaultsToTheProvider(t *testing.T) {
+	t.Parallel()
+	doc := `database_url: postgres://localhost/app
+dispatcher: {lease: 5s}
+providers:
+  mail: {type: sendgrid, api_key_env: SENDGRID_API_KEY, timeout: 3s}
+  stripe: {type: stripe, api_key_env: STRIPE_API_KEY, timeout: 3s}
+  partner: {type: webhook, url: "https://p.example/h", secret_env: PARTNER_WEBHOOK_SECRET, timeout: 3s}
+kinds:
+  email.receipt: {provider: mail}
+  charge.create: {provider: stripe, operation: charges.create}
+  webhook.paid: {provider: partner}
+  email.digest: {provider: mail, timeout: 2s}
+`
+	cfg := mustParse(t, doc, nil)
+	want := map[string]time.Duration{"email.receipt": 3 * time.Second, "charge.create": 3 * time.Second,
+		"webhook.paid": 3 * time.Second, "email.digest": 2 * time.Second}
+	for kind, w := range want {
+		if got := time.Duration(cfg.Kinds[kind].Timeout); got != w {
+			t.Errorf("kinds[%s].timeout %s, want %s", kind, got, w)
+		}
+	}
+	rt, err := config.Build(cfg, getenv(secretEnv()), nil)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	defer rt.Close()
+	for kind, w := range want {
+		if got := rt.Dispatcher.Kinds[kind].Timeout; got != w {
+			t.Errorf("dispatcher.Kind %s: Timeout %s, want %s", kind, got, w)
+		}
+	}
+
+	// Build fills the same default in a Config that did not come from Parse.
+	rt, err = config.Build(&config.Config{
+		DatabaseURL: "postgres://localhost/app",
+		Dispatcher:  config.DispatcherConfig{Lease: config.Duration(5 * time.Second)},
+		Providers:   map[string]config.ProviderConfig{"mail": {Type: "sendgrid", APIKeyEnv: "SENDGRID_API_KEY", Timeout: config.Duration(3 * time.Second)}},
+		Kinds:       map[string]config.KindConfig{"email.receipt": {Provider: "mail"}},
+	}, getenv(secretEnv()), nil)
+	if err != nil {
+		t.Fatalf("Build of a Config value: %v", err)
+	}
+	rt.Close()
+	if got := rt.Dispatcher.Kinds["email.receipt"].Timeout; got != 3*time.Second {
+		t.Errorf("Build of a Config value: Timeout %s, want 3s", got)
+	}
+
+	// Without a timeout anywhere, a kind takes its provider type's default.
+	cfg = mustParse(t, `database_url: postgres://localhost/app
+providers:
+  partner: {type: webhook, url: "https://p.example/h", secret_env: PARTNER_WEBHOOK_SECRET}
+kinds:
+  webhook.paid: {provider: partner}
+`, nil)
+	if got := time.Duration(cfg.Kinds["webhook.paid"].Timeout); got != webhook.DefaultTimeout {
+		t.Errorf("webhook kind's default timeout %s, want %s", got, webhook.DefaultTimeout)
+	}
+
+	// The defaults fit together: the default lease is above every
+	// provider type's default timeout, and the dispatcher's.
+	for _, d := range []time.Duration{stripe.DefaultTimeout, sendgrid.DefaultTimeout, webhook.DefaultTimeout, dispatcher.DefaultTimeout} {
+		if d >= dispatcher.DefaultLease {
+			t.Errorf("a default timeout %s is not below the default lease %s", d, dispatcher.DefaultLease)
+		}
 	}
 }
 

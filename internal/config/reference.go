@@ -48,7 +48,8 @@ dispatcher:
   # Effects claimed by one statement at most.
   batch_size: 100
   # How long a claimed effect stays fired before it is rescued as its
-  # worker's death. At least 1s, and above every kind's timeout.
+  # worker's death. At least 1s, and above every kind's timeout (its own,
+  # else its provider's): the default timeouts are 30s at most.
   lease: 60s
   # How often to look for due effects when no notification arrives.
   poll_interval: 1s
@@ -73,8 +74,8 @@ dispatcher:
 # The provider instances kinds name, by name (lowercase: a letter, then
 # letters, digits, _ - .). The name shows in logs and metrics. Which fields
 # apply depends on the type; setting one that does not is an error.
-# Limits, for every type: concurrency bounds the calls in flight (0: only
-# dispatcher.workers), rate_per_second the calls started per second (0:
+# Limits, for every type: concurrency bounds the calls in flight (0: the
+# provider's share of dispatcher.workers), rate_per_second the calls started per second (0:
 # unlimited), burst the calls that may start at once under the rate (0:
 # max(1, rate_per_second); only with a rate).
 providers:
@@ -82,7 +83,7 @@ providers:
     type: stripe                     # stripe, sendgrid or webhook; required
     api_key_env: STRIPE_API_KEY      # required: variable holding sk_… or rk_…
     base_url: https://api.stripe.com # a stripe-mock, say, for tests
-    timeout: 30s                     # per request
+    timeout: 30s                     # per request; its kinds' default
     concurrency: 0
     rate_per_second: 0
     burst: 0
@@ -124,7 +125,9 @@ kinds:
     # provider forgets keys (Stripe after 24h, a webhook after key_window)
     # must end within that window, or the policy is refused.
     max_attempts: 20
-    timeout: 30s                     # per call; below dispatcher.lease
+    # One provider call at most; below dispatcher.lease. Default the
+    # provider's timeout.
+    timeout: 30s
     backoff_base: 1s                 # wait before attempt 2, doubled after,
     backoff_max: 1h                  # up to this (jittered)
     # Accept a policy that can outlast the key window: attempts that would
@@ -150,6 +153,9 @@ drift:
   # An Alertmanager /api/v2/alerts endpoint for firing and resolved alerts.
   # Default none.
   alert_url: ""
+  # How long each statement of a rule may run (rules run read-only); the
+  # database cancels it past this and the rule's run fails.
+  statement_timeout: 30s
   # Checks that what should have an effect has exactly one. Default none.
   # Each rule (example, disabled):
   #   - name: paid_orders_charged      # required, unique, lowercase
@@ -160,5 +166,6 @@ drift:
   #     window: 24h                    # how far back to look; above grace
   #     sample: 0                      # example ids per finding; 0: default
   #     check_at_most: 0               # check a random sample; 0: everything
+  #     statement_timeout: 0s          # 0: drift.statement_timeout
   rules: []
 `

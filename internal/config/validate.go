@@ -90,6 +90,11 @@ func (c *Config) fillDefaults() {
 		if k.MaxAttempts == 0 {
 			k.MaxAttempts = dispatcher.DefaultMaxAttempts
 		}
+		// A kind's call takes as long as its provider's request may: the
+		// provider's timeout, filled above, else the dispatcher's default.
+		if p, ok := c.Providers[k.Provider]; ok && p.Timeout > 0 {
+			defD(&k.Timeout, time.Duration(p.Timeout))
+		}
 		defD(&k.Timeout, dispatcher.DefaultTimeout)
 		defD(&k.BackoffBase, dispatcher.DefaultBackoffBase)
 		defD(&k.BackoffMax, dispatcher.DefaultBackoffMax)
@@ -400,7 +405,13 @@ func (c *Config) checkKinds(v *checker) {
 		case k.Timeout < 0:
 			v.fail(path+".timeout", "%s is negative", k.Timeout)
 		case time.Duration(k.Timeout) >= lease && lease > 0:
-			v.fail(path+".timeout", "%s is not below dispatcher.lease %s: a call could outlive its lease and be fired twice", k.Timeout, c.Dispatcher.Lease)
+			// k.Timeout is the one the dispatcher will use: the kind's own,
+			// else its provider's (fillDefaults).
+			from := ""
+			if ok && k.Timeout == p.Timeout {
+				from = fmt.Sprintf(" (%s.timeout is its default)", providerPath(k.Provider))
+			}
+			v.fail(path+".timeout", "%s%s is not below dispatcher.lease %s: a call could outlive its lease and be fired twice", k.Timeout, from, c.Dispatcher.Lease)
 		}
 		switch {
 		case k.BackoffBase < 0:
@@ -472,6 +483,9 @@ func (d *DriftConfig) check(v *checker, kinds map[string]KindConfig) {
 	if d.Retention < 0 {
 		v.fail("drift.retention", "must not be negative")
 	}
+	if d.StatementTimeout < 0 {
+		v.fail("drift.statement_timeout", "must not be negative")
+	}
 	if d.AlertURL != "" {
 		if u, err := url.Parse(d.AlertURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			v.fail("drift.alert_url", "is not an http(s) URL (want e.g. http://alertmanager:9093/api/v2/alerts)")
@@ -515,6 +529,9 @@ func (d *DriftConfig) check(v *checker, kinds map[string]KindConfig) {
 		}
 		if r.Sample < 0 {
 			v.fail(path+".sample", "%d is negative", r.Sample)
+		}
+		if r.StatementTimeout < 0 {
+			v.fail(path+".statement_timeout", "%s is negative", r.StatementTimeout)
 		}
 	}
 }

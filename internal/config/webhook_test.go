@@ -165,8 +165,9 @@ kinds:
   crm.sync: {provider: crm, max_attempts: 40}
 `
 	_, err := config.Parse([]byte(doc), nil)
-	// Retries of 28h outlast the default window, not a 72h one.
-	if err == nil || !strings.Contains(err.Error(), `kinds["webhook.paid"]: retries can span 28h28m0s`) ||
+	// Retries of 28h (40 timeouts of 10s, the provider's, and the backoffs)
+	// outlast the default window, not a 72h one.
+	if err == nil || !strings.Contains(err.Error(), `kinds["webhook.paid"]: retries can span 28h15m0s (max_attempts 40, timeout 10s`) ||
 		!strings.Contains(err.Error(), "beyond the receiver's 24h0m0s key window (key_window)") || strings.Contains(err.Error(), "crm.sync") {
 		t.Fatalf("error %v, want the webhook's key window for webhook.paid only", err)
 	}

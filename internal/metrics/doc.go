@@ -1,7 +1,7 @@
 // Package metrics exposes sidefx's Prometheus metrics: the state of the
 // side_effects table, read through effects.Store.Stats, and what the
 // dispatcher does, through its dispatcher.Observer hook (and the optional
-// dispatcher.ErrorObserver).
+// dispatcher.ErrorObserver and dispatcher.ProviderObserver).
 //
 //	reg := prometheus.NewRegistry()
 //	m, err := metrics.New(reg, store, &metrics.Options{Version: version})
@@ -16,8 +16,11 @@
 //	sidefx_effects{kind,state}               gauge: effects of kind in state; every
 //	                                         state of every kind seen since start is
 //	                                         exposed, 0 when empty
-//	sidefx_oldest_pending_seconds{kind}      gauge: age of the kind's oldest pending
-//	                                         effect (database clock), 0 if none
+//	sidefx_oldest_pending_seconds{kind}      gauge: how long the kind's longest-due
+//	                                         pending effect has been due (database
+//	                                         clock): from next_attempt_at, so a
+//	                                         scheduled or backing-off effect is not
+//	                                         late; 0 if none is due
 //	sidefx_stats_errors_total                counter: failed or timed-out table reads
 //
 // From the dispatcher:
@@ -42,6 +45,14 @@
 //	                                         read_only: persistent, the daemon is not
 //	                                         ready until fixed; data, transient);
 //	                                         every series at 0 from the start
+//	sidefx_provider_consecutive_failures{provider}
+//	                                         gauge: retryable and unknown answers in a
+//	                                         row from the provider (0 after a confirmed
+//	                                         or rejected one), via the optional
+//	                                         dispatcher.ProviderObserver
+//	sidefx_provider_last_success_timestamp_seconds{provider}
+//	                                         gauge: unix time of the provider's last
+//	                                         definite answer, 0 if none since start
 //	sidefx_build_info{version}               gauge: always 1
 //
 // Names lists them all, for dashboards and alerts to be checked against.

@@ -36,6 +36,8 @@ const (
 	nameDriftLastRun   = "sidefx_drift_last_run_timestamp_seconds"
 	nameDriftErrors    = "sidefx_drift_run_errors_total"
 	nameDBErrors       = "sidefx_dispatcher_errors_total"
+	nameProvFailures   = "sidefx_provider_consecutive_failures"
+	nameProvLastOK     = "sidefx_provider_last_success_timestamp_seconds"
 )
 
 var names = []string{
@@ -43,6 +45,7 @@ var names = []string{
 	nameCallSeconds, nameReaped, nameReplays, nameRescued, nameStatsErrors,
 	nameDriftMissing, nameDriftExtra, nameDriftStuck, nameDriftLastRun, nameDriftErrors,
 	nameDBErrors,
+	nameProvFailures, nameProvLastOK,
 }
 
 // Names returns the name of every metric this package can expose, sorted.
@@ -93,8 +96,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Metrics holds sidefx's Prometheus metrics. It is a dispatcher.Observer
-// and a dispatcher.ErrorObserver; its methods are safe for concurrent use
+// Metrics holds sidefx's Prometheus metrics. It is a dispatcher.Observer,
+// a dispatcher.ErrorObserver and a dispatcher.ProviderObserver; its methods are safe for concurrent use
 // and do not block.
 type Metrics struct {
 	table *tableCollector
@@ -109,6 +112,8 @@ type Metrics struct {
 	statsErrors    prometheus.Counter
 	buildInfo      prometheus.Gauge
 	dbErrors       *prometheus.CounterVec
+	provFailures   *prometheus.GaugeVec
+	provLastOK     *prometheus.GaugeVec
 
 	driftMissing *prometheus.GaugeVec
 	driftExtra   *prometheus.GaugeVec
@@ -188,6 +193,14 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 			Name: nameDBErrors,
 			Help: "Failed database statements of the dispatcher, by operation (claim, record, rescue, reap, listen) and class: auth, privilege, undefined, mismatch and read_only persist until someone changes the database or its roles (the dispatcher is then not ready); data and transient do not.",
 		}, []string{"op", "class"}),
+		provFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameProvFailures,
+			Help: "Retryable and unknown answers in a row from the provider, in this dispatcher; 0 after a definite answer (confirmed or rejected).",
+		}, []string{"provider"}),
+		provLastOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameProvLastOK,
+			Help: "Unix time of the provider's last definite answer (confirmed or rejected) in this dispatcher; 0 if none since start.",
+		}, []string{"provider"}),
 		statsErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: nameStatsErrors,
 			Help: "Reads of the side_effects table for the sidefx_effects gauges that failed or timed out; the gauges keep the last reading.",
@@ -215,7 +228,7 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 		}),
 		driftErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: nameDriftErrors,
-			Help: "Drift rules (and stuck checks) whose run failed.",
+			Help: "Drift rules whose run failed or that were refused at start (counted on every run), and failed stuck checks.",
 		}),
 	}
 	m.buildInfo.Set(1)
@@ -230,6 +243,7 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 	for _, c := range []prometheus.Collector{
 		m.table, m.dispatch, m.transitions, m.replays, m.callSeconds,
 		m.confirmLatency, m.rescued, m.reaped, m.buildInfo, m.dbErrors,
+		m.provFailures, m.provLastOK,
 		m.driftMissing, m.driftExtra, m.driftStuck, m.driftLastRun, m.driftErrors,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -283,6 +297,17 @@ func (m *Metrics) DatabaseError(op string, class dispatcher.ErrorClass) {
 	m.dbErrors.WithLabelValues(op, string(class)).Inc()
 }
 
+var _ dispatcher.ProviderObserver = (*Metrics)(nil)
+
+// ProviderAnswered sets the provider's failure streak and the time of its
+// last definite answer.
+func (m *Metrics) ProviderAnswered(a dispatcher.ProviderAnswer) {
+	m.provFailures.WithLabelValues(a.Provider).Set(float64(a.ConsecutiveFailures))
+	if !a.LastSuccess.IsZero() {
+		m.provLastOK.WithLabelValues(a.Provider).Set(float64(a.LastSuccess.UnixNano()) / 1e9)
+	}
+}
+
 // classLabel names a provider's class; the dispatcher turns an answer
 // without a valid class into Unknown, and so does the label.
 func classLabel(c providers.Class) string {
@@ -306,7 +331,8 @@ func Handler(g prometheus.Gatherer) http.Handler {
 // Prime creates the series of every configured kind (mapped to its
 // provider's name) at zero, so dashboards and alerts see 0 rather than no
 // data before the first event: dispatch outcomes, transitions, replays,
-// rescues, call and confirm latency.
+// rescues, call and confirm latency, and each provider's failure streak
+// and last success time.
 func (m *Metrics) Prime(kinds map[string]string) {
 	for kind, provider := range kinds {
 		for _, outcome := range []string{"confirmed", "rejected", "retryable", "unknown", OutcomeFenced} {
@@ -320,6 +346,8 @@ func (m *Metrics) Prime(kinds map[string]string) {
 		}
 		m.replays.WithLabelValues(provider)
 		m.callSeconds.WithLabelValues(provider)
+		m.provFailures.WithLabelValues(provider)
+		m.provLastOK.WithLabelValues(provider)
 		m.confirmLatency.WithLabelValues(kind)
 	}
 }
@@ -328,7 +356,8 @@ var _ drift.Observer = (*Metrics)(nil)
 
 // Reported sets the drift gauges from a run: missing and extra per rule
 // (a rule whose run failed keeps its last values), stuck per reason, the
-// time of the run, and counts the failures.
+// time of the run, and counts the failures: failed and refused rules, a
+// failed stuck check.
 func (m *Metrics) Reported(rep drift.Report) {
 	for _, f := range rep.Findings {
 		if f.Err != nil {

@@ -1,0 +1,230 @@
+package dispatcher_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/providertest"
+)
+
+func TestDispatcher_SharesWorkersAmongProviders(t *testing.T) {
+	t.Parallel()
+	fake := func(name string) dispatcher.Kind {
+		return dispatcher.Kind{Provider: providertest.New(providertest.Config{Name: name})}
+	}
+	three := map[string]dispatcher.Kind{"a.x": fake("a"), "a.y": fake("a"), "b.x": fake("b"), "c.x": fake("c")}
+	for _, c := range []struct {
+		name    string
+		workers int
+		kinds   map[string]dispatcher.Kind
+		limits  map[string]dispatcher.Limit
+		want    map[string]int
+	}{
+		{"alone, every worker", 8, map[string]dispatcher.Kind{"a.x": fake("a"), "a.y": fake("a")}, nil, map[string]int{"a": 8}},
+		{"equal shares", 8, map[string]dispatcher.Kind{"a.x": fake("a"), "b.x": fake("b")}, nil, map[string]int{"a": 4, "b": 4}},
+		{"remainder to the first by name", 8, three, nil, map[string]int{"a": 3, "b": 3, "c": 2}},
+		{"set concurrency, the rest shared", 32, three, map[string]dispatcher.Limit{"b": {Concurrency: 20}}, map[string]int{"a": 6, "b": 20, "c": 6}},
+		{"concurrency capped at workers, others get 1", 4, three, map[string]dispatcher.Limit{"a": {Concurrency: 9}}, map[string]int{"a": 4, "b": 1, "c": 1}},
+		{"fewer workers than providers, 1 each", 2, three, nil, map[string]int{"a": 1, "b": 1, "c": 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := dispatcher.Shares(&dispatcher.Config{Workers: c.workers, Kinds: c.kinds, Limits: c.limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got, c.want) {
+				t.Errorf("shares = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// confirmedOf counts the confirmed effects of kind.
+func confirmedOf(t testing.TB, pool *pgxpool.Pool, kind string) int {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(context.Background(), "SELECT count(*) FROM side_effects WHERE kind = $1 AND state = 'confirmed'", kind).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The case: 8 workers, 8 emails to a provider that never answers,
+// 300 webhooks to a healthy receiver. The hung provider holds its share
+// (4), and every webhook is confirmed while the 4 hung calls still hang:
+// none of them has returned yet.
+func TestDispatcher_HungProviderDoesNotHoldOthersSlots(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	mail := providertest.New(providertest.Config{Name: "mail", Faults: func(providers.Call, int) providertest.Fault { return providertest.Hang }})
+	hook := providertest.New(providertest.Config{Name: "hook", Idempotent: true})
+	enqueue(t, pool, "email.receipt", "m", 8)
+	enqueue(t, pool, "webhook.order_paid", "w", 300)
+	start(t, pool, &dispatcher.Config{
+		Kinds: map[string]dispatcher.Kind{
+			// Kinds are claimed in name order: the hung provider's first.
+			"email.receipt":      {Provider: mail, Timeout: 20 * time.Second},
+			"webhook.order_paid": {Provider: hook, Timeout: 5 * time.Second},
+		},
+		Workers: 8, Lease: 30 * time.Second, ShutdownTimeout: 100 * time.Millisecond,
+	})
+	waitFor(t, time.Minute, func() (bool, string) {
+		n := confirmedOf(t, pool, "webhook.order_paid")
+		return n == 300, fmt.Sprintf("%d webhooks confirmed; mail %s", n, mail.Stats())
+	})
+	if st := mail.Stats(); st.Calls != 4 || st.InFlight != 4 || st.Unknown != 0 {
+		t.Errorf("with every webhook confirmed, mail: %s; want its share of 4 calls, all still hanging", st)
+	}
+	if st := hook.Stats(); st.Performed != 300 || st.Duplicates != 0 {
+		t.Errorf("hook: %s", st)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's writes and the test's
+// reads at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// lines returns the JSON log lines whose message starts with prefix.
+func (s *syncBuffer) lines(t *testing.T, prefix string) []map[string]any {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if msg, _ := m["msg"].(string); strings.HasPrefix(msg, prefix) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// answers is a ProviderObserver that keeps what it is told.
+type answers struct {
+	dispatcher.NopObserver
+	mu  sync.Mutex
+	got []dispatcher.ProviderAnswer
+}
+
+func (a *answers) ProviderAnswered(x dispatcher.ProviderAnswer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.got = append(a.got, x)
+}
+
+func (a *answers) snapshot() []dispatcher.ProviderAnswer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]dispatcher.ProviderAnswer(nil), a.got...)
+}
+
+// A provider failing in a row is logged at warn at its first failure and
+// every FailureLogEvery-th after it, with provider, kind, attempt and
+// reason; a definite answer ends the streak (logged at info) and the next
+// failure is a first again. The ProviderObserver follows the streak and
+// the last success.
+func TestDispatcher_LogsProviderFailureStreak(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	var healthy atomic.Bool
+	fake := providertest.New(providertest.Config{Name: "hook", Faults: func(providers.Call, int) providertest.Fault {
+		if healthy.Load() {
+			return providertest.None
+		}
+		return providertest.RetryableErr
+	}})
+	var logs syncBuffer
+	obs := &answers{}
+	clk := newClock()
+	d := build(t, pool, &dispatcher.Config{
+		// One attempt each: a retryable answer makes the effect failed, so
+		// the test needs no backoff to pass.
+		Kinds:           kinds("webhook.order_paid", dispatcher.Kind{Provider: fake, MaxAttempts: 1}),
+		Workers:         4,
+		FailureLogEvery: 5,
+		Observer:        obs,
+		Logger:          slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	dispatcher.SetClock(d, clk.Now)
+	run(t, d)
+
+	enqueue(t, pool, "webhook.order_paid", "a", 12)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Failed: 12})
+	warns := logs.lines(t, "provider failing")
+	var streaks []float64
+	for _, w := range warns {
+		streaks = append(streaks, w["consecutive_failures"].(float64))
+		if w["level"] != "WARN" || w["provider"] != "hook" || w["kind"] != "webhook.order_paid" || w["attempt"] != 1.0 ||
+			!strings.Contains(fmt.Sprint(w["reason"]), "503") {
+			t.Errorf("warn line %v: want level WARN, provider, kind, attempt 1 and the reason", w)
+		}
+	}
+	if fmt.Sprint(streaks) != "[1 5 10]" {
+		t.Errorf("12 failures in a row logged at warn at %v, want [1 5 10]", streaks)
+	}
+	got := obs.snapshot()
+	for i, a := range got {
+		if a.ConsecutiveFailures != i+1 || !a.LastSuccess.IsZero() || a.Class != providers.Retryable || a.Provider != "hook" {
+			t.Fatalf("answer %d: %+v, want streak %d and no success", i, a, i+1)
+		}
+	}
+
+	clk.Advance(time.Minute)
+	healthy.Store(true)
+	enqueue(t, pool, "webhook.order_paid", "b", 1)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Failed: 12, effects.Confirmed: 1})
+	if again := logs.lines(t, "provider answering again"); len(again) != 1 || again[0]["failures_before"] != 12.0 || again[0]["level"] != "INFO" {
+		t.Errorf("recovery lines %v, want one at info with failures_before 12", again)
+	}
+	got = obs.snapshot()
+	if len(got) != 13 {
+		t.Fatalf("observer told of %d answers, want 13", len(got))
+	}
+	if last := got[12]; last.ConsecutiveFailures != 0 || !last.LastSuccess.Equal(clk.Now()) || !last.At.Equal(clk.Now()) {
+		t.Errorf("after a confirmation: %+v; want streak 0, last success now", last)
+	}
+
+	healthy.Store(false)
+	enqueue(t, pool, "webhook.order_paid", "c", 1)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Failed: 13, effects.Confirmed: 1})
+	if warns := logs.lines(t, "provider failing"); len(warns) != 4 || warns[3]["consecutive_failures"] != 1.0 {
+		t.Errorf("a failure after a success: warn lines %v, want a 4th with consecutive_failures 1", warns)
+	}
+	if got = obs.snapshot(); len(got) != 14 {
+		t.Fatalf("observer told of %d answers, want 14", len(got))
+	}
+	if last := got[13]; last.ConsecutiveFailures != 1 || !last.LastSuccess.Equal(clk.Now()) {
+		t.Errorf("failure after success: %+v, want streak 1 and the last success kept", last)
+	}
+}

@@ -1,0 +1,32 @@
+package metrics_test
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sidefx/sidefx/drift"
+)
+
+// A rule the checker refused at start counts in sidefx_drift_run_errors_total
+// on every run, as SidefxDriftRunErrors expects, not as 0 errors.
+func TestReported_RefusedDriftRuleCountsAsError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	broken := drift.Rule{Name: "broken", Kind: "email.receipt", SQL: `SELECT id FROM orders WHERE paid_at < :due_befor`}
+	c, refused, err := drift.NewChecker(b.ctx, b.pool, &drift.Config{Rules: []drift.Rule{broken},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Observer: b.m})
+	if err != nil || len(refused) != 1 {
+		t.Fatalf("checker: %v %v", refused, err)
+	}
+	for i := 1; i <= 2; i++ {
+		if _, err := c.RunNow(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := testutil.ToFloat64(b.m.DriftErrorsForTest()); got != float64(i) {
+			t.Fatalf("after %d runs sidefx_drift_run_errors_total = %v, want %d", i, got, i)
+		}
+	}
+}
