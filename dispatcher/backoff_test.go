@@ -119,3 +119,25 @@ func TestBackoff_RetryAfterCappedAtBackoffMax(t *testing.T) {
 		t.Fatalf("Retry-After 3m: delay %s, want 3m", d)
 	}
 }
+
+// Latency counts from when an effect came due: a scheduled first attempt
+// from its not_before, not from its creation.
+func TestDueAt(t *testing.T) {
+	t.Parallel()
+	created := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		attempts int
+		next     time.Time
+		want     time.Time
+	}{
+		{1, created, created},
+		{1, created.Add(time.Hour), created.Add(time.Hour)}, // scheduled
+		{1, created.Add(-time.Second), created},
+		{3, created.Add(2 * time.Hour), created}, // a retry's next_attempt_at is no due time
+	} {
+		e := &effects.Effect{Attempts: c.attempts, CreatedAt: created, NextAttemptAt: c.next}
+		if got := dueAt(e); !got.Equal(c.want) {
+			t.Errorf("attempt %d, next %s: due %s, want %s", c.attempts, c.next, got, c.want)
+		}
+	}
+}

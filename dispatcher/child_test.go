@@ -721,9 +721,10 @@ func TestScenario_ReplicaPausedPastItsLease(t *testing.T) {
 			stillUncertain++
 		case e.State == effects.Confirmed && e.Attempts == r.attempt && e.ClaimedBy == paused.id:
 			lateConfirmed++
-		case e.State == effects.Pending && e.Attempts == r.attempt && len(e.MaybeAttempts) == 0 && strings.Contains(e.LastError, "not called"):
-			// p0 woke past its lease and did not make the call: a definite
-			// "not sent", so the email goes back to pending, to be sent.
+		case e.State == effects.Pending && e.Attempts == r.attempt && len(e.MaybeAttempts) == 0:
+			// p0 woke past its lease and did not make the call ("not
+			// called", or its client saw it was "not sent"): a definite
+			// "not done", so the email goes back to pending, to be sent.
 			neverSent++
 		default:
 			t.Fatalf("email %d after %s was let go: %+v", r.id, paused.id, e)
@@ -737,7 +738,9 @@ func TestScenario_ReplicaPausedPastItsLease(t *testing.T) {
 		stopAll(t, pool, drain)
 	}
 	t.Logf("%d charges had no stale answer p0 warned of", silentCharges)
-	if fencedCharges+repeatedCharges == 0 {
+	// Unless p0's claim was the one in flight, lost, and put back (so p0
+	// never called what it held), some stale answer reached the database.
+	if fencedCharges+repeatedCharges == 0 && !claimLost {
 		t.Fatalf("no stale answer of %s's for a charge reached the database; its log:\n%s", paused.id, readFile(paused.log))
 	}
 	checkInvariants(t, pool, invariant.Expect{

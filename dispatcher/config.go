@@ -78,6 +78,13 @@ type Config struct {
 	// Default 1h.
 	ReapInterval time.Duration
 
+	// HeartbeatInterval is how often the dispatcher records in the
+	// registry (sidefx_dispatchers) that it is alive and which kinds it
+	// serves; it reads as dead after three intervals without one. Every
+	// sixth heartbeat it also logs the pending effects of kinds no live
+	// dispatcher serves. Default 10s.
+	HeartbeatInterval time.Duration
+
 	// ShutdownTimeout bounds how long Run waits, after its context ends, for
 	// the claim in progress and the calls in flight; calls still running
 	// then are cancelled and recorded as unknown. Recording the outcomes
@@ -188,18 +195,19 @@ type Limit struct {
 
 // Defaults.
 const (
-	DefaultWorkers         = 32
-	DefaultBatchSize       = 100
-	DefaultLease           = 60 * time.Second
-	DefaultPollInterval    = time.Second
-	DefaultRetention       = 30 * 24 * time.Hour
-	DefaultReapInterval    = time.Hour
-	DefaultShutdownTimeout = 30 * time.Second
-	DefaultMaxAttempts     = 25
-	DefaultTimeout         = 30 * time.Second
-	DefaultBackoffBase     = time.Second
-	DefaultBackoffMax      = time.Hour
-	DefaultFailureLogEvery = 100
+	DefaultWorkers           = 32
+	DefaultBatchSize         = 100
+	DefaultLease             = 60 * time.Second
+	DefaultPollInterval      = time.Second
+	DefaultRetention         = 30 * 24 * time.Hour
+	DefaultReapInterval      = time.Hour
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultMaxAttempts       = 25
+	DefaultTimeout           = 30 * time.Second
+	DefaultBackoffBase       = time.Second
+	DefaultBackoffMax        = time.Hour
+	DefaultFailureLogEvery   = 100
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -235,6 +243,7 @@ func withDefaults(cfg *Config) (Config, error) {
 	def(&c.RescueInterval, max(c.Lease/4, time.Second))
 	def(&c.Retention, DefaultRetention)
 	def(&c.ReapInterval, DefaultReapInterval)
+	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
 	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -259,7 +268,7 @@ func withDefaults(cfg *Config) (Config, error) {
 		return c, configErr("Lease is %s, it must be at least 1s", c.Lease)
 	case c.TombstoneRetention < 0:
 		return c, configErr("TombstoneRetention is %s: want 0 (keep tombstones forever) or a positive duration", c.TombstoneRetention)
-	case c.PollInterval < 0 || c.RescueInterval < 0 || c.ReapInterval < 0 || c.ShutdownTimeout < 0:
+	case c.PollInterval < 0 || c.RescueInterval < 0 || c.ReapInterval < 0 || c.ShutdownTimeout < 0 || c.HeartbeatInterval < 0:
 		return c, configErr("intervals and timeouts must not be negative")
 	case len(c.Kinds) == 0:
 		return c, configErr("Kinds is empty: a dispatcher serves at least one kind")

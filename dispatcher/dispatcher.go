@@ -248,6 +248,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	timer.Stop()
 	bg.Wait()
+	d.retire()
 	d.log.Info("stopped")
 	return nil
 }
@@ -387,6 +388,7 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			// The claim may have committed although its answer never came
 			// back: its effects would be fired with nobody calling them, and
 			// rescued as possibly performed. Put them back.
+			d.log.Warn("a claim failed; putting back what it may have claimed", "err", err)
 			d.putBack(hardCtx)
 			return more, blocked, soon, err
 		}
@@ -426,10 +428,10 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 
 // putBack returns to pending the effects fired under this dispatcher's
 // worker id that it holds no call or outcome for: those of a claim whose
-// answer was lost. It tries until it succeeds or half a lease has passed;
-// after that the rescuer takes them.
+// answer was lost. It tries until it succeeds or a lease has passed; by
+// then the rescuer takes them.
 func (d *Dispatcher) putBack(ctx context.Context) {
-	deadline := time.Now().Add(d.cfg.Lease / 2)
+	deadline := time.Now().Add(d.cfg.Lease)
 	for n := 1; ; n++ {
 		d.mu.Lock()
 		keep := make([]int64, 0, len(d.held))
@@ -493,7 +495,7 @@ func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, 
 		Class: res.Class, Replayed: res.Replayed, CallDuration: time.Since(start)}
 	out := decide(e, k, res)
 	rec.State = out.State
-	rec.SinceEnqueue = time.Since(e.CreatedAt)
+	rec.SinceEnqueue = time.Since(dueAt(e))
 	outcomes <- pending{out: out, rec: rec, g: g}
 }
 
@@ -570,6 +572,17 @@ func (d *Dispatcher) call(ctx context.Context, p providers.Provider, c providers
 		res = providers.Unsure(fmt.Errorf("provider %s returned no class", p.Name()))
 	}
 	return res
+}
+
+// dueAt is when e first came due: its creation, or, for a first attempt of
+// an effect scheduled for later (not_before), its due time, so a deliberate
+// delay is not latency. For later attempts the original due time is gone
+// (next_attempt_at then holds the retry's): creation it is.
+func dueAt(e *effects.Effect) time.Time {
+	if e.Attempts <= 1 && e.NextAttemptAt.After(e.CreatedAt) {
+		return e.NextAttemptAt
+	}
+	return e.CreatedAt
 }
 
 // decide turns a provider's answer into the effect's next state.
@@ -857,6 +870,11 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 func (d *Dispatcher) maintain(ctx context.Context) {
 	rescue := time.NewTicker(d.cfg.RescueInterval)
 	defer rescue.Stop()
+	beat := time.NewTicker(d.cfg.HeartbeatInterval)
+	defer beat.Stop()
+	d.heartbeat(ctx)
+	d.reportUnserved(ctx)
+	beats := 0
 	var reap <-chan time.Time
 	if d.cfg.Retention > 0 {
 		t := time.NewTicker(d.cfg.ReapInterval)
@@ -879,7 +897,51 @@ func (d *Dispatcher) maintain(ctx context.Context) {
 			d.rescue(ctx)
 		case <-reap:
 			d.reap(ctx)
+		case <-beat.C:
+			d.heartbeat(ctx)
+			if beats++; beats%unservedEvery == 0 {
+				d.reportUnserved(ctx)
+			}
 		}
+	}
+}
+
+// unservedEvery is how many heartbeats apart the pending effects of kinds
+// nothing serves are logged.
+const unservedEvery = 6
+
+// heartbeat records in the registry that this dispatcher is alive and the
+// kinds it serves, so producers and operators can tell a kind nothing
+// serves.
+func (d *Dispatcher) heartbeat(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+	defer cancel()
+	if err := d.store.Heartbeat(hctx, d.cfg.WorkerID, d.cfg.servedKinds(), d.cfg.HeartbeatInterval); err != nil && ctx.Err() == nil {
+		d.log.Warn("could not record this dispatcher's heartbeat; sidefx enqueue and status may not see its kinds as served", "err", err)
+	}
+}
+
+// retire removes this dispatcher from the registry at a clean stop.
+func (d *Dispatcher) retire() {
+	ctx, cancel := context.WithTimeout(context.Background(), d.dbTimeout())
+	defer cancel()
+	if err := d.store.Retire(ctx, d.cfg.WorkerID); err != nil {
+		d.log.Warn("could not remove this dispatcher from the registry; it will read as dead after three heartbeats", "err", err)
+	}
+}
+
+// reportUnserved logs, at warn, the pending effects of kinds no live
+// dispatcher serves: they wait until one does.
+func (d *Dispatcher) reportUnserved(ctx context.Context) {
+	uctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+	defer cancel()
+	un, err := d.store.UnservedPending(uctx)
+	if err != nil {
+		return // the table statistics and status say it too; not worth a warning each minute
+	}
+	for _, u := range un {
+		d.log.Warn("pending effects of a kind no live dispatcher serves wait until one does",
+			"kind", u.Kind, "pending", u.Pending, "oldest_due", u.Oldest)
 	}
 }
 

@@ -109,6 +109,13 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+// String returns what was written so far.
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // lines returns the JSON log lines whose message starts with prefix.
 func (s *syncBuffer) lines(t *testing.T, prefix string) []map[string]any {
 	t.Helper()

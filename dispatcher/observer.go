@@ -37,8 +37,10 @@ type Dispatch struct {
 	Fenced bool
 	// CallDuration is the provider call's wall time.
 	CallDuration time.Duration
-	// SinceEnqueue is the time from enqueue to the provider's answer (by
-	// this process's clock against the database's created_at).
+	// SinceEnqueue is the time from when the effect came due to the
+	// provider's answer (by this process's clock against the database's
+	// times): from enqueue, or from its not_before for a first attempt of a
+	// scheduled effect, so a deliberate delay is not latency.
 	SinceEnqueue time.Duration
 }
 

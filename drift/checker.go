@@ -40,7 +40,9 @@ type Config struct {
 	// aligned to the clock (every 5m runs at :00, :05, …) so replicas agree
 	// on the ticks. Default "@every 5m".
 	Schedule string
-	// PendingAfter is how old a pending effect must be to count as stuck.
+	// PendingAfter is how long a pending effect must have been due (from
+	// next_attempt_at: an effect scheduled for later, or backing off, is not
+	// late) to count as stuck.
 	// Default 1h.
 	PendingAfter time.Duration
 	// Retention is how long stored runs are kept. Default 720h.

@@ -108,7 +108,10 @@ func TestRun_StuckEffects(t *testing.T) {
 	shop(t, pool, 10, 0)
 	// Shape the rows directly: one of each way of being stuck.
 	for _, q := range []string{
-		`UPDATE side_effects SET created_at = now() - interval '2 hours' WHERE source_id IN ('1', '2')`,
+		// Due for two hours: stuck. Created long ago but due only now
+		// (scheduled, or backing off): not stuck.
+		`UPDATE side_effects SET next_attempt_at = now() - interval '2 hours' WHERE source_id IN ('1', '2')`,
+		`UPDATE side_effects SET created_at = now() - interval '2 days', next_attempt_at = now() + interval '1 hour' WHERE source_id = '8'`,
 		`UPDATE side_effects SET state = 'fired', attempts = 1, lease_until = now() - interval '1 minute' WHERE source_id = '3'`,
 		`UPDATE side_effects SET state = 'fired', attempts = 1, lease_until = now() + interval '1 minute' WHERE source_id = '4'`,
 		`UPDATE side_effects SET state = 'uncertain', attempts = 1 WHERE source_id IN ('5', '6')`,

@@ -89,7 +89,7 @@ func checkStuck(ctx context.Context, db effects.DB, schema string, pendingAfter 
 	}
 	var s Stuck
 	err := db.QueryRow(ctx, `SELECT
-			count(*) FILTER (WHERE state = 'pending' AND created_at < now() - $1::interval),
+			count(*) FILTER (WHERE state = 'pending' AND next_attempt_at < now() - $1::interval),
 			count(*) FILTER (WHERE state = 'fired' AND lease_until < now()),
 			count(*) FILTER (WHERE state = 'uncertain'),
 			count(*) FILTER (WHERE state = 'failed')

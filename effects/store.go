@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,9 +96,12 @@ func buildQueries(q string) *queries {
 			WHERE source_id = $1 AND kind = $2 AND state = 'pending' AND ` + neverPerformed + ` RETURNING ` + columns,
 		counts: `SELECT state, kind, count(*) FROM ` + t + ` GROUP BY state, kind ORDER BY kind, state`,
 		list:   `SELECT ` + columns + ` FROM ` + t,
-		stats: `SELECT kind, state, count(*),
+		stats: `SELECT s.*, NOT EXISTS (SELECT 1 FROM ` + q + `.sidefx_dispatchers d
+					WHERE s.kind = ANY(d.kinds) AND d.heartbeat_at > now() - ` + strconv.Itoa(LiveAfter) + ` * d.interval_ms * interval '1 millisecond')
+			FROM (SELECT kind, state, count(*),
 				CASE WHEN state = 'pending' THEN greatest(extract(epoch FROM now() - min(next_attempt_at)), 0) ELSE 0 END::float8
-			FROM ` + t + ` GROUP BY kind, state ORDER BY kind, state`,
+				FROM ` + t + ` GROUP BY kind, state) AS s(kind, state, n, oldest)
+			ORDER BY kind, state`,
 	}
 }
 
@@ -326,6 +330,9 @@ type KindStats struct {
 	// later, or backing off, is not late (zero if none is due),
 	// by the database's clock.
 	OldestPending time.Duration
+	// Unserved: no live dispatcher serves the kind (the registry,
+	// sidefx_dispatchers), so its pending effects wait until one does.
+	Unserved bool
 }
 
 // Stats returns per-kind counts by state and the age of the oldest pending
@@ -342,7 +349,8 @@ func (s *Store) Stats(ctx context.Context) ([]KindStats, error) {
 		var kind, state string
 		var n int64
 		var oldest float64
-		if err := rows.Scan(&kind, &state, &n, &oldest); err != nil {
+		var unserved bool
+		if err := rows.Scan(&kind, &state, &n, &oldest, &unserved); err != nil {
 			return nil, fmt.Errorf("effect stats: %w", err)
 		}
 		if len(out) == 0 || out[len(out)-1].Kind != kind {
@@ -350,6 +358,7 @@ func (s *Store) Stats(ctx context.Context) ([]KindStats, error) {
 		}
 		ks := &out[len(out)-1]
 		ks.ByState[State(state)] = n
+		ks.Unserved = unserved
 		if State(state) == Pending {
 			ks.OldestPending = time.Duration(oldest * float64(time.Second))
 		}

@@ -5,8 +5,8 @@
 --
 -- The daemon claims, records, rescues and reaps effects (reaping compacts
 -- them into tombstones; deleting tombstones, only when configured, needs
--- DELETE); records late answers in the effects' history; records drift
--- runs; reads the migration versions for /readyz. It never creates, alters or
+-- DELETE); records late answers in the effects' history; records its
+-- heartbeat and the kinds it serves in the registry; records drift runs; reads the migration versions for /readyz. It never creates, alters or
 -- drops anything, never enqueues, and cannot read or write other tables.
 -- ANALYZE of side_effects at start needs the owner: without it the daemon
 -- logs a warning and relies on autovacuum's statistics.
@@ -15,6 +15,7 @@ GRANT USAGE ON SCHEMA public TO sidefx_daemon;
 GRANT SELECT, UPDATE, DELETE ON public.side_effects TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.side_effect_events TO sidefx_daemon;
 GRANT SELECT ON public.sidefx_migrations TO sidefx_daemon;
+GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_dispatchers TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_drift_runs TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.sidefx_drift_findings TO sidefx_daemon;
 
@@ -22,5 +23,6 @@ GRANT SELECT, INSERT ON public.sidefx_drift_findings TO sidefx_daemon;
 -- `sidefx enqueue` need more: run them as a role that also has
 --   GRANT SELECT, UPDATE ON public.side_effects TO sidefx_operator;
 --   GRANT SELECT, INSERT ON public.side_effect_events TO sidefx_operator;
+--   GRANT SELECT ON public.sidefx_dispatchers TO sidefx_operator;
 --   GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
 -- and INSERT on side_effects (enqueue runs as the caller).

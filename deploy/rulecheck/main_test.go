@@ -16,7 +16,7 @@ func TestShippedFiles(t *testing.T) {
 		t.Fatalf("rulecheck exited %d:\n%s%s", code, out.String(), errb.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"10 alerting rules", "alert checks", "expressions"} {
+	for _, want := range []string{"11 alerting rules", "alert checks", "expressions"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

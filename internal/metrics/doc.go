@@ -21,6 +21,8 @@
 //	                                         clock): from next_attempt_at, so a
 //	                                         scheduled or backing-off effect is not
 //	                                         late; 0 if none is due
+//	sidefx_unserved_pending{kind}            gauge: pending effects of the kind when no
+//	                                         live dispatcher serves it, else 0
 //	sidefx_stats_errors_total                counter: failed or timed-out table reads
 //
 // From the dispatcher:

@@ -21,6 +21,7 @@ import (
 const (
 	nameEffects        = "sidefx_effects"
 	nameOldestPending  = "sidefx_oldest_pending_seconds"
+	nameUnserved       = "sidefx_unserved_pending"
 	nameStatsErrors    = "sidefx_stats_errors_total"
 	nameDispatch       = "sidefx_dispatch_total"
 	nameTransitions    = "sidefx_effect_transitions_total"
@@ -46,6 +47,7 @@ var names = []string{
 	nameDriftMissing, nameDriftExtra, nameDriftStuck, nameDriftLastRun, nameDriftErrors,
 	nameDBErrors,
 	nameProvFailures, nameProvLastOK,
+	nameUnserved,
 }
 
 // Names returns the name of every metric this package can expose, sorted.
@@ -178,7 +180,7 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 		}, []string{"provider"}),
 		confirmLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    nameConfirmLatency,
-			Help:    "Time from enqueue to the provider's confirmation, for effects recorded as confirmed, in seconds.",
+			Help:    "Time from when the effect came due (enqueue, or its not_before) to the provider's confirmation, for effects recorded as confirmed, in seconds.",
 			Buckets: confirmBuckets,
 		}, []string{"kind"}),
 		rescued: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -28,8 +28,9 @@ type tableCollector struct {
 	errors   prometheus.Counter
 	log      *slog.Logger
 
-	effectsDesc *prometheus.Desc
-	oldestDesc  *prometheus.Desc
+	effectsDesc  *prometheus.Desc
+	oldestDesc   *prometheus.Desc
+	unservedDesc *prometheus.Desc
 
 	mu  sync.Mutex
 	now func() time.Time // the clock for interval; a test may replace it
@@ -56,6 +57,9 @@ func newTableCollector(store statsReader, o Options, errors prometheus.Counter) 
 		oldestDesc: prometheus.NewDesc(nameOldestPending,
 			"Seconds the kind's longest-due pending effect has been due (from next_attempt_at, so scheduled and backing-off effects are not late), by the database's clock, 0 if none is due, as of the last table read.",
 			[]string{"kind"}, nil),
+		unservedDesc: prometheus.NewDesc(nameUnserved,
+			"Pending effects of the kind when no live dispatcher serves it (they wait until one does), else 0, as of the last table read.",
+			[]string{"kind"}, nil),
 		now:   time.Now,
 		timer: realTimer,
 		kinds: map[string]effects.KindStats{},
@@ -66,6 +70,7 @@ func newTableCollector(store statsReader, o Options, errors prometheus.Counter) 
 func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.effectsDesc
 	ch <- c.oldestDesc
+	ch <- c.unservedDesc
 	c.errors.Describe(ch)
 }
 
@@ -164,6 +169,11 @@ func (c *tableCollector) build() []prometheus.Metric {
 		}
 		out = append(out, prometheus.MustNewConstMetric(c.oldestDesc, prometheus.GaugeValue,
 			ks.OldestPending.Seconds(), k))
+		var unserved float64
+		if ks.Unserved {
+			unserved = float64(ks.ByState[effects.Pending])
+		}
+		out = append(out, prometheus.MustNewConstMetric(c.unservedDesc, prometheus.GaugeValue, unserved, k))
 	}
 	return out
 }

@@ -1,0 +1,62 @@
+package dispatcher_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/providers/providertest"
+)
+
+// A running dispatcher is in the registry with the kinds it serves, and
+// leaves it at a clean stop; it logs the pending effects of kinds nothing
+// serves.
+func TestDispatcher_RegistersServedKinds(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	store, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, "sms.send", "s", 2)
+	logs := &syncBuffer{}
+	fake := providertest.New(providertest.Config{Name: "mail"})
+	d := build(t, pool, &dispatcher.Config{
+		Kinds:    kinds("email.receipt", dispatcher.Kind{Provider: fake}),
+		WorkerID: "registry-test", HeartbeatInterval: time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	r := run(t, d)
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		ds, err := store.Dispatchers(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, x := range ds {
+			if x.WorkerID == "registry-test" && x.Live && slices.Equal(x.Kinds, []string{"email.receipt"}) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(ds)
+	})
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		out := logs.String()
+		return strings.Contains(out, "pending effects of a kind no live dispatcher serves") && strings.Contains(out, "kind=sms.send pending=2"), out
+	})
+	stats, err := store.Stats(ctx)
+	if err != nil || len(stats) != 1 || stats[0].Kind != "sms.send" || !stats[0].Unserved {
+		t.Fatalf("stats = %+v, %v", stats, err)
+	}
+	r.stop(t)
+	if ds, err := store.Dispatchers(ctx); err != nil || len(ds) != 0 {
+		t.Fatalf("after a clean stop the registry holds %+v, %v", ds, err)
+	}
+}

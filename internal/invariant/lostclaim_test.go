@@ -1,0 +1,91 @@
+package invariant_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/invariant"
+	"github.com/sidefx/sidefx/providers/providertest"
+)
+
+// messages keeps the messages logged, for a test to wait on.
+type messages struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (m *messages) Enabled(context.Context, slog.Level) bool { return true }
+func (m *messages) Handle(_ context.Context, r slog.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.msgs = append(m.msgs, r.Message)
+
+	return nil
+}
+func (m *messages) WithAttrs([]slog.Attr) slog.Handler { return m }
+func (m *messages) WithGroup(string) slog.Handler      { return m }
+
+func (m *messages) count(prefix string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, s := range m.msgs {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// A claim the server commits whose answer reaches the dispatcher too late
+// (answers delayed past the statement deadline, half the lease): its
+// effects are fired with nobody calling them. The dispatcher puts them
+// back, so emails, whose provider takes no key, are sent once and
+// confirmed; left fired, the rescue would have made them uncertain though
+// never sent.
+func TestScenario_LostClaimAnswersArePutBack(t *testing.T) {
+	t.Parallel()
+	direct, proxied, proxy := proxiedDB(t)
+	fake, w := watchFake(providertest.Config{Name: "mail", Idempotent: false, Latency: time.Millisecond})
+	k := quick
+	k.Provider = w
+	logs := &messages{}
+	r := start(t, proxied, &dispatcher.Config{
+		Kinds: map[string]dispatcher.Kind{"email.receipt": k}, Workers: 8, BatchSize: 10,
+		Lease: 4 * time.Second, RescueInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+		Logger: slog.New(logs),
+	})
+	// Every answer from the database now arrives 2.5 s late, past the
+	// claim's 2 s deadline: the server has committed the claim when the
+	// dispatcher gives up on it.
+	waitFor(t, 10*time.Second, "the dispatcher connected", func() bool { return proxied.Stat().TotalConns() > 0 })
+	addToxic(t, proxy, "late", "latency", "downstream", `{"latency":2500}`)
+	const n = 30
+	keys := enqueue(t, direct, "email.receipt", n)
+	store, _ := effects.NewStore(direct, nil)
+	waitFor(t, 20*time.Second, "a claim committed", func() bool { return stateCounts(t, store)[effects.Fired] > 0 })
+	failed := logs.count("a claim failed; putting back")
+	waitFor(t, 20*time.Second, "that claim's answer too late", func() bool { return logs.count("a claim failed; putting back") > failed })
+	removeToxic(t, proxy, "late")
+	waitFor(t, 30*time.Second, "every email settled", func() bool {
+		c := stateCounts(t, store)
+		return c[effects.Pending]+c[effects.Fired] == 0
+	})
+	r.stop()
+	for _, key := range keys {
+		if e, err := store.GetByKey(context.Background(), key); err == nil && e.State == effects.Uncertain && len(fake.Calls(key)) == 0 {
+			t.Errorf("%s is uncertain, but was never sent: %s", key, e.LastError)
+		}
+	}
+	exp := invariant.Expect{Keys: map[string][]string{"email.receipt": keys},
+		Kinds: map[string]invariant.Kind{"email.receipt": {Fake: fake}}, Settled: true}
+	if vs := check(t, direct, exp); len(vs) != 0 {
+		t.Fatal(invariant.Summary(vs, 10))
+	}
+}
