@@ -2,14 +2,9 @@ package dispatcher_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +16,6 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/metrics"
-	"github.com/sidefx/sidefx/internal/peers"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -31,46 +25,7 @@ import (
 // privileges `sidefx run` needs, and the role's name.
 func daemonRole(t *testing.T) (owner, daemon *pgxpool.Pool, role string) {
 	t.Helper()
-	ctx := context.Background()
-	url := pgtest.URL(t)
-	owner, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(owner.Close)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	role = "sidefx_daemon_" + hex.EncodeToString(b[:])
-	admin := pgtest.Admin(t)
-	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+role)
-		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
-	})
-	root, err := peers.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	grants, err := os.ReadFile(filepath.Join(root, "deploy", "postgres", "daemon-role.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := owner.Exec(ctx, strings.ReplaceAll(string(grants), "sidefx_daemon", role)); err != nil {
-		t.Fatalf("applying daemon-role.sql: %v", err)
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	daemon, err = pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(daemon.Close)
-	return owner, daemon, role
+	return pgtest.DaemonRole(t)
 }
 
 // sql runs stmt on pool, failing the test on an error.

@@ -2,21 +2,14 @@ package e2e_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/peers"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -27,30 +20,7 @@ import (
 func TestE2E_DaemonRunsWithLeastPrivileges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	owner := openOwner(t, url)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	role := "sidefx_daemon_" + hex.EncodeToString(b[:])
-	admin := pgtest.Admin(t)
-	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+role)
-		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
-	})
-	root, err := peers.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	grants, err := os.ReadFile(filepath.Join(root, "deploy", "postgres", "daemon-role.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := owner.Exec(ctx, strings.ReplaceAll(string(grants), "sidefx_daemon", role)); err != nil {
-		t.Fatalf("applying daemon-role.sql: %v", err)
-	}
+	owner, daemon, role := pgtest.DaemonRole(t)
 	if _, err := owner.Exec(ctx, `CREATE TABLE orders (id text PRIMARY KEY); INSERT INTO orders SELECT 'o-'||g FROM generate_series(1, 20) g; GRANT SELECT ON orders TO `+role); err != nil {
 		t.Fatal(err)
 	}
@@ -61,17 +31,6 @@ func TestE2E_DaemonRunsWithLeastPrivileges(t *testing.T) {
 	if _, err := outbox.EnqueueMany(ctx, owner, es); err != nil {
 		t.Fatal(err)
 	}
-
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	daemon, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(daemon.Close)
 
 	fake := providertest.New(providertest.Config{Idempotent: true})
 	run(t, daemon, &dispatcher.Config{
@@ -110,14 +69,4 @@ func TestE2E_DaemonRunsWithLeastPrivileges(t *testing.T) {
 			t.Errorf("the daemon role could run %q: %v", q, err)
 		}
 	}
-}
-
-func openOwner(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
