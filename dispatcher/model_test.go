@@ -655,7 +655,13 @@ func TestModel(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/charges", m.stripe)
 	mux.HandleFunc("POST /v3/mail/send", m.mail)
-	srv := httptest.NewServer(mux)
+	// Every answer closes its connection: net/http resends a request that
+	// carries an Idempotency-Key when a reused connection closes without an
+	// answer, which would turn most lost answers into replays.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 
 	st, err := stripe.New(&stripe.Config{APIKey: "sk_test_model", BaseURL: srv.URL, Timeout: 5 * time.Second,
