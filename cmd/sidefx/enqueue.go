@@ -78,6 +78,9 @@ func enqueueCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	if one {
 		res, err := ob.Enqueue(ctx, pool, outbox.Effect{SourceID: *source, Kind: *kind, Payload: json.RawMessage(*payload)})
+		if errors.Is(err, effects.ErrUnknownKind) {
+			return fmt.Errorf("%w; configure the kind in a daemon, or give --any-kind to enqueue it anyway", err)
+		}
 		if err != nil {
 			return err
 		}

@@ -323,7 +323,8 @@ func TestCLI_UnservedKinds(t *testing.T) {
 	c, _, store := newCLI(t)
 	ctx := context.Background()
 	err := c.refuse("enqueue", "--source", "o1", "--kind", "pager.page", "--payload", `{}`)
-	if !errors.Is(err, effects.ErrUnknownKind) || !strings.Contains(err.Error(), `kind "pager.page" is not one of the kinds a live dispatcher serves (none)`) {
+	if !errors.Is(err, effects.ErrUnknownKind) || !strings.Contains(err.Error(), `kind "pager.page" is not one of the kinds a live dispatcher serves (none)`) ||
+		!strings.Contains(err.Error(), "give --any-kind to enqueue it anyway") {
 		t.Fatalf("enqueue of an unserved kind: %v", err)
 	}
 	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "pager.page", "--payload", `{}`)
