@@ -3,6 +3,7 @@ package effects
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -108,7 +109,7 @@ func (s *Store) UnservedPending(ctx context.Context) ([]Unserved, error) {
 		return nil, err
 	}
 	rows, err := s.db.Query(ctx, `SELECT kind, count(*), min(next_attempt_at) FROM `+s.q.table+`
-		WHERE state = 'pending' AND NOT (kind = ANY($1::text[])) GROUP BY kind ORDER BY kind`, keys(served))
+		WHERE state = 'pending' AND NOT (kind = ANY($1::text[])) GROUP BY kind ORDER BY kind`, slices.Sorted(maps.Keys(served)))
 	if err != nil {
 		return nil, fmt.Errorf("unserved effects: %w", translate(err))
 	}
@@ -121,15 +122,6 @@ func (s *Store) UnservedPending(ctx context.Context) ([]Unserved, error) {
 		return nil, fmt.Errorf("unserved effects: %w", translate(err))
 	}
 	return out, nil
-}
-
-func keys(m map[string]bool) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // Now returns the database's clock, which due times and leases are on.

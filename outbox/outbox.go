@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -152,19 +153,10 @@ func (o *Outbox) checkKinds(ctx context.Context, db DB, items []effects.NewEffec
 	}
 	for i, it := range items {
 		if !served[it.Kind] {
-			return &effects.UnknownKindError{Index: index(i), Kind: it.Kind, Known: sortedKeys(served), Served: true}
+			return &effects.UnknownKindError{Index: index(i), Kind: it.Kind, Known: slices.Sorted(maps.Keys(served)), Served: true}
 		}
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]bool) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 var defaultOutbox, _ = New(nil)
@@ -287,7 +279,7 @@ func (o *Outbox) prepare(e Effect) (effects.NewEffect, error) {
 		return effects.NewEffect{}, err
 	}
 	if o.kinds != nil && !o.kinds[e.Kind] {
-		return effects.NewEffect{}, &effects.UnknownKindError{Index: -1, Kind: e.Kind, Known: sortedKeys(o.kinds)}
+		return effects.NewEffect{}, &effects.UnknownKindError{Index: -1, Kind: e.Kind, Known: slices.Sorted(maps.Keys(o.kinds))}
 	}
 	if o.check != nil {
 		if err := o.check(e.Kind, payload); err != nil {

@@ -32,13 +32,16 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	unserved, err := store.UnservedPending(ctx)
-	if err != nil {
-		return err
-	}
 	total := map[effects.State]int64{}
 	var kinds []statusKind
+	// The pending effects of kinds no live dispatcher serves, by kind.
+	unserved := map[string]int64{}
+	var unservedStats []effects.KindStats
 	for _, s := range stats {
+		if s.Unserved && s.ByState[effects.Pending] > 0 {
+			unserved[s.Kind] = s.ByState[effects.Pending]
+			unservedStats = append(unservedStats, s)
+		}
 		kinds = append(kinds, statusKind{Kind: s.Kind, States: s.ByState, OldestPendingSeconds: s.OldestPending.Seconds()})
 		for st, n := range s.ByState {
 			total[st] += n
@@ -47,12 +50,8 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(io.Out)
 		enc.SetIndent("", "  ")
-		un := map[string]int64{}
-		for _, u := range unserved {
-			un[u.Kind] = u.Pending
-		}
 		return enc.Encode(map[string]any{"kinds": kinds, "total": total, "uncertain": total[effects.Uncertain], "failed": total[effects.Failed],
-			"unserved_pending": un})
+			"unserved_pending": unserved})
 	}
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "KIND\t")
@@ -75,9 +74,9 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	for _, u := range unserved {
+	for _, s := range unservedStats {
 		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). Add the kind to a daemon's configuration.\n",
-			u.Pending, u.Kind, u.Kind, time.Since(u.Oldest).Round(time.Second))
+			s.ByState[effects.Pending], s.Kind, s.Kind, s.OldestPending.Round(time.Second))
 	}
 	if total[effects.Uncertain]+total[effects.Failed] > 0 {
 		fmt.Fprintf(io.Out, "\n%d uncertain and %d failed effects wait for an operator: sidefx inspect, retry, resolve.\n", total[effects.Uncertain], total[effects.Failed])
