@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/sidefx/sidefx/effects"
 )
@@ -27,6 +28,17 @@ func (d *demo) collect(ctx context.Context) error {
 	uncertain, err := listAll(ctx, d.store, effects.Filter{States: []effects.State{effects.Uncertain}, Kinds: []string{KindReceipt}})
 	if err != nil {
 		return err
+	}
+	// A claim the killed dispatcher had sent may have committed after the
+	// kill, when its fired rows were listed: the rescue names the worker it
+	// took them from, whose id holds the killed pid. They were in flight too.
+	if k := &d.sum.Kill; k.Done && k.InFlight != nil {
+		killedWorker := fmt.Sprintf("-%d-", k.PID)
+		for _, e := range uncertain {
+			if _, ok := k.InFlight[e.ID]; !ok && strings.Contains(e.LastError, "lease expired") && strings.Contains(e.LastError, killedWorker) {
+				k.InFlight[e.ID] = InFlight{Kind: e.Kind, SourceID: e.SourceID, Key: e.Key, Attempt: e.Attempts}
+			}
+		}
 	}
 	lost := map[string]bool{}
 	for _, k := range d.sum.Mail.LostKeys {
