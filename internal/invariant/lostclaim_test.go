@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/invariant"
@@ -51,7 +53,16 @@ func (m *messages) count(prefix string) int {
 // never sent.
 func TestScenario_LostClaimAnswersArePutBack(t *testing.T) {
 	t.Parallel()
-	direct, proxied, proxy := proxiedDB(t)
+	direct, slow, proxy := proxiedDB(t)
+	// Connections are made through the delayed answers too: give them time
+	// (several round trips of 2.5 s), so claims reach the server.
+	pcfg := slow.Config()
+	pcfg.ConnConfig.ConnectTimeout = 20 * time.Second
+	proxied, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxied.Close)
 	fake, w := watchFake(providertest.Config{Name: "mail", Idempotent: false, Latency: time.Millisecond})
 	k := quick
 	k.Provider = w
@@ -69,9 +80,9 @@ func TestScenario_LostClaimAnswersArePutBack(t *testing.T) {
 	const n = 30
 	keys := enqueue(t, direct, "email.receipt", n)
 	store, _ := effects.NewStore(direct, nil)
-	waitFor(t, 20*time.Second, "a claim committed", func() bool { return stateCounts(t, store)[effects.Fired] > 0 })
+	waitFor(t, time.Minute, "a claim committed", func() bool { return stateCounts(t, store)[effects.Fired] > 0 })
 	failed := logs.count("a claim failed; putting back")
-	waitFor(t, 20*time.Second, "that claim's answer too late", func() bool { return logs.count("a claim failed; putting back") > failed })
+	waitFor(t, time.Minute, "that claim's answer too late", func() bool { return logs.count("a claim failed; putting back") > failed })
 	removeToxic(t, proxy, "late")
 	waitFor(t, 30*time.Second, "every email settled", func() bool {
 		c := stateCounts(t, store)
