@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"strconv"
 )
 
 // Prefix starts every key this package derives. The digit is the version of
@@ -22,6 +23,7 @@ const (
 	tagKey      = "sidefx/key/v1"
 	tagChild    = "sidefx/child/v1"
 	tagDomainID = "sidefx/domain-id/v1"
+	tagRevision = "sidefx/revision/v1"
 )
 
 // Key returns the idempotency key of the effect of kind caused by sourceID,
@@ -48,6 +50,17 @@ func KeyNS(namespace, sourceID, kind string) string {
 // Child(key, "create") and Child(key, "confirm"), each stable across retries.
 func Child(key, step string) string {
 	return digest(tagChild, key, step)
+}
+
+// Revision returns the key of revision n (n ≥ 1) of an effect whose
+// previous key is key: an operator who supersedes an effect that definitely
+// did nothing with a corrected payload sends it under Revision(key, n), so a
+// provider that remembers the old key with its refusal (Stripe keeps a card
+// decline under its key) takes the corrected request as a new one. Revisions
+// chain: revision 2's key is Revision(Revision(k, 1), 2). n is written in
+// decimal, without leading zeros.
+func Revision(key string, n int) string {
+	return digest(tagRevision, key, strconv.Itoa(n))
 }
 
 // UUID is a 16-byte identifier in RFC 9562 layout.

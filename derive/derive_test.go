@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -36,6 +37,12 @@ func eval(t *testing.T, v Vector) string {
 		return derive.Child(v.Args[0], v.Args[1])
 	case v.Func == "DomainID" && len(v.Args) == 2:
 		return derive.DomainID(v.Args[0], v.Args[1]).String()
+	case v.Func == "Revision" && len(v.Args) == 2:
+		n, err := strconv.Atoi(v.Args[1])
+		if err != nil {
+			t.Fatalf("golden vector %+v: revision %q is not a number", v, v.Args[1])
+		}
+		return derive.Revision(v.Args[0], n)
 	}
 	t.Fatalf("golden vector %+v names no known function", v)
 	return ""
@@ -62,6 +69,10 @@ var goldenInputs = []Vector{
 	{Func: "DomainID", Args: []string{"tenant-7", "client-req-123"}},
 	{Func: "DomainID", Args: []string{"", ""}},
 	{Func: "DomainID", Args: []string{"tenant-7|client", "req-123"}},
+	{Func: "Revision", Args: []string{"sfx1_53f13bcacc5f70c75afd9ea0516749690ca2ac75051de363ead26213ce6244f2", "1"}},
+	{Func: "Revision", Args: []string{"sfx1_53f13bcacc5f70c75afd9ea0516749690ca2ac75051de363ead26213ce6244f2", "2"}},
+	{Func: "Revision", Args: []string{"sfx1_53f13bcacc5f70c75afd9ea0516749690ca2ac75051de363ead26213ce6244f2", "10"}},
+	{Func: "Revision", Args: []string{"", "1"}},
 }
 
 // ReadGolden returns the pinned vectors.
@@ -141,7 +152,7 @@ func TestGoldenFileCoversEveryFunction(t *testing.T) {
 	for _, v := range readGolden(t) {
 		seen[v.Func] = true
 	}
-	for _, f := range []string{"Key", "KeyNS", "Child", "DomainID"} {
+	for _, f := range []string{"Key", "KeyNS", "Child", "DomainID", "Revision"} {
 		if !seen[f] {
 			t.Errorf("no golden vector for %s", f)
 		}
@@ -169,6 +180,12 @@ func TestKey_SeparatorTricksDiffer(t *testing.T) {
 	}
 	if derive.Child("k", "s") == derive.Key("k", "s") {
 		t.Error("Child and Key share a domain")
+	}
+	if derive.Revision("k", 1) == derive.Child("k", "1") {
+		t.Error("Revision and Child share a domain")
+	}
+	if derive.Revision(derive.Revision("k", 1), 2) == derive.Revision("k", 2) {
+		t.Error("revision 2 does not depend on revision 1's key")
 	}
 }
 

@@ -23,8 +23,9 @@
 //     Idempotency-Key, an HTTP header value and a Standard Webhooks
 //     webhook-id.
 //   - PostgreSQL computes the same keys: the migrations install sidefx_key,
-//     sidefx_child_key and sidefx_domain_id, which services in any language
-//     can call, and the tests check that both agree on every golden vector.
+//     sidefx_child_key, sidefx_domain_id and sidefx_revision_key, which
+//     services in any language can call, and the tests check that both
+//     agree on every golden vector.
 //
 // The namespace (KeyNS) separates deployments that share a provider account,
 // such as staging and production. A deployment sets it once; changing it

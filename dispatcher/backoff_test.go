@@ -128,14 +128,17 @@ func TestDueAt(t *testing.T) {
 	for _, c := range []struct {
 		attempts int
 		next     time.Time
+		due      time.Time
 		want     time.Time
 	}{
-		{1, created, created},
-		{1, created.Add(time.Hour), created.Add(time.Hour)}, // scheduled
-		{1, created.Add(-time.Second), created},
-		{3, created.Add(2 * time.Hour), created}, // a retry's next_attempt_at is no due time
+		{1, created, time.Time{}, created},
+		{1, created.Add(time.Hour), created.Add(time.Hour), created.Add(time.Hour)}, // scheduled
+		{1, created.Add(-time.Second), time.Time{}, created},
+		{3, created.Add(2 * time.Hour), time.Time{}, created},                           // a retry's next_attempt_at is no due time
+		{3, created.Add(2 * time.Hour), created.Add(time.Hour), created.Add(time.Hour)}, // a scheduled effect's retry
+		{1, created.Add(time.Hour), time.Time{}, created.Add(time.Hour)},                // enqueued before due_at existed
 	} {
-		e := &effects.Effect{Attempts: c.attempts, CreatedAt: created, NextAttemptAt: c.next}
+		e := &effects.Effect{Attempts: c.attempts, CreatedAt: created, NextAttemptAt: c.next, DueAt: c.due}
 		if got := dueAt(e); !got.Equal(c.want) {
 			t.Errorf("attempt %d, next %s: due %s, want %s", c.attempts, c.next, got, c.want)
 		}

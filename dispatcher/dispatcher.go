@@ -574,11 +574,15 @@ func (d *Dispatcher) call(ctx context.Context, p providers.Provider, c providers
 	return res
 }
 
-// dueAt is when e first came due: its creation, or, for a first attempt of
-// an effect scheduled for later (not_before), its due time, so a deliberate
-// delay is not latency. For later attempts the original due time is gone
-// (next_attempt_at then holds the retry's): creation it is.
+// dueAt is when e came due: its due time (an effect scheduled for later,
+// or superseded), else its creation, so a deliberate delay is not latency.
+// An effect enqueued before schema version 7 has no due time: for its
+// first attempt next_attempt_at is it; for later ones (next_attempt_at then
+// holds the retry's) creation it is.
 func dueAt(e *effects.Effect) time.Time {
+	if !e.DueAt.IsZero() {
+		return e.DueAt
+	}
 	if e.Attempts <= 1 && e.NextAttemptAt.After(e.CreatedAt) {
 		return e.NextAttemptAt
 	}

@@ -60,6 +60,17 @@
 // payload), in Go and in the SQL functions alike. Tombstones are kept
 // forever unless Store.PurgeTombstones is called, which frees their guards.
 //
+// # Supersession
+//
+// An operator may replace the payload of an effect that definitely did
+// nothing (pending or failed, no evidence, no flag) with Store.Supersede.
+// The effect takes the new payload under derive.Revision(old key, n) for
+// its n-th revision (Effect.Revision) and goes back to pending; attempts
+// keep counting, so no answer to an old attempt passes for a new one. The
+// old payload hashes are kept: a replay of the old payload is a duplicate.
+// The history (action supersede) records both keys and both payload
+// hashes. Anything that may have been performed is refused.
+//
 // # Errors
 //
 // Driver errors are translated here: callers branch on ErrNotFound,

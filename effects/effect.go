@@ -44,7 +44,9 @@ var States = []State{Pending, Fired, Confirmed, Failed, Uncertain, Cancelled}
 // or uncertain to confirmed or failed, and failed to confirmed when the
 // failure was the dispatcher's conclusion, not an operator's. A claim moves
 // a pending effect that may have been performed to uncertain instead of
-// fired when its provider's key window has passed.
+// fired when its provider's key window has passed. Superseding an effect
+// (Store.Supersede) replaces its payload and key: a failed effect goes to
+// pending, a pending one stays pending.
 var Transitions = map[State][]State{
 	Pending:   {Fired, Cancelled, Uncertain, Confirmed, Failed},
 	Fired:     {Confirmed, Failed, Pending, Uncertain},
@@ -111,6 +113,14 @@ type Effect struct {
 	// nil); its key, payload hash, state, reference, times and history stay,
 	// and so does its guard on (SourceID, Kind).
 	ReapedAt time.Time
+	// Revision counts the times an operator superseded the effect's payload
+	// (0: the payload enqueued). Each revision has its own key,
+	// derive.Revision(previous key, revision).
+	Revision int
+	// DueAt is when the effect came due, if not at its creation: the
+	// NotBefore of an effect scheduled for later, or when an operator
+	// superseded it. Zero: at CreatedAt.
+	DueAt time.Time
 }
 
 // MaybePerformed reports whether the effect may have been performed at its

@@ -38,10 +38,14 @@ type Event struct {
 	ID          int64
 	EffectID    int64
 	At          time.Time
-	Action      string // retry, resolve, refire, cancel
+	Action      string // retry, resolve, refire, cancel, late_answer, supersede
 	From, To    State
 	Actor, Note string
 	ProviderRef string
+	// A supersession records the key and payload hash it replaced and the
+	// ones it set; other actions leave them empty.
+	OldKey, NewKey                 string
+	OldPayloadHash, NewPayloadHash []byte
 }
 
 // transition moves effect id from one state to another with set applied,
@@ -183,7 +187,8 @@ func (s *Store) CancelByID(ctx context.Context, id int64, a Action) (*Effect, er
 
 // History returns the operator actions on effect id, oldest first.
 func (s *Store) History(ctx context.Context, id int64) ([]Event, error) {
-	rows, err := s.db.Query(ctx, `SELECT id, effect_id, at, action, from_state, to_state, actor, note, coalesce(provider_ref, '')
+	rows, err := s.db.Query(ctx, `SELECT id, effect_id, at, action, from_state, to_state, actor, note, coalesce(provider_ref, ''),
+			coalesce(old_key, ''), coalesce(new_key, ''), old_payload_hash, new_payload_hash
 		FROM `+sqlname.Quote(s.schema)+`.side_effect_events WHERE effect_id = $1 ORDER BY id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("history of effect %d: %w", id, translate(err))
@@ -191,7 +196,8 @@ func (s *Store) History(ctx context.Context, id int64) ([]Event, error) {
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
 		var e Event
 		var from, to string
-		err := r.Scan(&e.ID, &e.EffectID, &e.At, &e.Action, &from, &to, &e.Actor, &e.Note, &e.ProviderRef)
+		err := r.Scan(&e.ID, &e.EffectID, &e.At, &e.Action, &from, &to, &e.Actor, &e.Note, &e.ProviderRef,
+			&e.OldKey, &e.NewKey, &e.OldPayloadHash, &e.NewPayloadHash)
 		e.From, e.To = State(from), State(to)
 		return e, err
 	})

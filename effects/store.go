@@ -74,7 +74,7 @@ func columnsOf(alias string) string {
 		a + "next_attempt_at, " + a + "lease_until, " + a + "claimed_by, " + a + "provider_ref, " +
 		a + "outcome, " + a + "last_error, " + a + "created_at, " + a + "fired_at, " +
 		a + "confirmed_at, " + a + "updated_at, " + a + "maybe_attempts, " + a + "first_fired_at, " +
-		a + "flag, " + a + "reaped_at"
+		a + "flag, " + a + "reaped_at, " + a + "revision, " + a + "due_at"
 }
 
 var columns = columnsOf("")
@@ -110,16 +110,17 @@ func scanEffect(row pgx.Row) (*Effect, error) {
 		e                                 Effect
 		state                             string
 		lease, fired, confirmed           pgtype.Timestamptz
-		firstFired, reaped                pgtype.Timestamptz
+		firstFired, reaped, due           pgtype.Timestamptz
 		claimedBy, providerRef, lastError pgtype.Text
 		flag                              pgtype.Text
 		outcome, payload                  []byte
 		attempts, maxAttempts             int32
 		maybe                             []int32
+		revision                          int32
 	)
 	err := row.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Key, &payload, &e.PayloadHash, &state, &attempts,
 		&maxAttempts, &e.NextAttemptAt, &lease, &claimedBy, &providerRef, &outcome,
-		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt, &maybe, &firstFired, &flag, &reaped)
+		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt, &maybe, &firstFired, &flag, &reaped, &revision, &due)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +131,7 @@ func scanEffect(row pgx.Row) (*Effect, error) {
 		e.MaybeAttempts = append(e.MaybeAttempts, int(a))
 	}
 	e.FirstFiredAt, e.ReapedAt, e.Flag = firstFired.Time, reaped.Time, flag.String
+	e.Revision, e.DueAt = int(revision), due.Time
 	e.State = State(state)
 	e.Attempts, e.MaxAttempts = int(attempts), int(maxAttempts)
 	e.LeaseUntil, e.FiredAt, e.ConfirmedAt = lease.Time, fired.Time, confirmed.Time

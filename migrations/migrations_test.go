@@ -187,6 +187,8 @@ func TestSQLFunctions_MatchGoldenVectors(t *testing.T) {
 			q = "SELECT sidefx_child_key($1, $2)"
 		case "DomainID":
 			q = "SELECT sidefx_domain_id($1, $2)::text"
+		case "Revision":
+			q = "SELECT sidefx_revision_key($1, $2::integer)"
 		default:
 			t.Fatalf("vector for unknown function %s", v.Func)
 		}

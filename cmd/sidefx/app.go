@@ -42,6 +42,7 @@ func commands() []command {
 		{"retry", "ID [--attempts N] [--note T]", "move a failed effect back to pending", retryCmd},
 		{"resolve", "ID --as confirmed|failed [--ref R] | ID --refire; [--note T]", "settle an uncertain effect", resolveCmd},
 		{"cancel", "ID | --source ID --kind KIND; [--note T]", "cancel a pending effect", cancelCmd},
+		{"supersede", "ID --payload JSON|--payload-file FILE [--note T]", "replace the payload of an effect that did nothing; it is sent under a new key", supersedeCmd},
 		{"drift", "run|list", "run the drift rules now, or list recent runs", driftCmd},
 		{"demo", "[--orders N] …", "the failure sidefx exists for, told on a throwaway database", demoCmd},
 	}
@@ -69,7 +70,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: sidefx COMMAND [flags]")
 	fmt.Fprintln(w)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n           %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n            %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintln(w, "\nEvery command takes --config FILE and --database-url URL (or SIDEFX_DATABASE_URL). sidefx COMMAND -h lists its flags.")
 }

@@ -115,7 +115,11 @@ func printEffect(io *IO, e *effects.Effect, why string, history []effects.Event)
 	row("effect", e.ID)
 	row("source_id", e.SourceID)
 	row("kind", e.Kind)
-	row("key", e.Key)
+	if e.Revision > 0 {
+		row("key", fmt.Sprintf("%s (revision %d: superseded, see the history)", e.Key, e.Revision))
+	} else {
+		row("key", e.Key)
+	}
 	row("state", e.State)
 	if why != "" {
 		row("why pending", why)
@@ -157,6 +161,9 @@ func printEffect(io *IO, e *effects.Effect, why string, history []effects.Event)
 		line := fmt.Sprintf("  %s  %s %s → %s by %s", when(h.At), h.Action, h.From, h.To, h.Actor)
 		if h.ProviderRef != "" {
 			line += " ref " + h.ProviderRef
+		}
+		if h.Action == "supersede" {
+			line += fmt.Sprintf(" key %s → %s, payload hash %x → %x", h.OldKey, h.NewKey, h.OldPayloadHash, h.NewPayloadHash)
 		}
 		if h.Note != "" {
 			line += ": " + h.Note

@@ -5,7 +5,7 @@
 //	sidefx enqueue …                    enqueue effects from the command line or JSON lines
 //	sidefx status                       effects by state and kind, oldest pending
 //	sidefx inspect ID|KEY|--source ID   one effect's full record and history
-//	sidefx retry|resolve|cancel …       operators' transitions, guarded and recorded
+//	sidefx retry|resolve|cancel|supersede …  operators' transitions, guarded and recorded
 //	sidefx drift run|list               run the drift rules now, list recent runs
 //	sidefx demo                         the story this project exists for, on a fresh machine
 //

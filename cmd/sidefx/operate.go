@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	goio "io"
+	"os"
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
@@ -173,4 +176,74 @@ func cancelCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	report(io, "cancelled", e)
 	return nil
+}
+
+func supersedeCmd(ctx context.Context, io *IO, args []string) error {
+	fs, c := newFlags("supersede", io)
+	payload := fs.String("payload", "", "the corrected payload, a JSON object")
+	payloadFile := fs.String("payload-file", "", "read the corrected payload from `file` (- for standard input)")
+	attempts := fs.Int("attempts", 5, "attempts granted beyond those made")
+	op := addOpFlags(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if (*payload == "") == (*payloadFile == "") {
+		return usageErr("give the corrected payload with --payload JSON or --payload-file FILE")
+	}
+	body := []byte(*payload)
+	if *payloadFile != "" {
+		var err error
+		if body, err = readPayloadFile(io, *payloadFile); err != nil {
+			return err
+		}
+	}
+	store, e, done, err := target(ctx, io, c, fs)
+	if err != nil {
+		return err
+	}
+	defer done()
+	// Checked as the provider would before sending it, when the
+	// configuration names the kind: the correction must not fail the same way.
+	cfg, err := c.loadConfig(io)
+	if err != nil {
+		return err
+	}
+	if cfg != nil {
+		if _, ok := cfg.Kinds[e.Kind]; ok {
+			if err := cfg.CheckPayload(e.Kind, json.RawMessage(body)); err != nil {
+				return fmt.Errorf("supersede effect %d: %w", e.ID, &effects.ValidationError{Index: -1, Field: "payload",
+					Reason: fmt.Sprintf("is not one the %s provider can send: %v", e.Kind, err)})
+			}
+		} else {
+			fmt.Fprintf(io.Err, "note: kind %s is not in the configuration; the payload was not checked against its provider\n", e.Kind)
+		}
+	}
+	old := e.Key
+	e, err = store.Supersede(ctx, e.ID, json.RawMessage(body), *attempts, op.action())
+	if err != nil {
+		return err
+	}
+	report(io, fmt.Sprintf("superseded (revision %d, key %s replaces %s)", e.Revision, e.Key, old), e)
+	return nil
+}
+
+// readPayloadFile reads a payload from path, or standard input for "-".
+func readPayloadFile(io *IO, path string) ([]byte, error) {
+	var r goio.Reader = io.In
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := goio.ReadAll(goio.LimitReader(r, maxLine+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the payload: %w", err)
+	}
+	if len(b) > maxLine {
+		return nil, fmt.Errorf("the payload in %s is longer than %d bytes", path, maxLine)
+	}
+	return b, nil
 }

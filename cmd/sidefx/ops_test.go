@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/migrations"
@@ -388,5 +389,77 @@ kinds:
 	var n int
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM side_effects`).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("%d effects stored, want the 2 good ones: %v", n, err)
+	}
+}
+
+// sidefx supersede replaces a failed effect's payload under a new key,
+// checks the correction against the provider's parameters first, shows the
+// revision in inspect, and refuses an effect that may have been performed.
+func TestCLI_Supersede(t *testing.T) {
+	t.Parallel()
+	c, _, store := newCLI(t)
+	ctx := context.Background()
+	cfg := filepath.Join(t.TempDir(), "sidefx.yaml")
+	doc := "database_url: " + c.url + `
+providers:
+  stripe: {type: stripe, api_key_env: STRIPE_KEY}
+kinds:
+  charge.create: {provider: stripe, operation: charges.create}
+`
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "charge.create", "--payload", `{"amount": 100, "currency": "usd", "source": "tok_chargeDeclined"}`)
+	c.ok("enqueue", "--any-kind", "--source", "o2", "--kind", "charge.create", "--payload", `{"amount": 200, "currency": "usd", "source": "tok_visa"}`)
+	got, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 2, Lease: time.Minute, Worker: "w"})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim: %v, %v", got, err)
+	}
+	declined, lost := got[0], got[1]
+	if declined.SourceID != "o1" {
+		declined, lost = lost, declined
+	}
+	if _, err := store.Complete(ctx, []effects.Outcome{
+		{ID: declined.ID, Attempt: 1, State: effects.Failed, Settles: true, Error: "rejected: card_declined"},
+		{ID: lost.ID, Attempt: 1, State: effects.Pending, MaybePerformed: true, RetryIn: time.Hour, Error: "unknown: timeout"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(declined.ID)
+
+	if err := c.refuse("supersede", id); !strings.Contains(err.Error(), "--payload") {
+		t.Fatalf("no payload: %v", err)
+	}
+	// The correction is checked as Stripe would check it.
+	err = c.refuse("supersede", "--config", cfg, id, "--payload", `{"amount": 100, "currency": "usd", "sourse": "tok_visa"}`)
+	if !errors.Is(err, effects.ErrInvalid) || !strings.Contains(err.Error(), "sourse") {
+		t.Fatalf("a misspelled correction: %v", err)
+	}
+	if e, _ := store.Get(ctx, declined.ID); e.Revision != 0 || e.State != effects.Failed {
+		t.Fatalf("a refused correction changed the effect: %+v", e)
+	}
+	err = c.refuse("supersede", fmt.Sprint(lost.ID), "--payload", `{"amount": 1}`)
+	if !errors.Is(err, effects.ErrMaybePerformed) || !strings.Contains(err.Error(), "attempt 1 reached the provider") {
+		t.Fatalf("supersede what may have been performed: %v", err)
+	}
+
+	payload := filepath.Join(t.TempDir(), "fixed.json")
+	if err := os.WriteFile(payload, []byte(`{"amount": 100, "currency": "usd", "source": "tok_visa"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := c.ok("supersede", "--config", cfg, id, "--payload-file", payload, "--actor", "ops@host", "--note", "another card")
+	newKey := derive.Revision(declined.Key, 1)
+	if !strings.Contains(out, "superseded (revision 1, key "+newKey+" replaces "+declined.Key+")") || !strings.Contains(out, "now pending") {
+		t.Fatalf("supersede said:\n%s", out)
+	}
+	out = c.ok("inspect", newKey)
+	for _, want := range []string{"(revision 1: superseded", "supersede failed → pending by ops@host key " + declined.Key + " → " + newKey, ": another card", `"tok_visa"`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("inspect lacks %q:\n%s", want, out)
+		}
+	}
+	// The producer's event replayed: a duplicate, under the new key.
+	if out := c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "charge.create", "--payload", `{"amount": 100, "currency": "usd", "source": "tok_chargeDeclined"}`); !strings.Contains(out, "already present: effect "+id+" key "+newKey) {
+		t.Fatalf("replay of the old payload: %s", out)
 	}
 }

@@ -1,0 +1,137 @@
+package effects
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/sidefx/sidefx/internal/sqlname"
+)
+
+// Supersede replaces the payload of an effect that definitely did nothing
+// with a corrected one, and sends it again: the way out when a payload
+// slipped past every check (a producer writing SQL, a card the provider
+// declines) and neither a retry (the same payload under the same key: Stripe
+// replays a decline it stored under the key) nor a new enqueue (a payload
+// mismatch) gets past it.
+//
+// The effect takes payload under a new key, derive.Revision(old key, n) for
+// its n-th revision, and goes back to pending, due now, with extra more
+// attempts than it has made (attempts keep counting across revisions, so an
+// answer to an attempt of an earlier revision never passes for one of this
+// revision). Its key window, last error, reference and stored answer start
+// afresh. The history records the old and new keys and payload hashes, the
+// actor and the note. A replay of the old payload (the producer's event
+// delivered again) is a duplicate of the effect, not a mismatch.
+//
+// Only an effect that definitely did nothing may be superseded: pending or
+// failed, with no attempt that may have reached its provider without a
+// definite answer, and no flag. One that may have been performed (fired,
+// uncertain, evidence of an attempt, or a late answer flagged) is refused
+// with a *MaybePerformedError; a confirmed or cancelled effect, or a
+// tombstone, with a *StateError; a payload that is not a JSON object, that
+// exceeds the database's payload limit, or that is the effect's payload
+// already, with a *ValidationError. Nothing is changed when it is refused.
+//
+// The caller checks the payload against its provider first (sidefx
+// supersede does, with the daemon's configuration).
+func (s *Store) Supersede(ctx context.Context, id int64, payload json.RawMessage, extra int, a Action) (*Effect, error) {
+	const op = "supersede"
+	if err := a.validate(); err != nil {
+		return nil, err
+	}
+	if extra < 1 {
+		return nil, invalid("attempts", "must be at least 1")
+	}
+	if err := checkObject(payload); err != nil {
+		return nil, err
+	}
+	q := sqlname.Quote(s.schema)
+	t := s.q.table
+	// The subquery locks the row and returns its version before the update
+	// (FOR UPDATE makes it the latest committed one), so the history
+	// records the key and hash that were replaced.
+	sql := `WITH upd AS (
+			UPDATE ` + t + ` AS e SET
+				payload = n.p,
+				payload_hash = n.h,
+				revision = o.revision + 1,
+				idempotency_key = ` + q + `.sidefx_revision_key(o.idempotency_key, o.revision + 1),
+				superseded_hashes = o.superseded_hashes || o.payload_hash,
+				state = 'pending', next_attempt_at = now(), due_at = now(), max_attempts = o.attempts + $3,
+				first_fired_at = NULL, last_error = NULL, provider_ref = NULL, outcome = NULL,
+				claimed_by = NULL, lease_until = NULL, updated_at = now()
+			FROM (SELECT id, state, idempotency_key, payload_hash, provider_ref, revision, attempts, superseded_hashes
+					FROM ` + t + ` WHERE id = $1 FOR UPDATE) AS o,
+				(SELECT $2::jsonb AS p, sha256(convert_to($2::jsonb::text, 'UTF8')) AS h,
+					octet_length($2::jsonb::text) AS len) AS n,
+				` + q + `.sidefx_settings st
+			WHERE e.id = o.id AND e.state IN ('pending', 'failed') AND e.reaped_at IS NULL
+				AND ` + neverPerformed + ` AND e.flag IS NULL
+				AND n.h <> o.payload_hash AND n.len <= st.max_payload_bytes
+			RETURNING e.*, o.state AS old_state, o.idempotency_key AS old_key,
+				o.payload_hash AS old_hash, o.provider_ref AS old_ref
+		), ev AS (
+			INSERT INTO ` + q + `.side_effect_events (effect_id, action, from_state, to_state, actor, note,
+				provider_ref, old_key, new_key, old_payload_hash, new_payload_hash)
+			SELECT id, 'supersede', old_state, 'pending', $4, $5, old_ref, old_key, idempotency_key, old_hash, payload_hash
+			FROM upd
+		)
+		SELECT ` + columns + ` FROM upd`
+	e, err := scanEffect(s.db.QueryRow(ctx, sql, id, string(payload), extra, a.Actor, a.Note))
+	if err == nil {
+		return e, nil
+	}
+	if err = translate(err); err != ErrNotFound {
+		return nil, fmt.Errorf("%s effect %d: %w", op, id, err)
+	}
+	return nil, s.supersedeRefusal(ctx, id, payload)
+}
+
+// supersedeRefusal explains why Supersede changed nothing.
+func (s *Store) supersedeRefusal(ctx context.Context, id int64, payload json.RawMessage) error {
+	const op = "supersede"
+	cur, err := s.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	switch {
+	case !cur.ReapedAt.IsZero() || cur.State == Confirmed || cur.State == Cancelled:
+		return &StateError{ID: cur.ID, State: cur.State, Want: []State{Pending, Failed}, Op: op, ReapedAt: cur.ReapedAt}
+	case cur.MaybePerformed() || cur.State == Uncertain || cur.Flag != "":
+		why := cur.LastError
+		if cur.Flag != "" {
+			why = cur.Flag
+		}
+		return &MaybePerformedError{ID: cur.ID, Op: op, State: cur.State, Attempts: cur.Attempts,
+			MaybeAttempts: cur.MaybeAttempts, Why: why}
+	}
+	var (
+		hash        []byte
+		size, limit int
+	)
+	err = s.db.QueryRow(ctx, `SELECT sha256(convert_to($1::jsonb::text, 'UTF8')), octet_length($1::jsonb::text), max_payload_bytes
+		FROM `+sqlname.Quote(s.schema)+`.sidefx_settings`, string(payload)).Scan(&hash, &size, &limit)
+	if err != nil {
+		return fmt.Errorf("%s effect %d: %w", op, id, translate(err))
+	}
+	switch {
+	case bytes.Equal(hash, cur.PayloadHash):
+		return invalid("payload", fmt.Sprintf("is effect %d's payload already: nothing to supersede (retry sends it again under the same key)", id))
+	case size > limit:
+		return invalid("payload", fmt.Sprintf("is %d bytes, the limit is %d", size, limit))
+	}
+	return fmt.Errorf("%s effect %d: it changed while being superseded (now %s); look at it again", op, id, cur.State)
+}
+
+// checkObject returns a *ValidationError unless payload is one JSON object.
+func checkObject(payload json.RawMessage) error {
+	if !json.Valid(payload) {
+		return invalid("payload", "is not valid JSON")
+	}
+	if b := bytes.TrimLeft(payload, " \t\r\n"); len(b) == 0 || b[0] != '{' {
+		return invalid("payload", "is not a JSON object")
+	}
+	return nil
+}
