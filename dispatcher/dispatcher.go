@@ -66,6 +66,8 @@ type Dispatcher struct {
 
 	freed chan struct{} // a claimed effect's outcome was recorded
 	wake  chan struct{} // a notification, a rescue, recording recovered: effects may be due
+	// beatNow asks for a heartbeat before the next tick (a provider paused).
+	beatNow chan struct{}
 }
 
 // logCtx is the context of log lines that belong to no request.
@@ -108,16 +110,17 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		return nil, configErr("%v", err)
 	}
 	d := &Dispatcher{
-		pool:   pool,
-		store:  store,
-		cfg:    c,
-		log:    c.Logger.With("component", "dispatcher", "worker", c.WorkerID),
-		byKind: map[string]*group{},
-		now:    time.Now,
-		ops:    map[string]*opState{},
-		freed:  make(chan struct{}, 1),
-		wake:   make(chan struct{}, 1),
-		held:   map[int64]struct{}{},
+		pool:    pool,
+		store:   store,
+		cfg:     c,
+		log:     c.Logger.With("component", "dispatcher", "worker", c.WorkerID),
+		byKind:  map[string]*group{},
+		now:     time.Now,
+		ops:     map[string]*opState{},
+		freed:   make(chan struct{}, 1),
+		wake:    make(chan struct{}, 1),
+		beatNow: make(chan struct{}, 1),
+		held:    map[int64]struct{}{},
 
 		windows: map[string]time.Duration{},
 		margins: map[string]time.Duration{},
@@ -549,6 +552,7 @@ func (d *Dispatcher) pause(g *group, e *effects.Effect, k Kind, retryAfter time.
 		until = g.pausedUntil
 	}
 	d.mu.Unlock()
+	signal(d.beatNow) // so that sidefx inspect names the pause now, not at the next heartbeat
 	d.log.Warn("provider asked for a pause (Retry-After): claiming none of its effects until it ends",
 		"provider", g.name, "effect_id", e.ID, "kind", e.Kind, "attempt", e.Attempts,
 		"retry_after", retryAfter, "paused_for", until.Sub(at))
@@ -901,6 +905,8 @@ func (d *Dispatcher) maintain(ctx context.Context) {
 			d.rescue(ctx)
 		case <-reap:
 			d.reap(ctx)
+		case <-d.beatNow:
+			d.heartbeat(ctx)
 		case <-beat.C:
 			d.heartbeat(ctx)
 			if beats++; beats%unservedEvery == 0 {
@@ -920,9 +926,35 @@ const unservedEvery = 6
 func (d *Dispatcher) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
-	if err := d.store.Heartbeat(hctx, d.cfg.WorkerID, d.cfg.servedKinds(), d.cfg.HeartbeatInterval); err != nil && ctx.Err() == nil {
+	if err := d.store.Beat(hctx, d.beat()); err != nil && ctx.Err() == nil {
 		d.log.Warn("could not record this dispatcher's heartbeat; sidefx enqueue and status may not see its kinds as served", "err", err)
 	}
+}
+
+// beat is this dispatcher's heartbeat: its kinds, and what holds each
+// kind's effects back here (a paused provider, its calls in flight against
+// its limit, its failures in a row), for sidefx inspect.
+func (d *Dispatcher) beat() effects.Beat {
+	b := effects.Beat{Worker: d.cfg.WorkerID, Kinds: d.cfg.servedKinds(), Interval: d.cfg.HeartbeatInterval}
+	now := d.now()
+	for _, kind := range b.Kinds {
+		g := d.byKind[kind]
+		if g == nil {
+			continue
+		}
+		kb := effects.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit}
+		d.mu.Lock()
+		kb.InFlight = g.inflight
+		if g.pausedUntil.After(now) {
+			kb.PausedFor = g.pausedUntil.Sub(now)
+		}
+		d.mu.Unlock()
+		d.amu.Lock()
+		kb.Failures = g.failures
+		d.amu.Unlock()
+		b.Status = append(b.Status, kb)
+	}
+	return b
 }
 
 // retire removes this dispatcher from the registry at a clean stop.

@@ -193,6 +193,27 @@ func TestDispatcher_RetryAfterPausesTheProvider(t *testing.T) {
 	if p.Provider != "stripe" || p.RetryAfter != 365*24*time.Hour || p.Until.Sub(p.At) != capAt || p.Attempt != 1 {
 		t.Fatalf("pause %+v: want stripe paused for BackoffMax %s", p, capAt)
 	}
+	// The registry names the pause at once (not at the next heartbeat), so
+	// sidefx inspect says why stripe's due effects wait.
+	store, _ := effects.NewStore(pool, nil)
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		st, err := store.KindStatuses(context.Background())
+		r := st["refund.create"]
+		return err == nil && r.Paused == 1 && r.Provider == "stripe" && !r.PausedUntil.IsZero(), fmt.Sprintf("refund.create: %+v, %v", r, err)
+	})
+	// A refund never called (the 429 may have been a refund's).
+	var refund *effects.Effect
+	for i := 0; refund == nil || refund.Attempts > 0; i++ {
+		var err error
+		if refund, err = store.GetBySource(context.Background(), fmt.Sprintf("r-%d", i), "refund.create"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now, _ := store.Now(context.Background())
+	kinds, _ := store.KindStatuses(context.Background())
+	if why := effects.WhyPending(refund, now, kinds); !strings.Contains(why, "provider stripe paused by a Retry-After until") {
+		t.Fatalf("why pending: %q", why)
+	}
 	// The clock stands still: mail is called, stripe is not.
 	openMail()
 	waitFor(t, 30*time.Second, func() (bool, string) {
@@ -218,7 +239,6 @@ func TestDispatcher_RetryAfterPausesTheProvider(t *testing.T) {
 	}
 	// The rate-limited effect waits its own Retry-After, capped likewise,
 	// on the database's clock.
-	store, _ := effects.NewStore(pool, nil)
 	e, err := store.Get(context.Background(), limited.EffectID)
 	if err != nil {
 		t.Fatal(err)

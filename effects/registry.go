@@ -2,6 +2,7 @@ package effects
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -26,12 +27,62 @@ func (s *Store) registry() string { return sqlname.Quote(s.schema) + ".sidefx_di
 // Heartbeat records that worker is alive and serves kinds, and will beat
 // again within interval.
 func (s *Store) Heartbeat(ctx context.Context, worker string, kinds []string, interval time.Duration) error {
-	if interval <= 0 {
+	return s.Beat(ctx, Beat{Worker: worker, Kinds: kinds, Interval: interval})
+}
+
+// Beat is one heartbeat of a dispatcher: who it is, the kinds it serves, when
+// it beats again, and what it knows of its providers.
+type Beat struct {
+	Worker   string
+	Kinds    []string
+	Interval time.Duration
+	// Status says, for some of Kinds, what holds their effects back in
+	// this dispatcher.
+	Status []KindBeat
+}
+
+// KindBeat is what a dispatcher knows of one kind's provider.
+type KindBeat struct {
+	Kind     string
+	Provider string
+	// PausedFor is how much is left of a Retry-After pause (0: none); the
+	// database records its end on its own clock.
+	PausedFor time.Duration
+	// InFlight calls of the provider, and its limit (its share of the
+	// workers, or its configured concurrency).
+	InFlight, Limit int
+	// Failures is the provider's retryable or unknown answers in a row.
+	Failures int
+}
+
+// Beat records b in the registry.
+func (s *Store) Beat(ctx context.Context, b Beat) error {
+	if b.Interval <= 0 {
 		return invalid("interval", "must be positive")
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO `+s.registry()+` AS d (worker_id, kinds, interval_ms) VALUES ($1, $2, $3)
-		ON CONFLICT (worker_id) DO UPDATE SET kinds = excluded.kinds, heartbeat_at = now(), interval_ms = excluded.interval_ms`,
-		worker, kinds, interval.Milliseconds())
+	type status struct {
+		Kind     string `json:"kind"`
+		Provider string `json:"provider"`
+		PausedMS int64  `json:"paused_ms"`
+		InFlight int    `json:"in_flight"`
+		Limit    int    `json:"limit"`
+		Failures int    `json:"failures"`
+	}
+	st := make([]status, len(b.Status))
+	for i, k := range b.Status {
+		st[i] = status{k.Kind, k.Provider, k.PausedFor.Milliseconds(), k.InFlight, k.Limit, k.Failures}
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("dispatcher heartbeat: %w", err)
+	}
+	_, err = s.db.Exec(ctx, `INSERT INTO `+s.registry()+` AS d (worker_id, kinds, interval_ms, kind_status)
+		SELECT $1, $2, $3, coalesce(jsonb_object_agg(x->>'kind', (x - 'kind' - 'paused_ms') || jsonb_build_object('paused_until',
+			CASE WHEN (x->>'paused_ms')::bigint > 0 THEN now() + (x->>'paused_ms')::bigint * interval '1 millisecond' END)), '{}')
+		FROM jsonb_array_elements($4::jsonb) AS x
+		ON CONFLICT (worker_id) DO UPDATE SET kinds = excluded.kinds, heartbeat_at = now(), interval_ms = excluded.interval_ms,
+			kind_status = excluded.kind_status`,
+		b.Worker, b.Kinds, b.Interval.Milliseconds(), string(raw))
 	if err != nil {
 		return fmt.Errorf("dispatcher heartbeat: %w", translate(err))
 	}
@@ -78,19 +129,79 @@ func (s *Store) Dispatchers(ctx context.Context) ([]Dispatcher, error) {
 
 // ServedKinds returns the kinds some live dispatcher serves.
 func (s *Store) ServedKinds(ctx context.Context) (map[string]bool, error) {
-	ds, err := s.Dispatchers(ctx)
+	st, err := s.KindStatuses(ctx)
 	if err != nil {
 		return nil, err
 	}
-	served := map[string]bool{}
-	for _, d := range ds {
-		if d.Live {
-			for _, k := range d.Kinds {
-				served[k] = true
-			}
-		}
+	served := make(map[string]bool, len(st))
+	for k := range st {
+		served[k] = true
 	}
 	return served, nil
+}
+
+// KindStatus is what the live dispatchers serving a kind last said of it.
+type KindStatus struct {
+	Dispatchers int // live dispatchers serving it
+	Provider    string
+	// Paused counts the dispatchers whose provider is paused by a
+	// Retry-After, and PausedUntil is the latest end of those pauses.
+	Paused      int
+	PausedUntil time.Time
+	// InFlight and Limit add up the provider's calls in flight and limits
+	// over the dispatchers; Failures is the most retryable or unknown
+	// answers in a row any of them has seen.
+	InFlight, Limit, Failures int
+}
+
+// KindStatuses returns, for each kind a live dispatcher serves, what those
+// dispatchers said of it at their last heartbeat. A kind missing from the
+// map is served by none.
+func (s *Store) KindStatuses(ctx context.Context) (map[string]KindStatus, error) {
+	rows, err := s.db.Query(ctx, `SELECT k.kind, coalesce(d.kind_status -> k.kind, '{}'::jsonb)
+		FROM `+s.registry()+` d, unnest(d.kinds) AS k(kind)
+		WHERE d.heartbeat_at > now() - $1 * d.interval_ms * interval '1 millisecond'`, LiveAfter)
+	if err != nil {
+		return nil, fmt.Errorf("kinds served: %w", translate(err))
+	}
+	out := map[string]KindStatus{}
+	_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
+		var kind string
+		var raw []byte
+		if err := r.Scan(&kind, &raw); err != nil {
+			return struct{}{}, err
+		}
+		var b struct {
+			Provider    string    `json:"provider"`
+			PausedUntil time.Time `json:"paused_until"`
+			InFlight    int       `json:"in_flight"`
+			Limit       int       `json:"limit"`
+			Failures    int       `json:"failures"`
+		}
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return struct{}{}, fmt.Errorf("kind_status of %s: %w", kind, err)
+		}
+		st := out[kind]
+		st.Dispatchers++
+		if b.Provider != "" {
+			st.Provider = b.Provider
+		}
+		if !b.PausedUntil.IsZero() {
+			st.Paused++
+			if b.PausedUntil.After(st.PausedUntil) {
+				st.PausedUntil = b.PausedUntil
+			}
+		}
+		st.InFlight += b.InFlight
+		st.Limit += b.Limit
+		st.Failures = max(st.Failures, b.Failures)
+		out[kind] = st
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kinds served: %w", translate(err))
+	}
+	return out, nil
 }
 
 // Unserved is the pending effects of one kind no live dispatcher serves.
@@ -134,24 +245,42 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 // WhyPending says why the pending effect e has not been claimed yet, as of
-// the database's now, given the kinds live dispatchers serve: scheduled for
-// later, backing off after an attempt, no dispatcher serving its kind, or
-// due and waiting for a claim (for how long). A provider paused by a
-// Retry-After or at its limits is known only to its dispatcher's process:
-// it shows as due and waiting. It is empty for other states.
-func WhyPending(e *Effect, now time.Time, served map[string]bool) string {
+// the database's now, given what the live dispatchers said of each kind
+// (KindStatuses): scheduled for later, backing off after an attempt, no
+// dispatcher serving its kind, its provider paused by a Retry-After or at
+// its limit, or due and waiting for a claim (for how long). It is empty for
+// other states.
+func WhyPending(e *Effect, now time.Time, kinds map[string]KindStatus) string {
 	if e.State != Pending {
 		return ""
 	}
 	at := e.NextAttemptAt.UTC().Format(time.RFC3339)
+	st, served := kinds[e.Kind]
 	switch {
-	case !served[e.Kind]:
+	case !served:
 		return fmt.Sprintf("waiting for a dispatcher: no live dispatcher serves %s", e.Kind)
 	case e.NextAttemptAt.After(now) && e.Attempts == 0:
 		return fmt.Sprintf("scheduled: not before %s (in %s)", at, e.NextAttemptAt.Sub(now).Round(time.Second))
 	case e.NextAttemptAt.After(now):
 		return fmt.Sprintf("backing off after attempt %d: next attempt at %s (in %s)", e.Attempts, at, e.NextAttemptAt.Sub(now).Round(time.Second))
 	}
-	return fmt.Sprintf("due since %s (%s ago), waiting for a claim: its provider may be paused (Retry-After) or at its limits, or the dispatchers busy",
-		at, now.Sub(e.NextAttemptAt).Round(time.Millisecond))
+	waited := now.Sub(e.NextAttemptAt).Round(time.Millisecond)
+	provider := "its provider"
+	if st.Provider != "" {
+		provider = "provider " + st.Provider
+	}
+	failing := ""
+	if st.Failures > 0 {
+		failing = fmt.Sprintf("; %s answered %d retryable or unknown answers in a row", provider, st.Failures)
+	}
+	switch {
+	case st.Paused > 0 && st.PausedUntil.After(now):
+		return fmt.Sprintf("due since %s (%s ago), %s paused by a Retry-After until %s (in %s) at %d of %d dispatchers%s",
+			at, waited, provider, st.PausedUntil.UTC().Format(time.RFC3339), st.PausedUntil.Sub(now).Round(time.Second),
+			st.Paused, st.Dispatchers, failing)
+	case st.Limit > 0 && st.InFlight >= st.Limit:
+		return fmt.Sprintf("due since %s (%s ago), %s at its limit at the last heartbeat: %d calls in flight of %d%s",
+			at, waited, provider, st.InFlight, st.Limit, failing)
+	}
+	return fmt.Sprintf("due since %s (%s ago), waiting for a claim: its dispatchers are busy, or about to claim it%s", at, waited, failing)
 }

@@ -50,7 +50,11 @@ func TestStore_RegistryOfServedKinds(t *testing.T) {
 func TestWhyPending(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	served := map[string]bool{"charge.create": true}
+	kinds := map[string]effects.KindStatus{
+		"charge.create": {Dispatchers: 1, Provider: "stripe"},
+		"email.receipt": {Dispatchers: 2, Provider: "mail", Paused: 1, PausedUntil: now.Add(30 * time.Second), Failures: 3},
+		"webhook.paid":  {Dispatchers: 1, Provider: "partner", InFlight: 4, Limit: 4},
+	}
 	for _, c := range []struct {
 		e    effects.Effect
 		want string
@@ -59,11 +63,52 @@ func TestWhyPending(t *testing.T) {
 		{effects.Effect{State: effects.Pending, Kind: "charge.create", NextAttemptAt: now.Add(time.Hour)}, "scheduled: not before 2026-11-23T13:00:00Z (in 1h0m0s)"},
 		{effects.Effect{State: effects.Pending, Kind: "charge.create", Attempts: 2, NextAttemptAt: now.Add(90 * time.Second)}, "backing off after attempt 2: next attempt at 2026-11-23T12:01:30Z (in 1m30s)"},
 		{effects.Effect{State: effects.Pending, Kind: "charge.create", NextAttemptAt: now.Add(-5 * time.Second)}, "due since 2026-11-23T11:59:55Z (5s ago), waiting for a claim"},
+		{effects.Effect{State: effects.Pending, Kind: "email.receipt", NextAttemptAt: now.Add(-time.Second)},
+			"provider mail paused by a Retry-After until 2026-11-23T12:00:30Z (in 30s) at 1 of 2 dispatchers; provider mail answered 3 retryable or unknown answers in a row"},
+		{effects.Effect{State: effects.Pending, Kind: "webhook.paid", NextAttemptAt: now.Add(-time.Second)},
+			"provider partner at its limit at the last heartbeat: 4 calls in flight of 4"},
 		{effects.Effect{State: effects.Confirmed, Kind: "charge.create"}, ""},
 	} {
-		got := effects.WhyPending(&c.e, now, served)
+		got := effects.WhyPending(&c.e, now, kinds)
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("WhyPending(%s, attempts %d, due %s) = %q, want %q", c.e.Kind, c.e.Attempts, c.e.NextAttemptAt, got, c.want)
 		}
+	}
+}
+
+// What dispatchers say of their providers at a heartbeat is merged by kind
+// over the live ones; a pause's end is on the database's clock.
+func TestStore_KindStatuses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	beat := func(worker string, st ...effects.KindBeat) {
+		t.Helper()
+		if err := b.store.Beat(b.ctx, effects.Beat{Worker: worker, Kinds: []string{"email.receipt", "charge.create"}, Interval: time.Minute, Status: st}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat("w1", effects.KindBeat{Kind: "email.receipt", Provider: "mail", PausedFor: time.Hour, InFlight: 2, Limit: 4, Failures: 3},
+		effects.KindBeat{Kind: "charge.create", Provider: "stripe", Limit: 4})
+	beat("w2", effects.KindBeat{Kind: "email.receipt", Provider: "mail", InFlight: 1, Limit: 4, Failures: 1})
+	now, err := b.store.Now(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.store.KindStatuses(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mail := st["email.receipt"]
+	if mail.Dispatchers != 2 || mail.Provider != "mail" || mail.Paused != 1 || mail.InFlight != 3 || mail.Limit != 8 || mail.Failures != 3 ||
+		mail.PausedUntil.Before(now.Add(59*time.Minute)) || mail.PausedUntil.After(now.Add(61*time.Minute)) {
+		t.Fatalf("email.receipt = %+v (now %s)", mail, now)
+	}
+	if ch := st["charge.create"]; ch.Dispatchers != 2 || ch.Paused != 0 || !ch.PausedUntil.IsZero() || ch.Limit != 4 {
+		t.Fatalf("charge.create = %+v", ch)
+	}
+	// The next beat replaces what w1 said: the pause is over.
+	beat("w1", effects.KindBeat{Kind: "email.receipt", Provider: "mail", Limit: 4})
+	if st, _ := b.store.KindStatuses(b.ctx); st["email.receipt"].Paused != 0 {
+		t.Fatalf("after the pause: %+v", st["email.receipt"])
 	}
 }

@@ -197,3 +197,11 @@ BEGIN
   END LOOP;
 END
 $$;
+
+-- What each dispatcher knows of its providers, written at every heartbeat
+-- and at once when a provider asks for a pause: per kind, its provider, the
+-- end of a Retry-After pause, the calls in flight and the provider's limit,
+-- and its retryable or unknown answers in a row. `sidefx inspect` reads it
+-- to say why a due effect waits.
+ALTER TABLE {{schema}}.sidefx_dispatchers
+  ADD COLUMN kind_status jsonb NOT NULL DEFAULT '{}';

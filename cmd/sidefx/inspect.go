@@ -65,7 +65,7 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	served, err := store.ServedKinds(ctx)
+	kinds, err := store.KindStatuses(ctx)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 		if err != nil {
 			return err
 		}
-		recs = append(recs, record{Effect: e, Why: effects.WhyPending(e, now, served), History: h})
+		recs = append(recs, record{Effect: e, Why: effects.WhyPending(e, now, kinds), History: h})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(io.Out)
