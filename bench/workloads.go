@@ -392,9 +392,19 @@ func (e *env) latencyAll(ctx context.Context) error {
 		if err := e.latencyRun(ctx, nil, nil, "3. latency"); err != nil {
 			return err
 		}
+		if err := e.latencyRun(ctx, nil, nil, longTxWorkload); err != nil {
+			return err
+		}
 	}
 	return nil
 }
+
+// longTxWorkload is the latency workload with one more producer holding a
+// transaction open for the whole run, which enqueued its effect first: no
+// other effect may wait for it (with the notification scheme of migration
+// 0004, it held its kind's notification lock, and every other effect
+// waited for the poll).
+const longTxWorkload = "3. latency, one long transaction open"
 
 // latencyRun measures both contenders once, in fresh databases unless
 // sfxPool and rivPool are given.
@@ -412,7 +422,7 @@ func (e *env) latencyRun(ctx context.Context, sfxPool, rivPool *pgxpool.Pool, wo
 			defer drop()
 			pool = p
 		}
-		lat, err := e.latency(ctx, pool, col)
+		lat, err := e.latency(ctx, pool, col, workload == longTxWorkload)
 		if err != nil {
 			return fmt.Errorf("latency %s: %w", col, err)
 		}
@@ -427,7 +437,11 @@ func (e *env) latencyRun(ctx context.Context, sfxPool, rivPool *pgxpool.Pool, wo
 // latency enqueues at the fixed rate, each item in its own business
 // transaction, and returns p50, p99 and max in milliseconds from the moment
 // an item was due to be enqueued to the moment its outcome was recorded.
-func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string) ([3]float64, error) {
+//
+// With longTx, one more transaction enqueues its item before the run starts
+// and commits only after the last item was released; its own latency is
+// not counted.
+func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string, longTx bool) ([3]float64, error) {
 	rec := newRecorder()
 	var stop func() error
 	var err error
@@ -447,6 +461,33 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string) ([3]f
 	}()
 	e.seq++
 	prefix := fmt.Sprintf("l%d", e.seq)
+	enqueueOne := func(tx pgx.Tx, id string) (int64, error) {
+		if err := insertOrders(ctx, tx, 1); err != nil {
+			return 0, err
+		}
+		p := payload{SourceID: id, Amount: 4200, Currency: "eur"}
+		if col == colSidefx {
+			res, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: id, Kind: kind, Payload: p})
+			return res.ID, err
+		}
+		res, err := client.InsertTx(ctx, tx, p, nil)
+		if err != nil {
+			return 0, err
+		}
+		return res.Job.ID, nil
+	}
+	extra := 0 // items recorded but not counted: the long transaction's
+	var long pgx.Tx
+	if longTx {
+		if long, err = pool.Begin(ctx); err != nil {
+			return [3]float64{}, err
+		}
+		defer long.Rollback(ctx) //nolint:errcheck // committed below; a rollback after that is a no-op
+		if _, err := enqueueOne(long, prefix+"-long"); err != nil {
+			return [3]float64{}, fmt.Errorf("the long transaction: %w", err)
+		}
+		extra = 1
+	}
 
 	type item struct {
 		seq int
@@ -465,20 +506,8 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string) ([3]f
 			for it := range items {
 				id := fmt.Sprintf("%s-%d", prefix, it.seq)
 				var got int64
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if err := insertOrders(ctx, tx, 1); err != nil {
-						return err
-					}
-					p := payload{SourceID: id, Amount: 4200, Currency: "eur"}
-					if col == colSidefx {
-						res, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: id, Kind: kind, Payload: p})
-						got = res.ID
-						return err
-					}
-					res, err := client.InsertTx(ctx, tx, p, nil)
-					if err == nil {
-						got = res.Job.ID
-					}
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+					got, err = enqueueOne(tx, id)
 					return err
 				})
 				if err != nil {
@@ -509,7 +538,12 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string) ([3]f
 	if firstErr != nil {
 		return [3]float64{}, firstErr
 	}
-	if err := waitUntil(ctx, 2*time.Minute, func() bool { return rec.count() >= total }); err != nil {
+	if long != nil {
+		if err := long.Commit(ctx); err != nil {
+			return [3]float64{}, fmt.Errorf("commit the long transaction: %w", err)
+		}
+	}
+	if err := waitUntil(ctx, 2*time.Minute, func() bool { return rec.count() >= total+extra }); err != nil {
 		return [3]float64{}, fmt.Errorf("%d of %d recorded: %w", rec.count(), total, err)
 	}
 	rec.mu.Lock()
@@ -559,19 +593,22 @@ func (e *env) historyAll(ctx context.Context) error {
 	}
 	defer dropR()
 	began := time.Now()
+	// Half the history is tombstones (reaped: payload dropped), as a
+	// deployment's history is once the reaper has run.
 	if err := bulkLoad(ctx, sfxPool, "side_effects", `INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash,
-			state, attempts, provider_ref, created_at, fired_at, confirmed_at, updated_at)
-		SELECT 'h-' || i, $2, sidefx_key(s.namespace, 'h-' || i, $2), '{"amount": 4200, "currency": "eur"}',
+			state, attempts, provider_ref, created_at, fired_at, first_fired_at, confirmed_at, updated_at, reaped_at)
+		SELECT 'h-' || i, $2, sidefx_key(s.namespace, 'h-' || i, $2),
+			CASE WHEN i % 2 = 1 THEN '{"amount": 4200, "currency": "eur"}'::jsonb END,
 			sha256(convert_to('{"amount": 4200, "currency": "eur"}', 'UTF8')),
-			'confirmed', 1, 'fake_ref', now() - interval '1 day', now() - interval '1 day',
-			now() - interval '1 day', now() - interval '1 day'
+			'confirmed', 1, 'fake_ref', now() - interval '1 day', now() - interval '1 day', now() - interval '1 day',
+			now() - interval '1 day', now() - interval '1 day', CASE WHEN i % 2 = 0 THEN now() - interval '1 hour' END
 		FROM generate_series(1, $1) i, sidefx_settings s`, h, kind); err != nil {
 		return fmt.Errorf("preload side_effects: %w", err)
 	}
 	if err := prepare(ctx, sfxPool, "side_effects"); err != nil {
 		return err
 	}
-	logf("  preloaded %d confirmed effects in %s", h, time.Since(began).Round(time.Millisecond))
+	logf("  preloaded %d confirmed effects (half of them tombstones) in %s", h, time.Since(began).Round(time.Millisecond))
 	began = time.Now()
 	if err := bulkLoad(ctx, rivPool, "river_job", `INSERT INTO river_job (args, attempt, attempted_at, attempted_by, created_at,
 			finalized_at, kind, max_attempts, priority, queue, state, scheduled_at)

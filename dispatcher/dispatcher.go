@@ -29,6 +29,7 @@ type Dispatcher struct {
 	log       *slog.Logger
 	groups    []*group
 	byKind    map[string]*group
+	served    []string // the kinds served, for the idle probe
 	policies  []effects.RescuePolicy
 	rescueJob string
 
@@ -162,6 +163,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		}
 		g.kinds = append(g.kinds, kind)
 		d.byKind[kind] = g
+		d.served = append(d.served, kind)
 		d.windows[kind], d.margins[kind] = k.keyWindow(), c.Lease
 		d.policies = append(d.policies, effects.RescuePolicy{
 			Kind:        kind,
@@ -311,21 +313,49 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 		if more {
 			continue // a claim came back full: more may be due now
 		}
-		var freed chan struct{}
-		if blocked {
-			freed = d.freed
+		if !d.idle(ctx, timer, blocked, soon) {
+			return
 		}
-		wait := d.cfg.PollInterval
-		if soon > 0 {
-			wait = min(wait, soon)
+	}
+}
+
+// idle waits until a claim may find something: a wake-up (an operator's
+// notification, a rescue, recording recovered), a freed slot when claims
+// were blocked, a paused or rate-limited provider's time, or a poll tick
+// whose probe finds an effect due. Producers notify nobody, so the probe,
+// one cheap index read every PollInterval, is how new effects are found.
+// It reports false when ctx ends.
+func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, soon time.Duration) bool {
+	var freed chan struct{}
+	if blocked {
+		freed = d.freed
+	}
+	for {
+		wait, byTime := d.cfg.PollInterval, false
+		if soon > 0 && soon <= wait {
+			wait, byTime = soon, true
 		}
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-d.wake:
+			return true
 		case <-freed:
+			return true
 		case <-timer.C:
+		}
+		if byTime || d.stuck.Load() {
+			return true
+		}
+		if soon > 0 {
+			soon -= wait
+		}
+		pctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+		due, err := d.store.Due(pctx, d.served)
+		cancel()
+		if err != nil || due {
+			return true // an error is the claim's to report and back off from
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // one owner of SQL on side_effects.
 
 type dispatchQueries struct {
-	claim, complete, late, rescue, putBack, reap, purge, analyze string
+	claim, complete, late, rescue, putBack, reap, purge, analyze, due string
 }
 
 // windowPassed is the SQL condition "an effect that may have been performed
@@ -32,6 +32,10 @@ func windowPassed(maybe, w, m string) string {
 
 func buildDispatchQueries(t string) dispatchQueries {
 	return dispatchQueries{
+		// The idle probe: the first entry of side_effects_pending_idx at or
+		// before now, of a served kind. Reads one index page or a few, and
+		// writes nothing.
+		due: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($1))`,
 		// The inner SELECT walks side_effects_pending_idx in its own order
 		// (next_attempt_at, id), locks what it can and skips what others
 		// hold; the UPDATE commits fired before any provider is called. The
@@ -602,6 +606,19 @@ func (s *Store) PurgeTombstones(ctx context.Context, retention time.Duration, li
 		return 0, fmt.Errorf("purge tombstones: %w", translate(err))
 	}
 	return tag.RowsAffected(), nil
+}
+
+// Due reports whether an effect of one of kinds is pending and due: the
+// cheap probe an idle dispatcher runs every poll interval, claiming only
+// when it finds one. Enqueue notifies nobody (NOTIFY would serialize the
+// commits of the transactions that enqueue), so this probe is how a
+// dispatcher learns of new effects.
+func (s *Store) Due(ctx context.Context, kinds []string) (bool, error) {
+	var due bool
+	if err := s.db.QueryRow(ctx, s.dq.due, kinds).Scan(&due); err != nil {
+		return false, fmt.Errorf("look for due effects: %w", translate(err))
+	}
+	return due, nil
 }
 
 // Analyze refreshes the planner's statistics of side_effects, so claims are

@@ -381,3 +381,33 @@ func TestJSONProblem(t *testing.T) {
 		}
 	}
 }
+
+// The idle probe finds a due pending effect of a served kind, and nothing
+// else: not one scheduled for later, not another kind's, not a fired one.
+func TestStore_DueProbe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	due := func(kinds ...string) bool {
+		t.Helper()
+		ok, err := b.store.Due(b.ctx, kinds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if due("k") {
+		t.Fatal("due on an empty table")
+	}
+	insert(t, b, effects.NewEffect{SourceID: "later", Kind: "k", Payload: json.RawMessage(`{}`), NotBefore: time.Now().Add(time.Hour)},
+		effects.NewEffect{SourceID: "now", Kind: "other", Payload: json.RawMessage(`{}`)})
+	if due("k") {
+		t.Fatal("due: only an effect scheduled for later, and another kind's")
+	}
+	if !due("k", "other") {
+		t.Fatal("not due: other's effect is")
+	}
+	claim(t, b, "w", time.Minute, "other")
+	if due("k", "other") {
+		t.Fatal("due: the only due effect is fired")
+	}
+}

@@ -3,15 +3,18 @@ package effects
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
@@ -36,6 +39,7 @@ type Store struct {
 	schema string
 	q      *queries
 	dq     *dispatchQueries
+	ns     *nsCache // shared by the copies WithDB makes
 }
 
 // NewStore returns a Store that runs its statements on db. cfg may be nil.
@@ -48,7 +52,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("new effects store: %w", err)
 	}
 	dq := buildDispatchQueries(sqlname.Quote(schema) + ".side_effects")
-	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema)), dq: &dq}, nil
+	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema)), dq: &dq, ns: &nsCache{}}, nil
 }
 
 // WithDB returns a Store with the same configuration that runs its
@@ -62,7 +66,9 @@ func (s *Store) WithDB(db DB) *Store {
 // Schema returns the schema the store works in.
 func (s *Store) Schema() string { return s.schema }
 
-// Channel returns the LISTEN/NOTIFY channel that enqueues notify.
+// Channel returns the LISTEN/NOTIFY channel dispatchers listen on: a
+// notification on it wakes them at once (enqueue sends none; idle
+// dispatchers probe for due effects every poll interval).
 func (s *Store) Channel() string { return sqlname.Channel(s.schema) }
 
 // columnsOf lists the columns every read returns, in scanEffect's order,
@@ -80,7 +86,7 @@ func columnsOf(alias string) string {
 var columns = columnsOf("")
 
 type queries struct {
-	table, enqueue, get, getByKey, getBySource, cancel, counts, list, stats string
+	table, enqueue, insert, namespace, get, getByKey, getBySource, cancel, counts, list, stats string
 }
 
 func buildQueries(q string) *queries {
@@ -89,6 +95,24 @@ func buildQueries(q string) *queries {
 		table: t,
 		enqueue: `SELECT ord, id, idempotency_key, inserted FROM ` + q + `.sidefx_enqueue_many(
 			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
+		// The lean insert: items that are not valid, over the payload
+		// limit, or derived with a namespace that is not the database's
+		// are left out (the SQL function then reports or inserts them).
+		// The first of two items of one pair is inserted, the second
+		// conflicts with it.
+		insert: `INSERT INTO ` + t + ` (source_id, kind, idempotency_key, payload, payload_hash, max_attempts, next_attempt_at, due_at)
+			SELECT i.s, i.k, i.key, i.p, sha256(convert_to(c.t, 'UTF8')), nullif(i.m, 0), coalesce(i.nb, now()),
+				CASE WHEN i.nb > now() THEN i.nb END
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::integer[], $6::timestamptz[])
+					WITH ORDINALITY AS i(s, k, key, p, m, nb, o)
+				CROSS JOIN LATERAL (SELECT i.p::text AS t) AS c
+				CROSS JOIN ` + q + `.sidefx_settings AS st
+			WHERE st.namespace = $7 AND jsonb_typeof(i.p) = 'object' AND i.m >= 0
+				AND octet_length(c.t) <= coalesce($8::integer, st.max_payload_bytes)
+			ORDER BY i.o
+			ON CONFLICT (source_id, kind) DO NOTHING
+			RETURNING id, source_id, kind`,
+		namespace:   `SELECT namespace FROM ` + q + `.sidefx_settings`,
 		get:         `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
 		getByKey:    `SELECT ` + columns + ` FROM ` + t + ` WHERE idempotency_key = $1`,
 		getBySource: `SELECT ` + columns + ` FROM ` + t + ` WHERE source_id = $1 AND kind = $2`,
@@ -159,16 +183,116 @@ type Inserted struct {
 	Inserted bool // false: the same effect existed already
 }
 
-// Insert enqueues effects in one statement, through the schema's
-// sidefx_enqueue_many function, so Go and SQL callers share one
-// implementation of the contract. maxPayloadBytes bounds each payload (0: the
+// Insert enqueues effects. maxPayloadBytes bounds each payload (0: the
 // database's setting). Results are in input order. A payload that differs
-// from an existing effect's fails the whole call with a *PayloadMismatchError
-// and inserts nothing; inside a transaction, the transaction is then aborted.
+// from an existing effect's fails the whole call with a
+// *PayloadMismatchError and writes nothing; inside a transaction, the
+// transaction is then aborted.
+//
+// In a transaction (db is a pgx.Tx, the business transaction), one lean
+// statement inserts what it can: the key derived here
+// (derive.KeyNS with the database's namespace, read once and cached), the
+// payload hashed by the server in the INSERT, the conflict on
+// (source_id, kind) absorbed. Whatever it did not insert (an effect that
+// exists, a payload over the limit, a namespace changed since it was read)
+// goes through the schema's sidefx_enqueue_many function, the one
+// implementation SQL callers use, which reports duplicates, mismatches and
+// invalid items, and aborts the transaction on a mismatch, undoing the lean
+// insert with it. Outside a transaction (a pool or a connection), the SQL
+// function does it all in one statement. Both write identical rows.
 func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes int) ([]Inserted, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
+	var limit pgtype.Int4
+	if maxPayloadBytes > 0 {
+		limit = pgtype.Int4{Int32: int32(min(maxPayloadBytes, 1<<31-1)), Valid: true}
+	}
+	if _, ok := s.db.(pgx.Tx); !ok {
+		// Its own transaction: one statement must do all, or nothing (a
+		// mismatch found after the lean insert committed could not undo
+		// it).
+		return s.insertSQL(ctx, items, limit)
+	}
+	ns, err := s.namespace(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue effects: %w", err)
+	}
+	n := len(items)
+	sources, kinds, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts := make([]int32, n)
+	notBefore := make([]pgtype.Timestamptz, n)
+	for i, it := range items {
+		sources[i], kinds[i], payloads[i] = it.SourceID, it.Kind, string(it.Payload)
+		keys[i] = derive.KeyNS(ns, it.SourceID, it.Kind)
+		attempts[i] = int32(it.MaxAttempts)
+		notBefore[i] = pgtype.Timestamptz{Time: it.NotBefore, Valid: !it.NotBefore.IsZero()}
+	}
+	rows, err := s.db.Query(ctx, s.q.insert, sources, kinds, keys, payloads, attempts, notBefore, ns, limit)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
+	}
+	type pair struct{ source, kind string }
+	got := make(map[pair]int64, n)
+	for rows.Next() {
+		var p pair
+		var id int64
+		if err := rows.Scan(&id, &p.source, &p.kind); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("enqueue effects: %w", err)
+		}
+		got[p] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
+	}
+	out := make([]Inserted, n)
+	var rest []int // items the lean statement did not insert
+	for i := range items {
+		p := pair{sources[i], kinds[i]}
+		if id, ok := got[p]; ok {
+			out[i] = Inserted{ID: id, Key: keys[i], Inserted: true}
+			delete(got, p) // a later item of the same pair is a duplicate of it
+			continue
+		}
+		rest = append(rest, i)
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	// The rest, through the SQL function: duplicates and mismatches are
+	// checked against the rows as they are now (a statement's snapshot
+	// would miss a row committed while the INSERT waited on it), and
+	// invalid items named.
+	sub := make([]NewEffect, len(rest))
+	for j, i := range rest {
+		sub[j] = items[i]
+	}
+	res, err := s.insertSQL(ctx, sub, limit)
+	if err != nil {
+		var pm *PayloadMismatchError
+		var ve *ValidationError
+		switch {
+		case errors.As(err, &pm):
+			pm.Index = rest[pm.Index]
+		case errors.As(err, &ve) && ve.Index >= 0:
+			ve.Index = rest[ve.Index]
+		}
+		return nil, err
+	}
+	for j, i := range rest {
+		out[i] = res[j]
+		if res[j].Inserted && res[j].Key != keys[i] {
+			// Inserted with another key: the namespace changed since it was
+			// read (it may change only while no effect exists).
+			s.ns.forget()
+		}
+	}
+	return out, nil
+}
+
+// insertSQL enqueues items through sidefx_enqueue_many.
+func (s *Store) insertSQL(ctx context.Context, items []NewEffect, limit pgtype.Int4) ([]Inserted, error) {
 	n := len(items)
 	sources, kinds, payloads := make([]string, n), make([]string, n), make([]string, n)
 	attempts := make([]int32, n)
@@ -177,10 +301,6 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 		sources[i], kinds[i], payloads[i] = it.SourceID, it.Kind, string(it.Payload)
 		attempts[i] = int32(it.MaxAttempts)
 		notBefore[i] = pgtype.Timestamptz{Time: it.NotBefore, Valid: !it.NotBefore.IsZero()}
-	}
-	var limit pgtype.Int4
-	if maxPayloadBytes > 0 {
-		limit = pgtype.Int4{Int32: int32(min(maxPayloadBytes, 1<<31-1)), Valid: true}
 	}
 	rows, err := s.db.Query(ctx, s.q.enqueue, sources, kinds, payloads, attempts, notBefore, limit)
 	if err != nil {
@@ -209,6 +329,35 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 		return nil, fmt.Errorf("enqueue effects: %d results for %d items", seen, n)
 	}
 	return out, nil
+}
+
+// nsCache holds the database's key namespace, read once: it can change only
+// while no effect exists, and a change is noticed (the SQL function then
+// returns another key) and read again.
+type nsCache struct {
+	mu sync.Mutex
+	ns string
+	ok bool
+}
+
+func (c *nsCache) forget() {
+	c.mu.Lock()
+	c.ok = false
+	c.mu.Unlock()
+}
+
+// namespace returns the database's key namespace.
+func (s *Store) namespace(ctx context.Context) (string, error) {
+	s.ns.mu.Lock()
+	defer s.ns.mu.Unlock()
+	if s.ns.ok {
+		return s.ns.ns, nil
+	}
+	if err := s.db.QueryRow(ctx, s.q.namespace).Scan(&s.ns.ns); err != nil {
+		return "", fmt.Errorf("read the key namespace: %w", translate(err))
+	}
+	s.ns.ok = true
+	return s.ns.ns, nil
 }
 
 // Get returns the effect with id, or ErrNotFound.

@@ -413,7 +413,7 @@ drift:
 		Workers:         dispatcher.DefaultWorkers,
 		BatchSize:       dispatcher.DefaultBatchSize,
 		Lease:           config.Duration(60 * time.Second),
-		PollInterval:    config.Duration(time.Second),
+		PollInterval:    config.Duration(10 * time.Millisecond),
 		Retention:       config.Duration(720 * time.Hour),
 		RescueInterval:  config.Duration(15 * time.Second),
 		ReapInterval:    config.Duration(time.Hour),

@@ -51,8 +51,10 @@ dispatcher:
   # worker's death. At least 1s, and above every kind's timeout (its own,
   # else its provider's): the default timeouts are 30s at most.
   lease: 60s
-  # How often to look for due effects when no notification arrives.
-  poll_interval: 1s
+  # How often an idle dispatcher looks for due effects (a cheap index
+  # probe; it claims only when one is due). It bounds how long a new
+  # effect waits for an idle dispatcher.
+  poll_interval: 10ms
   # How long confirmed, failed and cancelled effects are kept whole before
   # they are compacted into tombstones (payload and answer dropped; key,
   # payload hash, state, reference and history kept, and with them the
