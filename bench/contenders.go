@@ -59,7 +59,7 @@ type riverTuning struct {
 }
 
 var (
-	sidefxDefault = sidefxTuning{name: "default (Workers 32, BatchSize 100)"}
+	sidefxDefault = sidefxTuning{name: "default (Workers 100, BatchSize 100)"}
 	// sidefxTuned is the best of sidefxCandidates on the 2-core machine
 	// (see docs/benchmarks.md; --tune measures them all again).
 	// Workers twice the batch lets the next claim run while the last

@@ -310,6 +310,8 @@ func floorScript() (string, error) {
 		"$2", ":batch",
 		"$3", "60000",
 		"$4", "'pgbench'",
+		"$5::bigint[]", "'{0}'::bigint[]", // the kind's key window: none
+		"$6::bigint[]", "'{60000}'::bigint[]", // its call's margin: the lease
 	).Replace(claim)
 	complete = strings.NewReplacer(
 		"$1::bigint[]", "':ids'::bigint[]",
@@ -319,6 +321,13 @@ func floorScript() (string, error) {
 		"$5::text[]", "array_fill(NULL::text, ARRAY[:n])",
 		"$6::text[]", "array_fill(NULL::text, ARRAY[:n])",
 		"$7::bigint[]", "array_fill(0::bigint, ARRAY[:n])",
+		// Evidence and key windows: a definite answer (not maybe
+		// performed) from a provider that honours keys (it settles every
+		// attempt), no key window, the lease as the margin.
+		"$8::boolean[]", "array_fill(false, ARRAY[:n])",
+		"$9::boolean[]", "array_fill(true, ARRAY[:n])",
+		"$10::bigint[]", "array_fill(0::bigint, ARRAY[:n])",
+		"$11::bigint[]", "array_fill(60000::bigint, ARRAY[:n])",
 	).Replace(complete)
 	if strings.Contains(claim+complete, "$") {
 		return "", fmt.Errorf("floor script: a parameter of sidefx's statements was not replaced:\n%s\n%s", claim, complete)

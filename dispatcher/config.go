@@ -25,8 +25,12 @@ type Config struct {
 	// deployments can serve separate kinds from one table. Required.
 	Kinds map[string]Kind
 
-	// Workers bounds the provider calls in flight; the dispatcher never
-	// holds more claimed effects than this. Default 32.
+	// Workers bounds the provider calls in flight. A call that returned
+	// frees its slot at once; its outcome waits to be recorded, and the
+	// dispatcher holds at most Workers+BatchSize claimed effects whose
+	// outcome is not recorded. Default 100: calls are I/O-bound requests,
+	// and a provider with its own rate limit gets Limits[…].Concurrency or
+	// RatePerSecond.
 	//
 	// The workers are shared out among the providers, so that a provider
 	// that hangs or is slow never holds the slots another one needs: each
@@ -200,7 +204,7 @@ type Limit struct {
 
 // Defaults.
 const (
-	DefaultWorkers           = 32
+	DefaultWorkers           = 100
 	DefaultBatchSize         = 100
 	DefaultLease             = 60 * time.Second
 	DefaultPollInterval      = 10 * time.Millisecond

@@ -57,6 +57,7 @@ type Dispatcher struct {
 
 	mu       sync.Mutex
 	inflight int // claimed effects whose outcome is not recorded yet
+	calling  int // of those, the ones whose provider call has not returned
 	// held are the effects this dispatcher claimed and has not recorded an
 	// outcome for: being called, waiting to be recorded, or abandoned at
 	// shutdown. A failed claim puts back its worker's other fired effects.
@@ -69,6 +70,9 @@ type Dispatcher struct {
 	wake  chan struct{} // a notification, a rescue, recording recovered: effects may be due
 	// beatNow asks for a heartbeat before the next tick (a provider paused).
 	beatNow chan struct{}
+	// claimedLast counts the effects the last claim round claimed; the
+	// claim loop's alone.
+	claimedLast int
 }
 
 // logCtx is the context of log lines that belong to no request.
@@ -79,7 +83,7 @@ type group struct {
 	name     string
 	kinds    []string
 	limit    int           // calls in flight at most
-	inflight int           // guarded by Dispatcher.mu
+	inflight int           // provider calls in flight; guarded by Dispatcher.mu
 	lim      *rate.Limiter // nil: no rate limit; on Dispatcher.now's clock
 	// pausedUntil: no claim before it (a Retry-After), by Dispatcher.now;
 	// guarded by Dispatcher.mu.
@@ -300,6 +304,7 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 	failures := 0
 	for ctx.Err() == nil {
 		more, blocked, soon, err := d.claimOnce(ctx, hardCtx, calls, outcomes)
+		claimed := d.claimedLast > 0
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -313,7 +318,7 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 		if more {
 			continue // a claim came back full: more may be due now
 		}
-		if !d.idle(ctx, timer, blocked, soon) {
+		if !d.idle(ctx, timer, blocked, soon, claimed) {
 			return
 		}
 	}
@@ -324,14 +329,21 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 // were blocked, a paused or rate-limited provider's time, or a poll tick
 // whose probe finds an effect due. Producers notify nobody, so the probe,
 // one cheap index read every PollInterval, is how new effects are found.
-// It reports false when ctx ends.
-func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, soon time.Duration) bool {
+// After a claim that found effects (more are likely to follow), the first
+// probes come sooner: an eighth of PollInterval, doubling while they find
+// nothing. It reports false when ctx ends.
+func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, soon time.Duration, active bool) bool {
 	var freed chan struct{}
 	if blocked {
 		freed = d.freed
 	}
+	probe := d.cfg.PollInterval
+	if active {
+		probe = max(d.cfg.PollInterval/8, time.Millisecond)
+	}
 	for {
-		wait, byTime := d.cfg.PollInterval, false
+		wait, byTime := probe, false
+		probe = min(2*probe, d.cfg.PollInterval)
 		if soon > 0 && soon <= wait {
 			wait, byTime = soon, true
 		}
@@ -370,6 +382,7 @@ func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, 
 // Nothing is claimed while the completer holds outcomes it failed to
 // record: a new call's answer could not be recorded either.
 func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGroup, outcomes chan<- pending) (more, blocked bool, soon time.Duration, err error) {
+	d.claimedLast = 0
 	if d.stuck.Load() {
 		return false, true, 0, nil
 	}
@@ -385,7 +398,11 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		}
 		now := d.now()
 		d.mu.Lock()
-		n := min(d.cfg.Workers-d.inflight, g.limit-g.inflight, d.cfg.BatchSize)
+		// Workers bounds the provider calls in flight, not the outcomes
+		// waiting to be recorded: a call that returned frees its slot, so
+		// the next claim runs while the last outcomes are written. Those
+		// are bounded too, by a batch beyond the workers.
+		n := min(d.cfg.Workers-d.calling, g.limit-g.inflight, d.cfg.BatchSize, d.cfg.Workers+d.cfg.BatchSize-d.inflight)
 		pausedUntil := g.pausedUntil
 		d.mu.Unlock()
 		if now.Before(pausedUntil) {
@@ -443,6 +460,7 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		}
 		d.mu.Lock()
 		d.inflight += len(fired)
+		d.calling += len(fired)
 		g.inflight += len(fired)
 		for _, e := range fired {
 			d.held[e.ID] = struct{}{}
@@ -452,6 +470,7 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			d.log.Debug("fired", "effect_id", e.ID, "kind", e.Kind, "attempt", e.Attempts)
 			calls.Go(func() { d.work(hardCtx, e, g, claimedAt, outcomes) })
 		}
+		d.claimedLast += len(got)
 		if len(got) == n {
 			more = true
 		}
@@ -524,6 +543,12 @@ func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, 
 	if res.IsRetryable() && res.RetryAfter > 0 {
 		d.pause(g, e, k, res.RetryAfter)
 	}
+	// The call's slot is free; its outcome's waits for the record.
+	d.mu.Lock()
+	d.calling--
+	g.inflight--
+	d.mu.Unlock()
+	signal(d.freed)
 	rec := Dispatch{EffectID: e.ID, Kind: e.Kind, Provider: g.name, Attempt: e.Attempts,
 		Class: res.Class, Replayed: res.Replayed, CallDuration: time.Since(start)}
 	out := decide(e, k, res)
@@ -847,7 +872,6 @@ func (d *Dispatcher) free(batch []pending, recorded bool) {
 	d.mu.Lock()
 	for _, p := range batch {
 		d.inflight--
-		p.g.inflight--
 		if recorded {
 			delete(d.held, p.out.ID)
 		}

@@ -27,10 +27,12 @@
 //     worker whose lease was rescued and whose effect was claimed again
 //     cannot overwrite the newer attempt.
 //
-// Replicas share one table without coordination. A dispatcher wakes on the
-// NOTIFY that enqueue sends at commit (one open transaction at a time per
-// kind sends it; the others rely on that one) and polls every PollInterval
-// as a fallback. Per provider, Limits bound calls in flight and calls per second;
+// Replicas share one table without coordination. Enqueue notifies nobody
+// (NOTIFY serializes the commits of the transactions that send it): an
+// idle dispatcher probes for due effects every PollInterval (10 ms by
+// default; one read of the pending index) and claims when one is due, and
+// sooner after a claim that found effects. A NOTIFY on its channel still
+// wakes it at once. Per provider, Limits bound calls in flight and calls per second;
 // the claim takes no more than that capacity, so claimed effects do not wait
 // out their lease in a queue.
 //

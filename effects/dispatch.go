@@ -678,9 +678,11 @@ func (s *Store) lockKey(job string) int64 {
 // DispatchSQL returns the text of the claim and outcome statements, for
 // benchmarks that measure the database alone against the dispatcher (the
 // SQL floor). The claim takes $1 kinds (text[]), $2 limit, $3 lease in
-// milliseconds and $4 worker; the outcome statement takes seven arrays: ids,
-// attempts, states, references, outcomes (JSON text), errors and delays in
-// milliseconds. The text is not a stable API.
+// milliseconds, $4 worker, and per kind $5 its key window and $6 its call
+// margin in milliseconds (bigint[]); the outcome statement takes eleven
+// arrays: ids, attempts, states, references, outcomes (JSON text), errors,
+// delays in milliseconds, maybe performed, settles, key windows and call
+// margins in milliseconds. The text is not a stable API.
 func (s *Store) DispatchSQL() (claim, complete string) {
 	return s.dq.claim, s.dq.complete
 }

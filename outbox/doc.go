@@ -15,8 +15,8 @@
 // # The contract
 //
 //   - Atomic with the business rows: the effect exists if and only if the
-//     caller's transaction commits. Dispatchers are notified at commit (by
-//     one open transaction per kind at a time: NOTIFY serializes commits).
+//     caller's transaction commits. Nobody is notified (NOTIFY serializes
+//     commits): idle dispatchers probe for due effects every poll interval.
 //   - Once per (SourceID, Kind), ever. Enqueuing the same pair again with the
 //     same payload (a redelivered event, a retried request, a consumer
 //     rebalance) is a no-op that reports Inserted false and returns the
@@ -24,8 +24,11 @@
 //     ErrPayloadMismatch, naming source, kind and both payload hashes:
 //     a producer bug, never silently accepted. Payloads are compared in
 //     their canonical jsonb form (see package effects).
-//   - One round trip: the insert is INSERT … ON CONFLICT DO NOTHING inside
-//     the schema's sidefx_enqueue_many function, never check-then-insert.
+//   - One round trip: in a pgx.Tx, one lean INSERT … ON CONFLICT
+//     (source_id, kind) DO NOTHING with the key derived in Go; what it did
+//     not insert (a duplicate, a mismatch, an invalid item) goes through the
+//     schema's sidefx_enqueue_many function, which reports it. On a pool or
+//     a connection, the function does it all. Never check-then-insert.
 //     Concurrent enqueues of one pair leave one row: one caller sees
 //     Inserted true, the others false (or ErrPayloadMismatch).
 //   - Invalid input is refused before any SQL with an *effects.ValidationError

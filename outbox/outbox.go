@@ -178,9 +178,9 @@ func Cancel(ctx context.Context, db DB, sourceID, kind string) error {
 }
 
 // Enqueue records e in db, normally the transaction that writes the business
-// rows e is about, in one round trip. It becomes visible to dispatchers, who
-// are woken by a notification, when that transaction commits; if it rolls
-// back, the effect was never enqueued.
+// rows e is about, in one round trip. It becomes visible to dispatchers
+// (an idle one finds it at its next probe) when that transaction commits;
+// if it rolls back, the effect was never enqueued.
 //
 // Enqueuing the same (SourceID, Kind) again with the same payload is a no-op
 // that returns the existing id and key with Inserted false. With another

@@ -126,7 +126,7 @@ type LogConfig struct {
 // DispatcherConfig configures the dispatch loop; each field is the
 // dispatcher.Config field of the same name, with its default.
 type DispatcherConfig struct {
-	// Workers bounds the provider calls in flight. Default 32.
+	// Workers bounds the provider calls in flight. Default 100.
 	Workers int `yaml:"workers"`
 
 	// BatchSize bounds the effects one claim takes. Default 100.

@@ -44,7 +44,7 @@ log:
 
 dispatcher:
   # Provider calls in flight at most, over all providers.
-  workers: 32
+  workers: 100
   # Effects claimed by one statement at most.
   batch_size: 100
   # How long a claimed effect stays fired before it is rescued as its
