@@ -122,10 +122,30 @@ func waitZero(ctx context.Context, pool *pgxpool.Pool, q string, timeout time.Du
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	var n int64
+	began := time.Now()
+	var n, last int64 = 0, -1
+	changed := began
+	var stall time.Duration // the longest time the open count stood still
+	var stallAt int64
+	var stallFrom time.Duration
+	defer func() {
+		if stall > 500*time.Millisecond {
+			logf("  the open count stood at %d for %s, from %.1f s into a %.1f s drain",
+				stallAt, stall.Round(time.Millisecond), stallFrom.Seconds(), time.Since(began).Seconds())
+		}
+	}()
 	for {
 		if err := pool.QueryRow(ctx, q).Scan(&n); err != nil {
 			return err
+		}
+		now := time.Now()
+		if n != last {
+			last, changed = n, now
+		} else if d := now.Sub(changed); d > stall {
+			if stall < 300*time.Millisecond && d >= 300*time.Millisecond {
+				logActivity(ctx, pool)
+			}
+			stall, stallAt, stallFrom = d, n, changed.Sub(began)
 		}
 		if n == 0 {
 			return nil
@@ -136,6 +156,26 @@ func waitZero(ctx context.Context, pool *pgxpool.Pool, q string, timeout time.Du
 		case <-deadline.C:
 			return fmt.Errorf("%d items still open after %s", n, timeout)
 		case <-tick.C:
+		}
+	}
+}
+
+// logActivity logs what the database's other sessions are doing: where a
+// drain stands still, it says who waits for what.
+func logActivity(ctx context.Context, pool *pgxpool.Pool) {
+	rows, err := pool.Query(ctx, `SELECT state, coalesce(wait_event_type || ':' || wait_event, '-'),
+			left(regexp_replace(query, '\s+', ' ', 'g'), 90), round(extract(epoch FROM now() - query_start) * 1000)
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`)
+	if err != nil {
+		logf("  activity: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st, wait, q string
+		var ms float64
+		if rows.Scan(&st, &wait, &q, &ms) == nil {
+			logf("  activity: %s, waiting %s, for %.0f ms: %s", st, wait, ms, q)
 		}
 	}
 }
