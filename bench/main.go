@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -128,11 +129,22 @@ func run(ctx context.Context, o *options) error {
 }
 
 func runPass(ctx context.Context, o *options, settings string, history bool) (*table, error) {
+	// SIDEFX_BENCH_SETTINGS adds server settings for a profiling run (for
+	// example auto_explain's); SIDEFX_BENCH_LOG names a file the server's
+	// log is copied to before the cluster is removed.
+	if extra := os.Getenv("SIDEFX_BENCH_SETTINGS"); extra != "" {
+		settings += strings.ReplaceAll(extra, ";", "\n") + "\n"
+	}
 	c, err := pgcluster.Start(ctx, &pgcluster.Options{Name: "sidefx-bench", Settings: settings})
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
+		if path := os.Getenv("SIDEFX_BENCH_LOG"); path != "" {
+			if b, err := os.ReadFile(filepath.Join(c.Dir(), "postgres.log")); err == nil {
+				_ = os.WriteFile(path, b, 0o644)
+			}
+		}
 		if err := c.Destroy(); err != nil {
 			logf("destroy cluster: %v", err)
 		}

@@ -54,6 +54,13 @@ type Config struct {
 	// 60s.
 	Lease time.Duration
 
+	// ClaimLoops is how many claims may run at once. The first claims
+	// whenever something may be due; the others join only while claims
+	// come back full (a backlog), so a drain keeps the database busier than
+	// one claim at a time would. Each reserves its slots before its claim.
+	// Default 2.
+	ClaimLoops int
+
 	// PollInterval is how often an idle dispatcher looks for due effects:
 	// a cheap probe (one read of the pending index, no write), followed by
 	// a claim only when an effect is due. Producers notify nobody (NOTIFY
@@ -208,6 +215,7 @@ const (
 	DefaultBatchSize         = 100
 	DefaultLease             = 60 * time.Second
 	DefaultPollInterval      = 10 * time.Millisecond
+	DefaultClaimLoops        = 2
 	DefaultRetention         = 30 * 24 * time.Hour
 	DefaultReapInterval      = time.Hour
 	DefaultHeartbeatInterval = 10 * time.Second
@@ -249,6 +257,9 @@ func withDefaults(cfg *Config) (Config, error) {
 	}
 	def(&c.Lease, DefaultLease)
 	def(&c.PollInterval, DefaultPollInterval)
+	if c.ClaimLoops == 0 {
+		c.ClaimLoops = DefaultClaimLoops
+	}
 	def(&c.RescueInterval, max(c.Lease/4, time.Second))
 	def(&c.Retention, DefaultRetention)
 	def(&c.ReapInterval, DefaultReapInterval)
@@ -277,6 +288,8 @@ func withDefaults(cfg *Config) (Config, error) {
 		return c, configErr("Lease is %s, it must be at least 1s", c.Lease)
 	case c.TombstoneRetention < 0:
 		return c, configErr("TombstoneRetention is %s: want 0 (keep tombstones forever) or a positive duration", c.TombstoneRetention)
+	case c.ClaimLoops < 0:
+		return c, configErr("ClaimLoops is %d: want at least 1 (0: the default, %d)", c.ClaimLoops, DefaultClaimLoops)
 	case c.PollInterval < 0 || c.RescueInterval < 0 || c.ReapInterval < 0 || c.ShutdownTimeout < 0 || c.HeartbeatInterval < 0:
 		return c, configErr("intervals and timeouts must not be negative")
 	case len(c.Kinds) == 0:

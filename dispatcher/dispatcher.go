@@ -70,9 +70,12 @@ type Dispatcher struct {
 	wake  chan struct{} // a notification, a rescue, recording recovered: effects may be due
 	// beatNow asks for a heartbeat before the next tick (a provider paused).
 	beatNow chan struct{}
-	// claimedLast counts the effects the last claim round claimed; the
-	// claim loop's alone.
-	claimedLast int
+	// claimMu: claims in progress hold it shared, a put-back exclusive,
+	// so that a put-back never takes effects a claim is about to hold.
+	claimMu sync.RWMutex
+	// backlog wakes the claim loops after the first when a claim came back
+	// full.
+	backlog chan struct{}
 }
 
 // logCtx is the context of log lines that belong to no request.
@@ -84,6 +87,7 @@ type group struct {
 	kinds    []string
 	limit    int           // calls in flight at most
 	inflight int           // provider calls in flight; guarded by Dispatcher.mu
+	claiming int           // rate-limit tokens claims in progress may take; guarded by Dispatcher.mu
 	lim      *rate.Limiter // nil: no rate limit; on Dispatcher.now's clock
 	// pausedUntil: no claim before it (a Retry-After), by Dispatcher.now;
 	// guarded by Dispatcher.mu.
@@ -125,6 +129,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		freed:   make(chan struct{}, 1),
 		wake:    make(chan struct{}, 1),
 		beatNow: make(chan struct{}, 1),
+		backlog: make(chan struct{}, 1),
 		held:    map[int64]struct{}{},
 
 		windows: map[string]time.Duration{},
@@ -239,7 +244,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			hardStop()
 		}
 	}()
-	d.claimLoop(ctx, hardCtx, &calls, outcomes)
+	var loops sync.WaitGroup
+	for i := range d.cfg.ClaimLoops {
+		loops.Go(func() { d.claimLoop(ctx, hardCtx, &calls, outcomes, i == 0) })
+	}
+	loops.Wait()
 
 	// Shutdown: no more claims. Wait for the calls in flight.
 	d.log.Info("shutting down: waiting for calls in flight", "in_flight", d.inFlight())
@@ -297,14 +306,16 @@ func errBackoff(n int) time.Duration {
 	return min(d, 5*time.Second)
 }
 
-// claimLoop claims and starts calls until ctx ends.
-func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGroup, outcomes chan<- pending) {
+// claimLoop claims and starts calls until ctx ends. The first loop (first)
+// claims whenever something may be due; the others claim only while
+// claims come back full (a backlog), each with its slots reserved before
+// its claim, so that claims overlap each other and the outcome writes.
+func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGroup, outcomes chan<- pending, first bool) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	failures := 0
 	for ctx.Err() == nil {
-		more, blocked, soon, err := d.claimOnce(ctx, hardCtx, calls, outcomes)
-		claimed := d.claimedLast > 0
+		more, blocked, soon, claimed, err := d.claimOnce(ctx, hardCtx, calls, outcomes)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -316,9 +327,19 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 		}
 		failures = 0
 		if more {
+			signal(d.backlog)
 			continue // a claim came back full: more may be due now
 		}
-		if !d.idle(ctx, timer, blocked, soon, claimed) {
+		if !first {
+			// No backlog: wait until the first loop finds one.
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.backlog:
+			}
+			continue
+		}
+		if !d.idle(ctx, timer, blocked, soon, claimed > 0) {
 			return
 		}
 	}
@@ -381,10 +402,9 @@ func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, 
 //
 // Nothing is claimed while the completer holds outcomes it failed to
 // record: a new call's answer could not be recorded either.
-func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGroup, outcomes chan<- pending) (more, blocked bool, soon time.Duration, err error) {
-	d.claimedLast = 0
+func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGroup, outcomes chan<- pending) (more, blocked bool, soon time.Duration, claimed int, err error) {
 	if d.stuck.Load() {
-		return false, true, 0, nil
+		return false, true, 0, 0, nil
 	}
 	sooner := func(w time.Duration) {
 		w = max(w, time.Millisecond)
@@ -403,44 +423,60 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		// the next claim runs while the last outcomes are written. Those
 		// are bounded too, by a batch beyond the workers.
 		n := min(d.cfg.Workers-d.calling, g.limit-g.inflight, d.cfg.BatchSize, d.cfg.Workers+d.cfg.BatchSize-d.inflight)
-		pausedUntil := g.pausedUntil
-		d.mu.Unlock()
-		if now.Before(pausedUntil) {
+		if now.Before(g.pausedUntil) {
 			// The provider asked for a pause (Retry-After): none of its
 			// kinds is claimed until the pause ends.
-			sooner(pausedUntil.Sub(now))
+			sooner(g.pausedUntil.Sub(now))
+			d.mu.Unlock()
 			continue
 		}
 		if g.lim != nil {
-			tokens := g.lim.TokensAt(now)
+			// Tokens another loop's claim in progress may take are not
+			// this claim's.
+			tokens := g.lim.TokensAt(now) - float64(g.claiming)
 			if tokens < 1 {
+				d.mu.Unlock()
 				blocked = true
-				sooner(time.Duration((1 - tokens) / float64(g.lim.Limit()) * float64(time.Second)))
+				sooner(time.Duration((1 - max(tokens, 0)) / float64(g.lim.Limit()) * float64(time.Second)))
 				continue
 			}
 			n = min(n, int(tokens))
 		}
 		if n <= 0 {
+			d.mu.Unlock()
 			blocked = true
 			continue
 		}
+		// The slots are reserved before the claim, so that another loop's
+		// claim cannot take them too; what the claim does not fill is
+		// given back after it.
+		d.inflight += n
+		d.calling += n
+		g.inflight += n
+		g.claiming += n
+		d.mu.Unlock()
 		claimedAt := time.Now()
 		// Under hardCtx, not ctx: a claim in progress when ctx ends may
 		// already be committed, and abandoning it would leave its effects
 		// fired with nobody calling them until their lease expires (and make
 		// those of a kind without keys uncertain, though never sent). It is
 		// let finish, and its effects called, until the shutdown deadline.
+		// A put-back (after a failed claim) waits for the claims in
+		// progress, whose effects are not held yet.
+		d.claimMu.RLock()
 		cctx, cancel := context.WithTimeout(hardCtx, d.dbTimeout())
 		got, err := d.store.Claim(cctx, effects.ClaimParams{Kinds: g.kinds, Limit: n, Lease: d.cfg.Lease,
 			Worker: d.cfg.WorkerID, KeyWindows: d.windows, Timeouts: d.margins})
 		cancel()
 		if err != nil {
+			d.claimMu.RUnlock()
+			d.unreserve(g, n, n)
 			// The claim may have committed although its answer never came
 			// back: its effects would be fired with nobody calling them, and
 			// rescued as possibly performed. Put them back.
 			d.log.Warn("a claim failed; putting back what it may have claimed", "err", err)
 			d.putBack(hardCtx)
-			return more, blocked, soon, err
+			return more, blocked, soon, claimed, err
 		}
 		d.succeeded(opClaim)
 		var fired []*effects.Effect
@@ -459,23 +495,36 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			g.lim.ReserveN(now, len(fired))
 		}
 		d.mu.Lock()
-		d.inflight += len(fired)
-		d.calling += len(fired)
-		g.inflight += len(fired)
 		for _, e := range fired {
 			d.held[e.ID] = struct{}{}
 		}
 		d.mu.Unlock()
+		d.claimMu.RUnlock()
+		d.unreserve(g, n-len(fired), n)
 		for _, e := range fired {
 			d.log.Debug("fired", "effect_id", e.ID, "kind", e.Kind, "attempt", e.Attempts)
 			calls.Go(func() { d.work(hardCtx, e, g, claimedAt, outcomes) })
 		}
-		d.claimedLast += len(got)
+		claimed += len(got)
 		if len(got) == n {
 			more = true
 		}
 	}
-	return more, blocked, soon, nil
+	return more, blocked, soon, claimed, nil
+}
+
+// unreserve gives back the unused of the slots reserved for a claim of n
+// effects of g, and ends the claim's hold on g's rate-limit tokens.
+func (d *Dispatcher) unreserve(g *group, unused, n int) {
+	d.mu.Lock()
+	d.inflight -= unused
+	d.calling -= unused
+	g.inflight -= unused
+	g.claiming -= n
+	d.mu.Unlock()
+	if unused > 0 {
+		signal(d.freed)
+	}
 }
 
 // putBack returns to pending the effects fired under this dispatcher's
@@ -484,6 +533,8 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 // then the rescuer takes them.
 func (d *Dispatcher) putBack(ctx context.Context) {
 	deadline := time.Now().Add(d.cfg.Lease)
+	d.claimMu.Lock()
+	defer d.claimMu.Unlock()
 	for n := 1; ; n++ {
 		d.mu.Lock()
 		keep := make([]int64, 0, len(d.held))

@@ -592,6 +592,7 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 		"negative limit":              {Kinds: kinds("k", dispatcher.Kind{Provider: mail}), Limits: map[string]dispatcher.Limit{"fake": {Concurrency: -1}}},
 		"limit for nobody":            {Kinds: kinds("k", dispatcher.Kind{Provider: mail}), Limits: map[string]dispatcher.Limit{"stripe": {Concurrency: 1}}},
 		"bad schema":                  {Kinds: kinds("k", dispatcher.Kind{Provider: fake}), Schema: "no-dashes"},
+		"negative claim loops":        {Kinds: kinds("k", dispatcher.Kind{Provider: fake}), ClaimLoops: -1},
 	}
 	for name, cfg := range cases {
 		if _, err := dispatcher.New(pool, cfg); !errors.Is(err, dispatcher.ErrConfig) {

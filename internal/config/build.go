@@ -101,6 +101,7 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 		Kinds:              make(map[string]dispatcher.Kind, len(c.Kinds)),
 		Workers:            d.Workers,
 		BatchSize:          d.BatchSize,
+		ClaimLoops:         d.ClaimLoops,
 		Lease:              time.Duration(d.Lease),
 		PollInterval:       time.Duration(d.PollInterval),
 		RescueInterval:     time.Duration(d.RescueInterval),

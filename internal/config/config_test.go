@@ -412,6 +412,7 @@ drift:
 	wantD := config.DispatcherConfig{
 		Workers:         dispatcher.DefaultWorkers,
 		BatchSize:       dispatcher.DefaultBatchSize,
+		ClaimLoops:      dispatcher.DefaultClaimLoops,
 		Lease:           config.Duration(60 * time.Second),
 		PollInterval:    config.Duration(10 * time.Millisecond),
 		Retention:       config.Duration(720 * time.Hour),

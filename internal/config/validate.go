@@ -65,6 +65,9 @@ func (c *Config) fillDefaults() {
 	if d.BatchSize == 0 {
 		d.BatchSize = dispatcher.DefaultBatchSize
 	}
+	if d.ClaimLoops == 0 {
+		d.ClaimLoops = dispatcher.DefaultClaimLoops
+	}
 	defD(&d.Lease, dispatcher.DefaultLease)
 	defD(&d.PollInterval, dispatcher.DefaultPollInterval)
 	defD(&d.Retention, dispatcher.DefaultRetention)
@@ -179,6 +182,7 @@ func (d *DispatcherConfig) check(v *checker) {
 	}
 	positive("dispatcher.workers", d.Workers)
 	positive("dispatcher.batch_size", d.BatchSize)
+	positive("dispatcher.claim_loops", d.ClaimLoops)
 	if d.Lease < Duration(time.Second) {
 		v.fail("dispatcher.lease", "%s is below 1s", d.Lease)
 	}
