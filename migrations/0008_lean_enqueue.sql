@@ -28,9 +28,12 @@
 
 ALTER TABLE {{schema}}.side_effects DROP CONSTRAINT side_effects_idempotency_key_key;
 
--- CREATE OR REPLACE restates the whole function of version 7, without its
--- notification and with (source_id, kind), now the only unique guard
--- besides the primary key, as its conflict target.
+-- CREATE OR REPLACE restates the whole function of version 4. New: it
+-- records the due_at of an effect scheduled for later (version 7's column);
+-- a replay of a payload an operator superseded (one of superseded_hashes,
+-- version 7) is a duplicate, not a mismatch; it notifies nobody; and its
+-- conflict target is (source_id, kind), now the only unique guard besides
+-- the primary key.
 
 -- Enqueues effects inside the caller's transaction, one result row per input
 -- (ord is the input's 1-based position). An effect whose (source_id, kind)
