@@ -45,9 +45,10 @@ const (
 
 // sidefxTuning is a dispatcher configuration under test.
 type sidefxTuning struct {
-	name      string
-	workers   int
-	batchSize int
+	name       string
+	workers    int
+	batchSize  int
+	claimLoops int // 0: the default
 }
 
 // riverTuning is a River client configuration under test.
@@ -71,6 +72,8 @@ var (
 		{name: "Workers 512, BatchSize 500", workers: 512, batchSize: 500},
 		sidefxTuned,
 		{name: "Workers 1000, BatchSize 1000", workers: 1000, batchSize: 1000},
+		{name: "Workers 1000, BatchSize 500, 1 claim loop", workers: 1000, batchSize: 500, claimLoops: 1},
+		{name: "Workers 1000, BatchSize 500, 3 claim loops", workers: 1000, batchSize: 500, claimLoops: 3},
 	}
 	// riverDefault: River has no default MaxWorkers; 100 is the value of
 	// its documentation's examples.
@@ -149,11 +152,12 @@ func (r *recorder) Reaped(int64)            {}
 func startSidefx(pool *pgxpool.Pool, t sidefxTuning, obs dispatcher.Observer) (stop func() error, err error) {
 	fake := providertest.New(providertest.Config{Name: "fake", Idempotent: true, MaxRecords: 1})
 	d, err := dispatcher.New(pool, &dispatcher.Config{
-		Kinds:     map[string]dispatcher.Kind{kind: {Provider: fake}},
-		Workers:   t.workers,
-		BatchSize: t.batchSize,
-		Logger:    logger,
-		Observer:  obs,
+		Kinds:      map[string]dispatcher.Kind{kind: {Provider: fake}},
+		Workers:    t.workers,
+		BatchSize:  t.batchSize,
+		ClaimLoops: t.claimLoops,
+		Logger:     logger,
+		Observer:   obs,
 	})
 	if err != nil {
 		return nil, err

@@ -58,7 +58,8 @@ type Config struct {
 	// whenever something may be due; the others join only while claims
 	// come back full (a backlog), so a drain keeps the database busier than
 	// one claim at a time would. Each reserves its slots before its claim.
-	// Default 2.
+	// Default 1: on 2 cores a second loop measured no faster, and less
+	// steady (docs/benchmarks.md); a larger server may gain from 2.
 	ClaimLoops int
 
 	// PollInterval is how often an idle dispatcher looks for due effects:
@@ -215,7 +216,7 @@ const (
 	DefaultBatchSize         = 100
 	DefaultLease             = 60 * time.Second
 	DefaultPollInterval      = 10 * time.Millisecond
-	DefaultClaimLoops        = 2
+	DefaultClaimLoops        = 1
 	DefaultRetention         = 30 * 24 * time.Hour
 	DefaultReapInterval      = time.Hour
 	DefaultHeartbeatInterval = 10 * time.Second

@@ -132,7 +132,7 @@ type DispatcherConfig struct {
 	// BatchSize bounds the effects one claim takes. Default 100.
 	BatchSize int `yaml:"batch_size"`
 	// ClaimLoops bounds the claims that run at once (the others than the
-	// first join only while claims come back full). Default 2.
+	// first join only while claims come back full). Default 1.
 	ClaimLoops int `yaml:"claim_loops"`
 
 	// Lease is how long a claimed effect stays fired before it is rescued;

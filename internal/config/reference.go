@@ -49,7 +49,7 @@ dispatcher:
   batch_size: 100
   # Claims running at once at most: the first whenever effects may be
   # due, the others only while claims come back full (a backlog).
-  claim_loops: 2
+  claim_loops: 1
   # How long a claimed effect stays fired before it is rescued as its
   # worker's death. At least 1s, and above every kind's timeout (its own,
   # else its provider's): the default timeouts are 30s at most.

@@ -62,6 +62,12 @@ func start(t *testing.T, pool *pgxpool.Pool, cfg *dispatcher.Config) *running {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 20 * time.Millisecond
 	}
+	if cfg.ClaimLoops == 0 {
+		// Claims overlapping each other (slots reserved before each, a
+		// put-back waiting for the claims in progress) are held to the
+		// same invariants as one claim at a time.
+		cfg.ClaimLoops = 2
+	}
 	d, err := dispatcher.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
