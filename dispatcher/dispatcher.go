@@ -29,7 +29,7 @@ type Dispatcher struct {
 	log       *slog.Logger
 	groups    []*group
 	byKind    map[string]*group
-	served    []string // the kinds served, for the idle probe
+	served    []string // the kinds served, in order: probed, registered, hashed for the rescue lock
 	policies  []effects.RescuePolicy
 	rescueJob string
 
@@ -153,7 +153,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 	}
 	byName := map[string]*group{}
 	shares := c.shares()
-	for _, kind := range c.servedKinds() {
+	d.served = c.servedKinds()
+	for _, kind := range d.served {
 		k := c.Kinds[kind]
 		name := k.Provider.Name()
 		g := byName[name]
@@ -172,7 +173,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		}
 		g.kinds = append(g.kinds, kind)
 		d.byKind[kind] = g
-		d.served = append(d.served, kind)
 		d.windows[kind], d.margins[kind] = k.keyWindow(), c.Lease
 		d.policies = append(d.policies, effects.RescuePolicy{
 			Kind:        kind,
@@ -185,7 +185,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 	// Replicas serving the same kinds share the rescue lock; deployments
 	// serving other kinds rescue theirs independently.
 	h := fnv.New64a()
-	h.Write([]byte(strings.Join(c.servedKinds(), ",")))
+	h.Write([]byte(strings.Join(d.served, ",")))
 	d.rescueJob = fmt.Sprintf("rescue/%x", h.Sum64())
 	return d, nil
 }
@@ -1040,7 +1040,7 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 // kind's effects back here (a paused provider, its calls in flight against
 // its limit, its failures in a row), for sidefx inspect.
 func (d *Dispatcher) beat() effects.Beat {
-	b := effects.Beat{Worker: d.cfg.WorkerID, Kinds: d.cfg.servedKinds(), Interval: d.cfg.HeartbeatInterval}
+	b := effects.Beat{Worker: d.cfg.WorkerID, Kinds: d.served, Interval: d.cfg.HeartbeatInterval}
 	now := d.now()
 	for _, kind := range b.Kinds {
 		g := d.byKind[kind]

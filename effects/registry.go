@@ -60,17 +60,10 @@ func (s *Store) Beat(ctx context.Context, b Beat) error {
 	if b.Interval <= 0 {
 		return invalid("interval", "must be positive")
 	}
-	type status struct {
-		Kind     string `json:"kind"`
-		Provider string `json:"provider"`
-		PausedMS int64  `json:"paused_ms"`
-		InFlight int    `json:"in_flight"`
-		Limit    int    `json:"limit"`
-		Failures int    `json:"failures"`
-	}
-	st := make([]status, len(b.Status))
+	st := make([]kindStatusJSON, len(b.Status))
 	for i, k := range b.Status {
-		st[i] = status{k.Kind, k.Provider, k.PausedFor.Milliseconds(), k.InFlight, k.Limit, k.Failures}
+		st[i] = kindStatusJSON{Kind: k.Kind, Provider: k.Provider, PausedMS: k.PausedFor.Milliseconds(),
+			InFlight: k.InFlight, Limit: k.Limit, Failures: k.Failures}
 	}
 	raw, err := json.Marshal(st)
 	if err != nil {
@@ -140,6 +133,19 @@ func (s *Store) ServedKinds(ctx context.Context) (map[string]bool, error) {
 	return served, nil
 }
 
+// kindStatusJSON is one kind's entry of sidefx_dispatchers.kind_status. A
+// heartbeat writes the time left of a pause (PausedMS, with the kind); the
+// database stores the pause's end on its clock (PausedUntil) under the kind.
+type kindStatusJSON struct {
+	Kind        string    `json:"kind,omitempty"`
+	Provider    string    `json:"provider"`
+	PausedMS    int64     `json:"paused_ms,omitempty"`
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	InFlight    int       `json:"in_flight"`
+	Limit       int       `json:"limit"`
+	Failures    int       `json:"failures"`
+}
+
 // KindStatus is what the live dispatchers serving a kind last said of it.
 type KindStatus struct {
 	Dispatchers int // live dispatchers serving it
@@ -171,13 +177,7 @@ func (s *Store) KindStatuses(ctx context.Context) (map[string]KindStatus, error)
 		if err := r.Scan(&kind, &raw); err != nil {
 			return struct{}{}, err
 		}
-		var b struct {
-			Provider    string    `json:"provider"`
-			PausedUntil time.Time `json:"paused_until"`
-			InFlight    int       `json:"in_flight"`
-			Limit       int       `json:"limit"`
-			Failures    int       `json:"failures"`
-		}
+		var b kindStatusJSON
 		if err := json.Unmarshal(raw, &b); err != nil {
 			return struct{}{}, fmt.Errorf("kind_status of %s: %w", kind, err)
 		}

@@ -219,16 +219,12 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 		return nil, fmt.Errorf("enqueue effects: %w", err)
 	}
 	n := len(items)
-	sources, kinds, keys, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	attempts := make([]int32, n)
-	notBefore := make([]pgtype.Timestamptz, n)
+	a := arraysOf(items)
+	keys := make([]string, n)
 	for i, it := range items {
-		sources[i], kinds[i], payloads[i] = it.SourceID, it.Kind, string(it.Payload)
 		keys[i] = derive.KeyNS(ns, it.SourceID, it.Kind)
-		attempts[i] = int32(it.MaxAttempts)
-		notBefore[i] = pgtype.Timestamptz{Time: it.NotBefore, Valid: !it.NotBefore.IsZero()}
 	}
-	rows, err := s.db.Query(ctx, s.q.insert, sources, kinds, keys, payloads, attempts, notBefore, ns, limit)
+	rows, err := s.db.Query(ctx, s.q.insert, a.sources, a.kinds, keys, a.payloads, a.attempts, a.notBefore, ns, limit)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
 	}
@@ -248,8 +244,8 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 	}
 	out := make([]Inserted, n)
 	var rest []int // items the lean statement did not insert
-	for i := range items {
-		p := pair{sources[i], kinds[i]}
+	for i, it := range items {
+		p := pair{it.SourceID, it.Kind}
 		if id, ok := got[p]; ok {
 			out[i] = Inserted{ID: id, Key: keys[i], Inserted: true}
 			delete(got, p) // a later item of the same pair is a duplicate of it
@@ -294,15 +290,8 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 // insertSQL enqueues items through sidefx_enqueue_many.
 func (s *Store) insertSQL(ctx context.Context, items []NewEffect, limit pgtype.Int4) ([]Inserted, error) {
 	n := len(items)
-	sources, kinds, payloads := make([]string, n), make([]string, n), make([]string, n)
-	attempts := make([]int32, n)
-	notBefore := make([]pgtype.Timestamptz, n)
-	for i, it := range items {
-		sources[i], kinds[i], payloads[i] = it.SourceID, it.Kind, string(it.Payload)
-		attempts[i] = int32(it.MaxAttempts)
-		notBefore[i] = pgtype.Timestamptz{Time: it.NotBefore, Valid: !it.NotBefore.IsZero()}
-	}
-	rows, err := s.db.Query(ctx, s.q.enqueue, sources, kinds, payloads, attempts, notBefore, limit)
+	a := arraysOf(items)
+	rows, err := s.db.Query(ctx, s.q.enqueue, a.sources, a.kinds, a.payloads, a.attempts, a.notBefore, limit)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
 	}
@@ -329,6 +318,26 @@ func (s *Store) insertSQL(ctx context.Context, items []NewEffect, limit pgtype.I
 		return nil, fmt.Errorf("enqueue effects: %d results for %d items", seen, n)
 	}
 	return out, nil
+}
+
+// itemArrays are the columns of a batch of NewEffects, as the enqueue
+// statements take them.
+type itemArrays struct {
+	sources, kinds, payloads []string
+	attempts                 []int32
+	notBefore                []pgtype.Timestamptz
+}
+
+func arraysOf(items []NewEffect) itemArrays {
+	n := len(items)
+	a := itemArrays{sources: make([]string, n), kinds: make([]string, n), payloads: make([]string, n),
+		attempts: make([]int32, n), notBefore: make([]pgtype.Timestamptz, n)}
+	for i, it := range items {
+		a.sources[i], a.kinds[i], a.payloads[i] = it.SourceID, it.Kind, string(it.Payload)
+		a.attempts[i] = int32(it.MaxAttempts)
+		a.notBefore[i] = pgtype.Timestamptz{Time: it.NotBefore, Valid: !it.NotBefore.IsZero()}
+	}
+	return a
 }
 
 // nsCache holds the database's key namespace, read once: it can change only
