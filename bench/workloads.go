@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/store"
 	"math"
 	"os"
 	"os/exec"
@@ -294,17 +294,17 @@ var (
 )
 
 // floorScript is sidefx's own claim statement followed by its batched
-// outcome statement (effects.Store.DispatchSQL, so the floor runs exactly
+// outcome statement (store.Engine.DispatchSQL, so the floor runs exactly
 // what the dispatcher runs), each committed on its own as the dispatcher
 // does, with no provider call between them. The claim hands the claimed ids
 // and attempts to the outcome statement through pgbench variables, as
 // arrays; the statements' parameters become pgbench expressions.
 func floorScript() (string, error) {
-	store, err := effects.NewStore(nil, nil)
+	eng, err := store.New(nil, "")
 	if err != nil {
 		return "", err
 	}
-	claim, complete := store.DispatchSQL()
+	claim, complete := eng.DispatchSQL()
 	claim = strings.NewReplacer(
 		"$1::text[]", "'{bench.noop}'::text[]",
 		"$2", ":batch",

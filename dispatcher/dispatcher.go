@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
 )
 
@@ -24,13 +25,14 @@ import (
 // outcomes. Create one with New and start it with Run.
 type Dispatcher struct {
 	pool      *pgxpool.Pool
-	store     *effects.Store
+	store     *effects.Store // reads: the effects no dispatcher serves
+	engine    *store.Engine
 	cfg       Config
 	log       *slog.Logger
 	groups    []*group
 	byKind    map[string]*group
 	served    []string // the kinds served, in order: probed, registered, hashed for the rescue lock
-	policies  []effects.RescuePolicy
+	policies  []store.RescuePolicy
 	rescueJob string
 
 	// now is the clock of provider pauses, rate limits and the error log's
@@ -100,7 +102,7 @@ type group struct {
 
 // pending is an outcome waiting to be recorded.
 type pending struct {
-	out effects.Outcome
+	out store.Outcome
 	rec Dispatch
 	g   *group
 }
@@ -114,13 +116,18 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := effects.NewStore(pool, &effects.Config{Schema: c.Schema})
+	st, err := effects.NewStore(pool, &effects.Config{Schema: c.Schema})
+	if err != nil {
+		return nil, configErr("%v", err)
+	}
+	eng, err := store.New(pool, c.Schema)
 	if err != nil {
 		return nil, configErr("%v", err)
 	}
 	d := &Dispatcher{
 		pool:    pool,
-		store:   store,
+		store:   st,
+		engine:  eng,
 		cfg:     c,
 		log:     c.Logger.With("component", "dispatcher", "worker", c.WorkerID),
 		byKind:  map[string]*group{},
@@ -174,7 +181,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		g.kinds = append(g.kinds, kind)
 		d.byKind[kind] = g
 		d.windows[kind], d.margins[kind] = k.keyWindow(), c.Lease
-		d.policies = append(d.policies, effects.RescuePolicy{
+		d.policies = append(d.policies, store.RescuePolicy{
 			Kind:        kind,
 			Repeatable:  k.Provider.Idempotent() || k.AtLeastOnce,
 			MaxAttempts: k.MaxAttempts,
@@ -385,7 +392,7 @@ func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, 
 			soon -= wait
 		}
 		pctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-		due, err := d.store.Due(pctx, d.served)
+		due, err := d.engine.Due(pctx, d.served)
 		cancel()
 		if err != nil || due {
 			return true // an error is the claim's to report and back off from
@@ -465,7 +472,7 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		// progress, whose effects are not held yet.
 		d.claimMu.RLock()
 		cctx, cancel := context.WithTimeout(hardCtx, d.dbTimeout())
-		got, err := d.store.Claim(cctx, effects.ClaimParams{Kinds: g.kinds, Limit: n, Lease: d.cfg.Lease,
+		got, err := d.engine.Claim(cctx, store.ClaimParams{Kinds: g.kinds, Limit: n, Lease: d.cfg.Lease,
 			Worker: d.cfg.WorkerID, KeyWindows: d.windows, Timeouts: d.margins})
 		cancel()
 		if err != nil {
@@ -543,7 +550,7 @@ func (d *Dispatcher) putBack(ctx context.Context) {
 		}
 		d.mu.Unlock()
 		pctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-		ids, err := d.store.PutBack(pctx, d.cfg.WorkerID, keep)
+		ids, err := d.engine.PutBack(pctx, d.cfg.WorkerID, keep)
 		cancel()
 		if err == nil {
 			if len(ids) > 0 {
@@ -700,8 +707,8 @@ func dueAt(e *effects.Effect) time.Time {
 }
 
 // decide turns a provider's answer into the effect's next state.
-func decide(e *effects.Effect, k Kind, res providers.Result) effects.Outcome {
-	out := effects.Outcome{ID: e.ID, Attempt: e.Attempts, ProviderRef: res.Ref, Detail: res.Detail,
+func decide(e *effects.Effect, k Kind, res providers.Result) store.Outcome {
+	out := store.Outcome{ID: e.ID, Attempt: e.Attempts, ProviderRef: res.Ref, Detail: res.Detail,
 		// Evidence: an unknown answer may have been performed; a
 		// confirmation or refusal from a provider that honours keys answers
 		// for every attempt under the key.
@@ -855,13 +862,13 @@ func (d *Dispatcher) abandon(batch []pending, err error) {
 
 // record writes one batch of outcomes and frees their slots.
 func (d *Dispatcher) record(ctx context.Context, batch []pending) error {
-	outs := make([]effects.Outcome, len(batch))
+	outs := make([]store.Outcome, len(batch))
 	for i, p := range batch {
 		outs[i] = p.out
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
-	fenced, err := d.store.Complete(ctx, outs)
+	fenced, err := d.engine.Complete(ctx, outs)
 	if err != nil {
 		return err
 	}
@@ -999,7 +1006,7 @@ func (d *Dispatcher) maintain(ctx context.Context) {
 	// millions of finished rows ANALYZE takes a second or more, and claims
 	// must not wait for it (they find their rows by primary key and the
 	// pending index whatever the statistics say).
-	if err := d.store.Analyze(ctx); err != nil && ctx.Err() == nil {
+	if err := d.engine.Analyze(ctx); err != nil && ctx.Err() == nil {
 		d.log.Warn("could not analyze side_effects; claims are planned with the statistics there are", "err", err)
 	}
 	for {
@@ -1031,7 +1038,7 @@ const unservedEvery = 6
 func (d *Dispatcher) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
-	if err := d.store.Beat(hctx, d.beat()); err != nil && ctx.Err() == nil {
+	if err := d.engine.Beat(hctx, d.beat()); err != nil && ctx.Err() == nil {
 		d.log.Warn("could not record this dispatcher's heartbeat; sidefx enqueue and status may not see its kinds as served", "err", err)
 	}
 }
@@ -1039,15 +1046,15 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 // beat is this dispatcher's heartbeat: its kinds, and what holds each
 // kind's effects back here (a paused provider, its calls in flight against
 // its limit, its failures in a row), for sidefx inspect.
-func (d *Dispatcher) beat() effects.Beat {
-	b := effects.Beat{Worker: d.cfg.WorkerID, Kinds: d.served, Interval: d.cfg.HeartbeatInterval}
+func (d *Dispatcher) beat() store.Beat {
+	b := store.Beat{Worker: d.cfg.WorkerID, Kinds: d.served, Interval: d.cfg.HeartbeatInterval}
 	now := d.now()
 	for _, kind := range b.Kinds {
 		g := d.byKind[kind]
 		if g == nil {
 			continue
 		}
-		kb := effects.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit}
+		kb := store.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit}
 		d.mu.Lock()
 		kb.InFlight = g.inflight
 		if g.pausedUntil.After(now) {
@@ -1066,7 +1073,7 @@ func (d *Dispatcher) beat() effects.Beat {
 func (d *Dispatcher) retire() {
 	ctx, cancel := context.WithTimeout(context.Background(), d.dbTimeout())
 	defer cancel()
-	if err := d.store.Retire(ctx, d.cfg.WorkerID); err != nil {
+	if err := d.engine.Retire(ctx, d.cfg.WorkerID); err != nil {
 		d.log.Warn("could not remove this dispatcher from the registry; it will read as dead after three heartbeats", "err", err)
 	}
 }
@@ -1094,7 +1101,7 @@ func (d *Dispatcher) rescue(ctx context.Context) {
 	for ctx.Err() == nil {
 		var got []effects.Rescued
 		bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-		ran, err := d.store.Exclusive(bctx, d.pool, d.rescueJob, func(s *effects.Store) error {
+		ran, err := d.engine.Exclusive(bctx, d.pool, d.rescueJob, func(s *store.Engine) error {
 			var err error
 			got, err = s.Rescue(bctx, d.policies, maintenanceBatch)
 			return err
@@ -1126,14 +1133,14 @@ func (d *Dispatcher) rescue(ctx context.Context) {
 func (d *Dispatcher) reap(ctx context.Context) {
 	type job struct {
 		name string
-		do   func(*effects.Store, context.Context) (int64, error)
+		do   func(*store.Engine, context.Context) (int64, error)
 		done string
 	}
-	jobs := []job{{"reap", func(s *effects.Store, ctx context.Context) (int64, error) {
+	jobs := []job{{"reap", func(s *store.Engine, ctx context.Context) (int64, error) {
 		return s.Reap(ctx, d.cfg.Retention, maintenanceBatch)
 	}, "compacted finished effects past retention into tombstones"}}
 	if d.cfg.TombstoneRetention > 0 {
-		jobs = append(jobs, job{"purge", func(s *effects.Store, ctx context.Context) (int64, error) {
+		jobs = append(jobs, job{"purge", func(s *store.Engine, ctx context.Context) (int64, error) {
 			return s.PurgeTombstones(ctx, d.cfg.TombstoneRetention, maintenanceBatch)
 		}, "deleted tombstones past their retention: their (source_id, kind) may be enqueued again"})
 	}
@@ -1141,7 +1148,7 @@ func (d *Dispatcher) reap(ctx context.Context) {
 		for ctx.Err() == nil {
 			var n int64
 			bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-			ran, err := d.store.Exclusive(bctx, d.pool, j.name, func(s *effects.Store) error {
+			ran, err := d.engine.Exclusive(bctx, d.pool, j.name, func(s *store.Engine) error {
 				var err error
 				n, err = j.do(s, bctx)
 				return err

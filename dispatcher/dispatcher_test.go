@@ -15,6 +15,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -450,8 +451,8 @@ func TestDispatcher_RescuesExpiredLeases(t *testing.T) {
 	enqueue(t, pool, "charge.create", "o", 5)
 	enqueue(t, pool, "email.receipt", "o", 5)
 	// A worker that died: it claimed everything and never answered.
-	store, _ := effects.NewStore(pool, nil)
-	dead, err := store.Claim(context.Background(), effects.ClaimParams{Kinds: []string{"charge.create", "email.receipt"}, Limit: 10, Lease: time.Second, Worker: "dead"})
+	eng, _ := store.New(pool, "")
+	dead, err := eng.Claim(context.Background(), store.ClaimParams{Kinds: []string{"charge.create", "email.receipt"}, Limit: 10, Lease: time.Second, Worker: "dead"})
 	if err != nil || len(dead) != 10 {
 		t.Fatalf("claim = %d, %v", len(dead), err)
 	}

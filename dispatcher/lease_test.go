@@ -311,7 +311,7 @@ func TestDispatcher_PausedReplicaLateAnswersChangeNothing(t *testing.T) {
 
 // The same pause at a provider without keys: A's effects are rescued to
 // uncertain, never re-fired. A late definite answer is then the answer the
-// rescue lacked, and is recorded (effects.Store.Complete): a late
+// rescue lacked, and is recorded (store.Engine.Complete): a late
 // confirmation confirms the effect. A late unknown answer changes nothing:
 // the effect stays uncertain. Each email was sent once.
 func TestDispatcher_PausedReplicaLateAnswerResolvesUncertain(t *testing.T) {

@@ -34,6 +34,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
@@ -282,13 +283,14 @@ type modelEffect struct {
 type call struct {
 	e         *effects.Effect
 	claimedAt time.Time // on the model's clock
-	out       *effects.Outcome
+	out       *store.Outcome
 }
 
 type world struct {
 	ctx    context.Context
 	pool   *pgxpool.Pool
 	store  *effects.Store
+	eng    *store.Engine
 	model  *providerModel
 	kinds  map[string]dispatcher.Kind
 	effs   map[[2]string]*modelEffect
@@ -303,11 +305,11 @@ type world struct {
 
 func (w *world) fatalf(format string, args ...any) { w.tb.Fatalf(format, args...) }
 
-func (w *world) policies() []effects.RescuePolicy {
-	var ps []effects.RescuePolicy
+func (w *world) policies() []store.RescuePolicy {
+	var ps []store.RescuePolicy
 	for _, name := range modelKinds {
 		k := w.kinds[name]
-		ps = append(ps, effects.RescuePolicy{Kind: name, Repeatable: k.Provider.Idempotent() || k.AtLeastOnce,
+		ps = append(ps, store.RescuePolicy{Kind: name, Repeatable: k.Provider.Idempotent() || k.AtLeastOnce,
 			MaxAttempts: k.MaxAttempts, KeyWindow: providers.KeyWindow(k.Provider), Timeout: k.Timeout})
 	}
 	return ps
@@ -363,8 +365,8 @@ func (w *world) enqueue(t *rapid.T) {
 	}
 }
 
-func (w *world) claimParams(worker string, limit int) effects.ClaimParams {
-	p := effects.ClaimParams{Kinds: modelKinds, Limit: limit, Lease: modelLease, Worker: worker,
+func (w *world) claimParams(worker string, limit int) store.ClaimParams {
+	p := store.ClaimParams{Kinds: modelKinds, Limit: limit, Lease: modelLease, Worker: worker,
 		KeyWindows: map[string]time.Duration{}, Timeouts: map[string]time.Duration{}}
 	for name, k := range w.kinds {
 		p.KeyWindows[name], p.Timeouts[name] = providers.KeyWindow(k.Provider), modelLease
@@ -375,7 +377,7 @@ func (w *world) claimParams(worker string, limit int) effects.ClaimParams {
 func (w *world) claim(t *rapid.T) {
 	i := rapid.IntRange(0, 2).Draw(t, "worker")
 	w.claims++
-	got, err := w.store.Claim(w.ctx, w.claimParams(fmt.Sprintf("w%d#%d", i, w.claims), rapid.IntRange(1, 3).Draw(t, "limit")))
+	got, err := w.eng.Claim(w.ctx, w.claimParams(fmt.Sprintf("w%d#%d", i, w.claims), rapid.IntRange(1, 3).Draw(t, "limit")))
 	if err != nil {
 		w.fatalf("claim: %v", err)
 	}
@@ -391,11 +393,11 @@ func (w *world) claim(t *rapid.T) {
 func (w *world) lostClaim(t *rapid.T) {
 	w.claims++
 	worker := fmt.Sprintf("lost#%d", w.claims)
-	got, err := w.store.Claim(w.ctx, w.claimParams(worker, 2))
+	got, err := w.eng.Claim(w.ctx, w.claimParams(worker, 2))
 	if err != nil {
 		w.fatalf("claim: %v", err)
 	}
-	if _, err := w.store.PutBack(w.ctx, worker, nil); err != nil {
+	if _, err := w.eng.PutBack(w.ctx, worker, nil); err != nil {
 		w.fatalf("put back: %v", err)
 	}
 	// Never called: each is as it was before the claim, pending, with no
@@ -448,7 +450,7 @@ func (w *world) call(t *rapid.T) {
 
 func (w *world) record(t *rapid.T) {
 	i := rapid.IntRange(0, 2).Draw(t, "worker")
-	var outs []effects.Outcome
+	var outs []store.Outcome
 	var left []*call
 	for _, c := range w.work[i] {
 		if c.out != nil {
@@ -460,19 +462,19 @@ func (w *world) record(t *rapid.T) {
 	if len(outs) == 0 {
 		t.Skip("nothing to record")
 	}
-	fenced, err := w.store.Complete(w.ctx, outs)
+	fenced, err := w.eng.Complete(w.ctx, outs)
 	if err != nil {
 		w.fatalf("record outcomes: %v", err)
 	}
 	if rapid.Bool().Draw(t, "ambiguous") {
 		// The commit looked failed: the dispatcher writes the same batch
 		// again. What the first write recorded must not now count as fenced.
-		again, err := w.store.Complete(w.ctx, outs)
+		again, err := w.eng.Complete(w.ctx, outs)
 		if err != nil {
 			w.fatalf("record outcomes again: %v", err)
 		}
 		for _, o := range again {
-			if !slices.ContainsFunc(fenced, func(f effects.Outcome) bool { return f.ID == o.ID && f.Attempt == o.Attempt }) {
+			if !slices.ContainsFunc(fenced, func(f store.Outcome) bool { return f.ID == o.ID && f.Attempt == o.Attempt }) {
 				w.fatalf("effect %d attempt %d: recorded by the first write, fenced by the same write again", o.ID, o.Attempt)
 			}
 		}
@@ -490,13 +492,13 @@ func (w *world) passTime(t *rapid.T) {
 }
 
 func (w *world) rescue(t *rapid.T) {
-	if _, err := w.store.Rescue(w.ctx, w.policies(), 100); err != nil {
+	if _, err := w.eng.Rescue(w.ctx, w.policies(), 100); err != nil {
 		w.fatalf("rescue: %v", err)
 	}
 }
 
 func (w *world) reap(t *rapid.T) {
-	if _, err := w.store.Reap(w.ctx, 0, 100); err != nil {
+	if _, err := w.eng.Reap(w.ctx, 0, 100); err != nil {
 		w.fatalf("reap: %v", err)
 	}
 }
@@ -647,7 +649,11 @@ func TestModel(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
 	ctx := context.Background()
-	store, err := effects.NewStore(pool, nil)
+	fx, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := store.New(pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,7 +690,7 @@ func TestModel(t *testing.T) {
 			rt.Fatalf("reset: %v", err)
 		}
 		m.reset()
-		w := &world{ctx: ctx, pool: pool, store: store, model: m, kinds: kinds, effs: map[[2]string]*modelEffect{}, tb: rt}
+		w := &world{ctx: ctx, pool: pool, store: fx, eng: eng, model: m, kinds: kinds, effs: map[[2]string]*modelEffect{}, tb: rt}
 		rt.Repeat(map[string]func(*rapid.T){
 			"":          w.check,
 			"enqueue":   w.enqueue,

@@ -1,10 +1,14 @@
-// Package effects is the model of a side effect and the one owner of SQL on
-// the side_effects table.
+// Package effects is the model of a side effect, and the API that services
+// and operators use on the side_effects table: enqueue, read, and the
+// guarded operator actions.
 //
 // An Effect is one row: what caused it (SourceID), what it is (Kind), the
 // derived idempotency key sent to its provider (Key), its payload, and where
-// it is in its life (State). Every other sidefx package reads and writes
-// effects through a Store; none writes SQL on the table itself.
+// it is in its life (State). Services and operators read and write effects
+// through a Store. The dispatcher's own statements (claim, outcomes, put
+// back, rescue, reap, heartbeats) live in its engine, an internal package
+// of this module; both read rows with this package's codec, so every
+// sidefx statement on the table is in one of these two places.
 //
 // # States
 //
@@ -53,12 +57,13 @@
 //
 // # Tombstones
 //
-// Reaping never frees a guard. Store.Reap compacts a finished effect in
-// place: its payload and stored answer go; its (source_id, kind), key,
+// Reaping never frees a guard. The dispatcher's reaper (its retention is
+// the daemon's dispatcher.retention) compacts a finished effect in place: its payload and stored answer go; its (source_id, kind), key,
 // payload hash, final state, reference, times and history stay. A replay of
 // its source afterwards is a duplicate (same payload) or a mismatch (another
 // payload), in Go and in the SQL functions alike. Tombstones are kept
-// forever unless Store.PurgeTombstones is called, which frees their guards.
+// forever unless dispatcher.tombstone_retention is set, which deletes them
+// and frees their guards.
 //
 // # Supersession
 //

@@ -171,3 +171,13 @@ func ValidateKind(kind string) error {
 	}
 	return nil
 }
+
+// Rescued is one effect the dispatcher's rescue moved after its lease
+// expired with no outcome recorded: back to Pending (its kind may be called
+// again) or to Uncertain.
+type Rescued struct {
+	ID      int64
+	Kind    string
+	State   State // Pending or Uncertain
+	Attempt int   // the attempt whose lease expired
+}

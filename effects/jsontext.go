@@ -1,8 +1,6 @@
 package effects
 
 import (
-	"encoding/json"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -61,39 +59,3 @@ func hex4(b []byte) (rune, bool) {
 
 // MaxOutcomeBytes bounds a stored outcome detail and last_error.
 const MaxOutcomeBytes = 64 << 10
-
-// storableDetail returns d as JSON that jsonb stores: d itself when it is
-// valid and storable, else d's text as a JSON string with NULs and invalid
-// UTF-8 replaced. A provider's answer is evidence, and is kept in some form
-// rather than lost with the outcome.
-func storableDetail(d json.RawMessage) json.RawMessage {
-	if d == nil {
-		return nil
-	}
-	if len(d) <= MaxOutcomeBytes && json.Valid(d) && JSONProblem(d) == "" {
-		return d
-	}
-	s := cleanText(string(d))
-	// An escape sequence that jsonb refuses is kept as visible text.
-	s = strings.ReplaceAll(s, `\u0000`, `\\u0000`)
-	b, _ := json.Marshal(map[string]string{"unparsed": s})
-	return b
-}
-
-// cleanText makes s storable as PostgreSQL text: valid UTF-8, no NUL, at
-// most MaxOutcomeBytes.
-func cleanText(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 && len(s) <= MaxOutcomeBytes {
-		return s
-	}
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) > MaxOutcomeBytes {
-		cut := MaxOutcomeBytes
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return s
-}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/store"
 )
 
 // settle claims the one effect of kind and records st for it.
@@ -17,7 +18,7 @@ func settle(t *testing.T, b bundle, kind string, st effects.State) *effects.Effe
 	if len(got) != 1 {
 		t.Fatalf("claimed %d", len(got))
 	}
-	if _, err := b.store.Complete(b.ctx, []effects.Outcome{{ID: got[0].ID, Attempt: got[0].Attempts, State: st, Error: "provider said no"}}); err != nil {
+	if _, err := b.eng.Complete(b.ctx, []store.Outcome{{ID: got[0].ID, Attempt: got[0].Attempts, State: st, Error: "provider said no"}}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := b.store.Get(b.ctx, got[0].ID)

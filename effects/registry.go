@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sidefx/sidefx/internal/effectrow"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
@@ -23,74 +24,6 @@ import (
 const LiveAfter = 3
 
 func (s *Store) registry() string { return sqlname.Quote(s.schema) + ".sidefx_dispatchers" }
-
-// Heartbeat records that worker is alive and serves kinds, and will beat
-// again within interval.
-func (s *Store) Heartbeat(ctx context.Context, worker string, kinds []string, interval time.Duration) error {
-	return s.Beat(ctx, Beat{Worker: worker, Kinds: kinds, Interval: interval})
-}
-
-// Beat is one heartbeat of a dispatcher: who it is, the kinds it serves, when
-// it beats again, and what it knows of its providers.
-type Beat struct {
-	Worker   string
-	Kinds    []string
-	Interval time.Duration
-	// Status says, for some of Kinds, what holds their effects back in
-	// this dispatcher.
-	Status []KindBeat
-}
-
-// KindBeat is what a dispatcher knows of one kind's provider.
-type KindBeat struct {
-	Kind     string
-	Provider string
-	// PausedFor is how much is left of a Retry-After pause (0: none); the
-	// database records its end on its own clock.
-	PausedFor time.Duration
-	// InFlight calls of the provider, and its limit (its share of the
-	// workers, or its configured concurrency).
-	InFlight, Limit int
-	// Failures is the provider's retryable or unknown answers in a row.
-	Failures int
-}
-
-// Beat records b in the registry.
-func (s *Store) Beat(ctx context.Context, b Beat) error {
-	if b.Interval <= 0 {
-		return invalid("interval", "must be positive")
-	}
-	st := make([]kindStatusJSON, len(b.Status))
-	for i, k := range b.Status {
-		st[i] = kindStatusJSON{Kind: k.Kind, Provider: k.Provider, PausedMS: k.PausedFor.Milliseconds(),
-			InFlight: k.InFlight, Limit: k.Limit, Failures: k.Failures}
-	}
-	raw, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("dispatcher heartbeat: %w", err)
-	}
-	_, err = s.db.Exec(ctx, `INSERT INTO `+s.registry()+` AS d (worker_id, kinds, interval_ms, kind_status)
-		SELECT $1, $2, $3, coalesce(jsonb_object_agg(x->>'kind', (x - 'kind' - 'paused_ms') || jsonb_build_object('paused_until',
-			CASE WHEN (x->>'paused_ms')::bigint > 0 THEN now() + (x->>'paused_ms')::bigint * interval '1 millisecond' END)), '{}')
-		FROM jsonb_array_elements($4::jsonb) AS x
-		ON CONFLICT (worker_id) DO UPDATE SET kinds = excluded.kinds, heartbeat_at = now(), interval_ms = excluded.interval_ms,
-			kind_status = excluded.kind_status`,
-		b.Worker, b.Kinds, b.Interval.Milliseconds(), string(raw))
-	if err != nil {
-		return fmt.Errorf("dispatcher heartbeat: %w", translate(err))
-	}
-	return nil
-}
-
-// Retire removes worker from the registry (at a clean stop), and the rows of
-// dispatchers dead for longer than a day.
-func (s *Store) Retire(ctx context.Context, worker string) error {
-	_, err := s.db.Exec(ctx, `DELETE FROM `+s.registry()+` WHERE worker_id = $1 OR heartbeat_at < now() - interval '1 day'`, worker)
-	if err != nil {
-		return fmt.Errorf("retire dispatcher: %w", translate(err))
-	}
-	return nil
-}
 
 // Dispatcher is one row of the registry.
 type Dispatcher struct {
@@ -133,19 +66,6 @@ func (s *Store) ServedKinds(ctx context.Context) (map[string]bool, error) {
 	return served, nil
 }
 
-// kindStatusJSON is one kind's entry of sidefx_dispatchers.kind_status. A
-// heartbeat writes the time left of a pause (PausedMS, with the kind); the
-// database stores the pause's end on its clock (PausedUntil) under the kind.
-type kindStatusJSON struct {
-	Kind        string    `json:"kind,omitempty"`
-	Provider    string    `json:"provider"`
-	PausedMS    int64     `json:"paused_ms,omitempty"`
-	PausedUntil time.Time `json:"paused_until,omitzero"`
-	InFlight    int       `json:"in_flight"`
-	Limit       int       `json:"limit"`
-	Failures    int       `json:"failures"`
-}
-
 // KindStatus is what the live dispatchers serving a kind last said of it.
 type KindStatus struct {
 	Dispatchers int // live dispatchers serving it
@@ -177,7 +97,7 @@ func (s *Store) KindStatuses(ctx context.Context) (map[string]KindStatus, error)
 		if err := r.Scan(&kind, &raw); err != nil {
 			return struct{}{}, err
 		}
-		var b kindStatusJSON
+		var b effectrow.KindStatus
 		if err := json.Unmarshal(raw, &b); err != nil {
 			return struct{}{}, fmt.Errorf("kind_status of %s: %w", kind, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/store"
 )
 
 func TestStore_RegistryOfServedKinds(t *testing.T) {
@@ -17,10 +18,10 @@ func TestStore_RegistryOfServedKinds(t *testing.T) {
 		effects.NewEffect{SourceID: "b", Kind: "sms.send", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "c", Kind: "sms.send", Payload: json.RawMessage(`{}`)},
 	)
-	if err := b.store.Heartbeat(b.ctx, "w1", []string{"charge.create", "email.receipt"}, time.Second); err != nil {
+	if err := b.eng.Heartbeat(b.ctx, "w1", []string{"charge.create", "email.receipt"}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.Heartbeat(b.ctx, "dead", []string{"sms.send"}, time.Second); err != nil {
+	if err := b.eng.Heartbeat(b.ctx, "dead", []string{"sms.send"}, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// The second dispatcher's heartbeat is four intervals old: dead.
@@ -39,7 +40,7 @@ func TestStore_RegistryOfServedKinds(t *testing.T) {
 	if err != nil || len(ds) != 2 || ds[0].WorkerID != "w1" || !ds[0].Live || ds[1].Live {
 		t.Fatalf("dispatchers = %+v, %v", ds, err)
 	}
-	if err := b.store.Retire(b.ctx, "w1"); err != nil {
+	if err := b.eng.Retire(b.ctx, "w1"); err != nil {
 		t.Fatal(err)
 	}
 	if served, _ := b.store.ServedKinds(b.ctx); len(served) != 0 {
@@ -81,15 +82,15 @@ func TestWhyPending(t *testing.T) {
 func TestStore_KindStatuses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	beat := func(worker string, st ...effects.KindBeat) {
+	beat := func(worker string, st ...store.KindBeat) {
 		t.Helper()
-		if err := b.store.Beat(b.ctx, effects.Beat{Worker: worker, Kinds: []string{"email.receipt", "charge.create"}, Interval: time.Minute, Status: st}); err != nil {
+		if err := b.eng.Beat(b.ctx, store.Beat{Worker: worker, Kinds: []string{"email.receipt", "charge.create"}, Interval: time.Minute, Status: st}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	beat("w1", effects.KindBeat{Kind: "email.receipt", Provider: "mail", PausedFor: time.Hour, InFlight: 2, Limit: 4, Failures: 3},
-		effects.KindBeat{Kind: "charge.create", Provider: "stripe", Limit: 4})
-	beat("w2", effects.KindBeat{Kind: "email.receipt", Provider: "mail", InFlight: 1, Limit: 4, Failures: 1})
+	beat("w1", store.KindBeat{Kind: "email.receipt", Provider: "mail", PausedFor: time.Hour, InFlight: 2, Limit: 4, Failures: 3},
+		store.KindBeat{Kind: "charge.create", Provider: "stripe", Limit: 4})
+	beat("w2", store.KindBeat{Kind: "email.receipt", Provider: "mail", InFlight: 1, Limit: 4, Failures: 1})
 	now, err := b.store.Now(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func TestStore_KindStatuses(t *testing.T) {
 		t.Fatalf("charge.create = %+v", ch)
 	}
 	// The next beat replaces what w1 said: the pause is over.
-	beat("w1", effects.KindBeat{Kind: "email.receipt", Provider: "mail", Limit: 4})
+	beat("w1", store.KindBeat{Kind: "email.receipt", Provider: "mail", Limit: 4})
 	if st, _ := b.store.KindStatuses(b.ctx); st["email.receipt"].Paused != 0 {
 		t.Fatalf("after the pause: %+v", st["email.receipt"])
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/internal/effectrow"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
@@ -32,13 +33,13 @@ type Config struct {
 	Schema string
 }
 
-// Store is the one owner of SQL on side_effects: every statement on the table
-// is written here. A Store is safe for concurrent use.
+// Store runs the statements of services and operators on side_effects:
+// enqueue, reads, and the guarded operator actions (the dispatcher's own
+// statements are in its engine). A Store is safe for concurrent use.
 type Store struct {
 	db     DB
 	schema string
 	q      *queries
-	dq     *dispatchQueries
 	ns     *nsCache // shared by the copies WithDB makes
 }
 
@@ -51,8 +52,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new effects store: %w", err)
 	}
-	dq := buildDispatchQueries(sqlname.Quote(schema) + ".side_effects")
-	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema)), dq: &dq, ns: &nsCache{}}, nil
+	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema)), ns: &nsCache{}}, nil
 }
 
 // WithDB returns a Store with the same configuration that runs its
@@ -71,19 +71,10 @@ func (s *Store) Schema() string { return s.schema }
 // dispatchers probe for due effects every poll interval).
 func (s *Store) Channel() string { return sqlname.Channel(s.schema) }
 
-// columnsOf lists the columns every read returns, in scanEffect's order,
-// qualified by alias (such as "e.") or not ("").
-func columnsOf(alias string) string {
-	a := alias
-	return a + "id, " + a + "source_id, " + a + "kind, " + a + "idempotency_key, " + a + "payload, " +
-		a + "payload_hash, " + a + "state, " + a + "attempts, coalesce(" + a + "max_attempts, 0), " +
-		a + "next_attempt_at, " + a + "lease_until, " + a + "claimed_by, " + a + "provider_ref, " +
-		a + "outcome, " + a + "last_error, " + a + "created_at, " + a + "fired_at, " +
-		a + "confirmed_at, " + a + "updated_at, " + a + "maybe_attempts, " + a + "first_fired_at, " +
-		a + "flag, " + a + "reaped_at, " + a + "revision, " + a + "due_at"
-}
+func init() { effectrow.Register(scanEffect) }
 
-var columns = columnsOf("")
+// columns lists what every read returns, in scanEffect's order.
+var columns = effectrow.Columns("")
 
 type queries struct {
 	table, enqueue, insert, namespace, get, getByKey, getBySource, cancel, counts, list, stats string

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/store"
 )
 
 func TestStore_SupersedeAnEffectThatDidNothing(t *testing.T) {
@@ -20,7 +21,7 @@ func TestStore_SupersedeAnEffectThatDidNothing(t *testing.T) {
 	id := insert(t, b, effects.NewEffect{SourceID: "o1", Kind: "charge", Payload: bad})[0].ID
 	// Declined: a definite refusal, recorded failed.
 	claim(t, b, "w", time.Minute, "charge")
-	complete(t, b, effects.Outcome{ID: id, Attempt: 1, State: effects.Failed, Settles: true, ProviderRef: "ch_declined", Error: "card declined"})
+	complete(t, b, store.Outcome{ID: id, Attempt: 1, State: effects.Failed, Settles: true, ProviderRef: "ch_declined", Error: "card declined"})
 	before := get(t, b, id)
 	ops := effects.Action{Actor: "ops@host", Note: "customer gave another card"}
 
@@ -94,7 +95,7 @@ func TestStore_SupersedeRefusesWhatMayHaveBeenPerformed(t *testing.T) {
 
 	lost := one(t, b, "lost", "k")
 	claim(t, b, "w", time.Minute, "k")
-	complete(t, b, effects.Outcome{ID: lost, Attempt: 1, State: effects.Pending, MaybePerformed: true, Error: "timeout"})
+	complete(t, b, store.Outcome{ID: lost, Attempt: 1, State: effects.Pending, MaybePerformed: true, Error: "timeout"})
 
 	fired := one(t, b, "fired", "k.fired")
 	claim(t, b, "w", time.Minute, "k.fired")
@@ -114,7 +115,7 @@ func TestStore_SupersedeRefusesWhatMayHaveBeenPerformed(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET updated_at = now() - interval '2 days' WHERE id = $1`, reaped); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b.store.Reap(b.ctx, 24*time.Hour, 100); err != nil || n != 1 {
+	if n, err := b.eng.Reap(b.ctx, 24*time.Hour, 100); err != nil || n != 1 {
 		t.Fatalf("reaped %d, %v", n, err)
 	}
 

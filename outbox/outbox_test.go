@@ -17,6 +17,7 @@ import (
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/outbox"
 )
 
@@ -505,8 +506,8 @@ func TestOutbox_RefusesUnknownKindsWhenAsked(t *testing.T) {
 	if _, err := served.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "o2", Kind: "charge.create", Payload: map[string]any{}}); !errors.Is(err, outbox.ErrUnknownKind) || !strings.Contains(err.Error(), "live dispatcher serves (none)") {
 		t.Fatalf("no dispatcher at all: %v", err)
 	}
-	store, _ := effects.NewStore(b.pool, nil)
-	if err := store.Heartbeat(b.ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
+	eng, _ := store.New(b.pool, "")
+	if err := eng.Heartbeat(b.ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := served.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "o2", Kind: "charge.create", Payload: map[string]any{}}); err != nil || !res.Inserted {

@@ -17,6 +17,7 @@ import (
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	engine "github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/migrations"
 )
 
@@ -24,6 +25,7 @@ import (
 type cli struct {
 	t   *testing.T
 	url string
+	eng *engine.Engine // the dispatcher's statements, to bring effects into each state
 }
 
 func newCLI(t *testing.T) (*cli, *pgxpool.Pool, *effects.Store) {
@@ -38,7 +40,11 @@ func newCLI(t *testing.T) (*cli, *pgxpool.Pool, *effects.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cli{t: t, url: url}, pool, store
+	eng, err := engine.New(pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cli{t: t, url: url, eng: eng}, pool, store
 }
 
 // run runs sidefx args with stdin, returning stdout, stderr and the error.
@@ -194,14 +200,14 @@ func TestCLI_EnqueueFromLines(t *testing.T) {
 }
 
 // operate moves the effect of kind through a claim to st.
-func operate(t *testing.T, store *effects.Store, kind string, st effects.State) *effects.Effect {
+func operate(t *testing.T, eng *engine.Engine, kind string, st effects.State) *effects.Effect {
 	t.Helper()
 	ctx := context.Background()
-	got, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{kind}, Limit: 1, Lease: time.Minute, Worker: "test"})
+	got, err := eng.Claim(ctx, engine.ClaimParams{Kinds: []string{kind}, Limit: 1, Lease: time.Minute, Worker: "test"})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("claim %s: %d, %v", kind, len(got), err)
 	}
-	if _, err := store.Complete(ctx, []effects.Outcome{{ID: got[0].ID, Attempt: 1, State: st, Error: "provider down"}}); err != nil {
+	if _, err := eng.Complete(ctx, []engine.Outcome{{ID: got[0].ID, Attempt: 1, State: st, Error: "provider down"}}); err != nil {
 		t.Fatal(err)
 	}
 	return got[0]
@@ -213,9 +219,9 @@ func TestCLI_OperatorCommandsAndRefusals(t *testing.T) {
 	for _, k := range []string{"k.failed", "k.uncertain", "k.refire", "k.pending"} {
 		c.ok("enqueue", "--any-kind", "--source", "s", "--kind", k, "--payload", "{}")
 	}
-	failed := operate(t, store, "k.failed", effects.Failed)
-	unsure := operate(t, store, "k.uncertain", effects.Uncertain)
-	refire := operate(t, store, "k.refire", effects.Uncertain)
+	failed := operate(t, c.eng, "k.failed", effects.Failed)
+	unsure := operate(t, c.eng, "k.uncertain", effects.Uncertain)
+	refire := operate(t, c.eng, "k.refire", effects.Uncertain)
 	pending, _ := store.GetBySource(context.Background(), "s", "k.pending")
 	id := func(e *effects.Effect) string { return fmt.Sprint(e.ID) }
 
@@ -274,15 +280,15 @@ func TestCLI_OperatorCommandsAndRefusals(t *testing.T) {
 // --past-key-window.
 func TestCLI_MaybePerformedAndKeyWindow(t *testing.T) {
 	t.Parallel()
-	c, pool, store := newCLI(t)
+	c, pool, _ := newCLI(t)
 	ctx := context.Background()
 	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "charge.create", "--payload", `{"amount": 1}`)
-	got, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 1, Lease: time.Minute, Worker: "w"})
+	got, err := c.eng.Claim(ctx, engine.ClaimParams{Kinds: []string{"charge.create"}, Limit: 1, Lease: time.Minute, Worker: "w"})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("claim: %v, %v", got, err)
 	}
 	id := fmt.Sprint(got[0].ID)
-	if _, err := store.Complete(ctx, []effects.Outcome{{ID: got[0].ID, Attempt: 1, State: effects.Pending,
+	if _, err := c.eng.Complete(ctx, []engine.Outcome{{ID: got[0].ID, Attempt: 1, State: effects.Pending,
 		MaybePerformed: true, RetryIn: time.Hour, Error: "attempt 1 of 25: unknown: timeout"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +303,7 @@ func TestCLI_MaybePerformedAndKeyWindow(t *testing.T) {
 		!strings.Contains(out, "why pending      waiting for a dispatcher: no live dispatcher serves charge.create") {
 		t.Fatalf("inspect:\n%s", out)
 	}
-	if err := store.Heartbeat(ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
+	if err := c.eng.Heartbeat(ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if out := c.ok("inspect", id); !strings.Contains(out, "backing off after attempt 1: next attempt at") {
@@ -321,7 +327,7 @@ func TestCLI_MaybePerformedAndKeyWindow(t *testing.T) {
 // status names the pending effects no live dispatcher serves.
 func TestCLI_UnservedKinds(t *testing.T) {
 	t.Parallel()
-	c, _, store := newCLI(t)
+	c, _, _ := newCLI(t)
 	ctx := context.Background()
 	err := c.refuse("enqueue", "--source", "o1", "--kind", "pager.page", "--payload", `{}`)
 	if !errors.Is(err, effects.ErrUnknownKind) || !strings.Contains(err.Error(), `kind "pager.page" is not one of the kinds a live dispatcher serves (none)`) ||
@@ -329,7 +335,7 @@ func TestCLI_UnservedKinds(t *testing.T) {
 		t.Fatalf("enqueue of an unserved kind: %v", err)
 	}
 	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "pager.page", "--payload", `{}`)
-	if err := store.Heartbeat(ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
+	if err := c.eng.Heartbeat(ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	c.ok("enqueue", "--source", "o2", "--kind", "charge.create", "--payload", `{}`)
@@ -411,7 +417,7 @@ kinds:
 	}
 	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "charge.create", "--payload", `{"amount": 100, "currency": "usd", "source": "tok_chargeDeclined"}`)
 	c.ok("enqueue", "--any-kind", "--source", "o2", "--kind", "charge.create", "--payload", `{"amount": 200, "currency": "usd", "source": "tok_visa"}`)
-	got, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 2, Lease: time.Minute, Worker: "w"})
+	got, err := c.eng.Claim(ctx, engine.ClaimParams{Kinds: []string{"charge.create"}, Limit: 2, Lease: time.Minute, Worker: "w"})
 	if err != nil || len(got) != 2 {
 		t.Fatalf("claim: %v, %v", got, err)
 	}
@@ -419,7 +425,7 @@ kinds:
 	if declined.SourceID != "o1" {
 		declined, lost = lost, declined
 	}
-	if _, err := store.Complete(ctx, []effects.Outcome{
+	if _, err := c.eng.Complete(ctx, []engine.Outcome{
 		{ID: declined.ID, Attempt: 1, State: effects.Failed, Settles: true, Error: "rejected: card_declined"},
 		{ID: lost.ID, Attempt: 1, State: effects.Pending, MaybePerformed: true, RetryIn: time.Hour, Error: "unknown: timeout"},
 	}); err != nil {

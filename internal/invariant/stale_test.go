@@ -10,6 +10,7 @@ import (
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/invariant"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -25,35 +26,35 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		ctx := context.Background()
 		keys := enqueue(t, pool, "charge.create", 3)
 		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.Sequence(providertest.None, providertest.PerformedThenTimeout)})
-		store, err := effects.NewStore(pool, nil)
+		eng, err := store.New(pool, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Worker A claims attempt 1 and calls: performed and confirmed. It
 		// pauses before recording, past its lease.
-		a, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
+		a, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
 		if err != nil || len(a) != 3 {
 			t.Fatalf("claim A: %d, %v", len(a), err)
 		}
-		late := make([]effects.Outcome, len(a))
+		late := make([]store.Outcome, len(a))
 		for i, e := range a {
 			res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts})
 			if !res.IsConfirmed() {
 				t.Fatalf("attempt 1: %+v", res)
 			}
-			late[i] = effects.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
+			late[i] = store.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
 		}
 		// Its leases are rescued; worker B claims attempt 2.
 		rescued := 0
 		waitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
-			got, err := store.Rescue(ctx, []effects.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
+			got, err := eng.Rescue(ctx, []store.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rescued += len(got)
 			return rescued == 3
 		})
-		b, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
+		b, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
 		if err != nil || len(b) != 3 {
 			t.Fatalf("claim B: %d, %v", len(b), err)
 		}
@@ -61,12 +62,12 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		// A broken recorder that writes with the row's current attempt
 		// instead of its claim's gets A's answer in as attempt 2's, while
 		// attempt 2 is fired and no call of it was confirmed.
-		broken := make([]effects.Outcome, len(late))
+		broken := make([]store.Outcome, len(late))
 		for i, o := range late {
 			o.Attempt = 2
 			broken[i] = o
 		}
-		if fenced, err := store.Complete(ctx, broken); err != nil || len(fenced) != 0 {
+		if fenced, err := eng.Complete(ctx, broken); err != nil || len(fenced) != 0 {
 			t.Fatalf("the unfenced write: fenced %v, %v", fenced, err)
 		}
 		vs := check(t, pool, exp)
@@ -85,7 +86,11 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		ctx := context.Background()
 		keys := enqueue(t, pool, "charge.create", 3)
 		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.Sequence(providertest.None, providertest.PerformedThenTimeout)})
-		store, err := effects.NewStore(pool, nil)
+		st, err := effects.NewStore(pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, err := store.New(pool, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,42 +99,42 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		// its own attempt: a late answer, which is never thrown away. The
 		// effects are confirmed with A's reference, and the checker has
 		// nothing to say.
-		a, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
+		a, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
 		if err != nil || len(a) != 3 {
 			t.Fatalf("claim A: %d, %v", len(a), err)
 		}
-		late := make([]effects.Outcome, len(a))
+		late := make([]store.Outcome, len(a))
 		for i, e := range a {
 			res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts})
 			if !res.IsConfirmed() {
 				t.Fatalf("attempt 1: %+v", res)
 			}
-			late[i] = effects.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
+			late[i] = store.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
 		}
 		rescued := 0
 		waitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
-			got, err := store.Rescue(ctx, []effects.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
+			got, err := eng.Rescue(ctx, []store.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rescued += len(got)
 			return rescued == 3
 		})
-		b, err := store.Claim(ctx, effects.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
+		b, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
 		if err != nil || len(b) != 3 {
 			t.Fatalf("claim B: %d, %v", len(b), err)
 		}
-		var retry []effects.Outcome
+		var retry []store.Outcome
 		for _, e := range b {
 			if res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts}); !res.IsUnknown() {
 				t.Fatalf("attempt 2: %+v", res)
 			}
-			retry = append(retry, effects.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Pending, RetryIn: time.Hour, MaybePerformed: true})
+			retry = append(retry, store.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Pending, RetryIn: time.Hour, MaybePerformed: true})
 		}
-		if fenced, err := store.Complete(ctx, retry); err != nil || len(fenced) != 0 {
+		if fenced, err := eng.Complete(ctx, retry); err != nil || len(fenced) != 0 {
 			t.Fatalf("B's outcomes: fenced %v, %v", fenced, err)
 		}
-		if fenced, err := store.Complete(ctx, late); err != nil || len(fenced) != 0 {
+		if fenced, err := eng.Complete(ctx, late); err != nil || len(fenced) != 0 {
 			t.Fatalf("A's late outcomes: fenced %v, %v; want all 3 recorded", fenced, err)
 		}
 		exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys}, Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true}
@@ -137,7 +142,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 			t.Fatalf("the late answer: %s", invariant.Summary(vs, 5))
 		}
 		for i, k := range keys {
-			e, err := store.GetByKey(ctx, k)
+			e, err := st.GetByKey(ctx, k)
 			if err != nil || e.State != effects.Confirmed || e.ProviderRef != late[i].ProviderRef {
 				t.Fatalf("after A's late answer: %+v, %v", e, err)
 			}

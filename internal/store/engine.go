@@ -1,4 +1,10 @@
-package effects
+// Package store is the dispatcher's engine on side_effects: the statements
+// that claim, record outcomes, put back, rescue, reap, purge and probe, and
+// the heartbeats of the dispatcher registry. Package effects keeps the model
+// and the read and operator API that services and operators use; this
+// package is internal because its statements are the dispatcher's, and
+// their parameters are not a stable API.
+package store
 
 import (
 	"context"
@@ -8,13 +14,57 @@ import (
 	"hash/fnv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/effectrow"
+	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
-// The statements the dispatcher runs. They are here because the Store is the
-// one owner of SQL on side_effects.
+// Engine runs the dispatcher's statements on side_effects. It is safe for
+// concurrent use.
+type Engine struct {
+	db                      effects.DB
+	schema                  string
+	table, events, registry string
+	q                       *dispatchQueries
+}
+
+// New returns an Engine for the side_effects table in schema ("" is
+// "public") that runs its statements on db.
+func New(db effects.DB, schema string) (*Engine, error) {
+	schema, err := sqlname.Schema(schema)
+	if err != nil {
+		return nil, fmt.Errorf("new dispatch engine: %w", err)
+	}
+	q := sqlname.Quote(schema)
+	dq := buildDispatchQueries(q + ".side_effects")
+	return &Engine{db: db, schema: schema, table: q + ".side_effects", events: q + ".side_effect_events",
+		registry: q + ".sidefx_dispatchers", q: &dq}, nil
+}
+
+// WithDB returns an Engine with the same configuration that runs its
+// statements on db.
+func (s *Engine) WithDB(db effects.DB) *Engine {
+	c := *s
+	c.db = db
+	return &c
+}
+
+// scanEffect reads one row of effectrow.Columns with package effects' scan.
+var scanEffect = effectrow.Scanner[*effects.Effect]()
+
+// translate turns "no row" into effects.ErrNotFound; the engine's
+// statements raise none of the errors package effects translates further.
+func translate(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return effects.ErrNotFound
+	}
+	return err
+}
 
 type dispatchQueries struct {
 	claim, complete, late, rescue, putBack, reap, purge, analyze, due string
@@ -63,7 +113,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 				LIMIT $2
 				FOR UPDATE SKIP LOCKED))
 				AND (e.state = 'pending') IS TRUE AND k.kind = e.kind
-			RETURNING ` + columnsOf("e."),
+			RETURNING ` + effectrow.Columns("e."),
 		// Its rows are found by primary key, one lookup per outcome. The
 		// fence is one join clause, "(attempt matches AND state is fired) IS
 		// TRUE", which the planner cannot split and push down to the scan of
@@ -110,7 +160,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 			WHERE e.id = u.id AND (e.attempts = u.attempt AND e.state = 'fired') IS TRUE
 			RETURNING e.id, u.attempt`,
 		// One outcome that the complete statement did not apply, with its
-		// effect locked: see Store.late.
+		// effect locked: see Engine.late.
 		late: `SELECT e.state, e.attempts, e.maybe_attempts, coalesce(e.provider_ref, ''), e.outcome_attempt,
 				EXISTS (SELECT 1 FROM ` + eventsOf(t) + ` ev
 					WHERE ev.effect_id = e.id AND ev.action IN ('resolve', 'cancel') AND ev.to_state = e.state)
@@ -205,11 +255,11 @@ type ClaimParams struct {
 // effects are recorded as fired before any provider is called. Effects
 // locked by another claimer are skipped, never waited for.
 //
-// An effect that may have been performed (see Effect.MaybePerformed) whose
+// An effect that may have been performed (see effects.Effect.MaybePerformed) whose
 // call could not end inside its kind's key window is not fired: it is moved
 // to uncertain and returned in that state. The caller reports it and must
 // not call it.
-func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]*Effect, error) {
+func (s *Engine) Claim(ctx context.Context, p ClaimParams) ([]*effects.Effect, error) {
 	if p.Limit <= 0 || len(p.Kinds) == 0 {
 		return nil, nil
 	}
@@ -219,11 +269,11 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]*Effect, error) {
 	}
 	// QueryExecModeExec plans the claim for each execution's parameters: a
 	// plan cached while the table was small can scan it whole once it grows.
-	rows, err := s.db.Query(ctx, s.dq.claim, pgx.QueryExecModeExec, p.Kinds, p.Limit, p.Lease.Milliseconds(), p.Worker, windows, timeouts)
+	rows, err := s.db.Query(ctx, s.q.claim, pgx.QueryExecModeExec, p.Kinds, p.Limit, p.Lease.Milliseconds(), p.Worker, windows, timeouts)
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", translate(err))
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Effect, error) { return scanEffect(r) })
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*effects.Effect, error) { return scanEffect(r) })
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", translate(err))
 	}
@@ -236,11 +286,11 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]*Effect, error) {
 // hold every effect the worker is calling, or called without recording
 // the outcome. Put back, they are not evidence of anything performed. It
 // returns their ids.
-func (s *Store) PutBack(ctx context.Context, worker string, keep []int64) ([]int64, error) {
+func (s *Engine) PutBack(ctx context.Context, worker string, keep []int64) ([]int64, error) {
 	if keep == nil {
 		keep = []int64{}
 	}
-	rows, err := s.db.Query(ctx, s.dq.putBack, worker, keep)
+	rows, err := s.db.Query(ctx, s.q.putBack, worker, keep)
 	if err != nil {
 		return nil, fmt.Errorf("put back claimed effects: %w", translate(err))
 	}
@@ -254,8 +304,8 @@ func (s *Store) PutBack(ctx context.Context, worker string, keep []int64) ([]int
 // Outcome is what one attempt at one effect came to.
 type Outcome struct {
 	ID      int64
-	Attempt int   // the attempt that was claimed: the fencing token
-	State   State // Confirmed, Failed, Pending (try again) or Uncertain
+	Attempt int           // the attempt that was claimed: the fencing token
+	State   effects.State // Confirmed, Failed, Pending (try again) or Uncertain
 	// ProviderRef, if not empty, replaces the stored reference.
 	ProviderRef string
 	// Detail, if not nil, replaces the stored outcome (a JSON value).
@@ -293,7 +343,7 @@ type Outcome struct {
 // outcome already recorded (a write retried after an ambiguous commit)
 // counts as applied. The outcomes that changed nothing are returned as
 // fenced, in input order; they are not an error.
-func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome, err error) {
+func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome, err error) {
 	if len(outs) == 0 {
 		return nil, nil
 	}
@@ -303,7 +353,7 @@ func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome,
 	delays, windows, margins := make([]int64, n), make([]int64, n), make([]int64, n)
 	maybe, settles := make([]bool, n), make([]bool, n)
 	for i, o := range outs {
-		if !CanTransition(Fired, o.State) {
+		if !effects.CanTransition(effects.Fired, o.State) {
 			return nil, fmt.Errorf("complete effect %d: %s is not an outcome of a fired effect", o.ID, o.State)
 		}
 		// What a provider answered is stored in some form, never allowed to
@@ -318,7 +368,7 @@ func (s *Store) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome,
 		maybe[i], settles[i] = o.MaybePerformed, o.Settles && !o.MaybePerformed
 		windows[i], margins[i] = max(o.KeyWindow.Milliseconds(), 0), max(o.CallTimeout.Milliseconds(), 0)
 	}
-	rows, err := s.db.Query(ctx, s.dq.complete, ids, attempts, states, refs, details, errs, delays,
+	rows, err := s.db.Query(ctx, s.q.complete, ids, attempts, states, refs, details, errs, delays,
 		maybe, settles, windows, margins)
 	if err != nil {
 		return nil, fmt.Errorf("record outcomes: %w", translate(err))
@@ -367,7 +417,7 @@ const dispatcherActor = "sidefx dispatcher"
 // late records outcome o that the complete statement did not apply, in a
 // transaction that locks its effect, and reports whether it changed
 // anything or had been recorded already.
-func (s *Store) late(ctx context.Context, o Outcome) (bool, error) {
+func (s *Engine) late(ctx context.Context, o Outcome) (bool, error) {
 	b, ok := s.db.(Beginner)
 	if !ok {
 		return false, errors.New("the store's database cannot begin a transaction")
@@ -382,15 +432,15 @@ func (s *Store) late(ctx context.Context, o Outcome) (bool, error) {
 			outcomeAttempt  pgtype.Int4
 			operatorDecided bool
 		)
-		err := tx.QueryRow(ctx, s.dq.late, o.ID).Scan(&state, &attempts, &maybe, &ref, &outcomeAttempt, &operatorDecided)
+		err := tx.QueryRow(ctx, s.q.late, o.ID).Scan(&state, &attempts, &maybe, &ref, &outcomeAttempt, &operatorDecided)
 		if err != nil {
 			return translate(err)
 		}
-		cur := State(state)
+		cur := effects.State(state)
 		if int(attempts) < o.Attempt {
 			return nil // no such attempt: nothing to record
 		}
-		if outcomeAttempt.Valid && int(outcomeAttempt.Int32) == o.Attempt && int(attempts) == o.Attempt && cur != Fired {
+		if outcomeAttempt.Valid && int(outcomeAttempt.Int32) == o.Attempt && int(attempts) == o.Attempt && cur != effects.Fired {
 			changed = true // recorded already, by a write whose commit looked failed
 			return nil
 		}
@@ -402,42 +452,42 @@ func (s *Store) late(ctx context.Context, o Outcome) (bool, error) {
 		case o.Settles && newest:
 			left = nil
 		}
-		if cur == Confirmed && o.State != Confirmed {
+		if cur == effects.Confirmed && o.State != effects.Confirmed {
 			return nil // performed; nothing a refusal could change
 		}
 		upd := lateUpdate{to: cur, maybe: left}
 		note := fmt.Sprintf("attempt %d answered after its lease: %s", o.Attempt, orNone(o.Error))
 		switch {
-		case o.State == Confirmed && (cur == Pending || cur == Fired || cur == Uncertain || (cur == Failed && !operatorDecided)):
-			upd.to, upd.maybe, upd.store = Confirmed, nil, true
+		case o.State == effects.Confirmed && (cur == effects.Pending || cur == effects.Fired || cur == effects.Uncertain || (cur == effects.Failed && !operatorDecided)):
+			upd.to, upd.maybe, upd.store = effects.Confirmed, nil, true
 			note = fmt.Sprintf("attempt %d answered after its lease: performed", o.Attempt)
-		case o.State == Confirmed && cur == Confirmed:
+		case o.State == effects.Confirmed && cur == effects.Confirmed:
 			if o.ProviderRef == "" || o.ProviderRef == ref {
 				changed = true // the same answer again
 				return nil
 			}
 			upd.flag = fmt.Sprintf("attempt %d was also performed, with reference %s, but the effect was confirmed with %s: a duplicate at the provider?", o.Attempt, o.ProviderRef, orNone(ref))
 			note = upd.flag
-		case o.State == Confirmed:
+		case o.State == effects.Confirmed:
 			// It was performed, but an operator decided otherwise: keep the
 			// answer as evidence and ask an operator to look.
 			upd.maybe = append(removeInt(left, int32(o.Attempt)), int32(o.Attempt))
 			upd.store = true
 			upd.flag = fmt.Sprintf("attempt %d answered late that it was performed (reference %s), after an operator made the effect %s", o.Attempt, orNone(o.ProviderRef), cur)
 			note = upd.flag
-		case cur == Confirmed || o.MaybePerformed || !newest:
+		case cur == effects.Confirmed || o.MaybePerformed || !newest:
 			// Evidence for or against an old attempt: the state stays.
-		case cur == Pending || cur == Uncertain:
+		case cur == effects.Pending || cur == effects.Uncertain:
 			// The answer the rescue lacked, and nobody claimed the effect
 			// since: it settles the effect, unless evidence of another
 			// attempt is left.
 			switch {
 			case len(left) == 0:
 				upd.to = o.State
-			case o.State == Failed:
-				upd.to = Uncertain
+			case o.State == effects.Failed:
+				upd.to = effects.Uncertain
 			}
-			upd.retry = upd.to == Pending
+			upd.retry = upd.to == effects.Pending
 		}
 		changedMaybe := !sameInts(upd.maybe, maybe)
 		if upd.to == cur && !upd.store && upd.flag == "" && !changedMaybe {
@@ -456,7 +506,7 @@ func (s *Store) late(ctx context.Context, o Outcome) (bool, error) {
 
 // lateUpdate is what a late answer does to its effect.
 type lateUpdate struct {
-	to    State
+	to    effects.State
 	maybe []int32
 	store bool   // store the reference and the answer
 	retry bool   // due now
@@ -466,12 +516,12 @@ type lateUpdate struct {
 	recorded bool
 }
 
-func (s *Store) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from State, u lateUpdate, note string) error {
+func (s *Engine) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from effects.State, u lateUpdate, note string) error {
 	if u.maybe == nil {
 		u.maybe = []int32{}
 	}
 	store := u.store
-	_, err := tx.Exec(ctx, `UPDATE `+s.q.table+` SET state = $2, maybe_attempts = $3,
+	_, err := tx.Exec(ctx, `UPDATE `+s.table+` SET state = $2, maybe_attempts = $3,
 			provider_ref = CASE WHEN $4 THEN coalesce($5, provider_ref) ELSE provider_ref END,
 			outcome = CASE WHEN $4 THEN coalesce($6::jsonb, outcome) ELSE outcome END,
 			last_error = CASE WHEN $4 THEN last_error ELSE coalesce($7, last_error) END,
@@ -490,7 +540,7 @@ func (s *Store) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from State,
 	if err != nil {
 		return translate(err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO `+eventsOf(s.q.table)+` (effect_id, action, from_state, to_state, actor, note, provider_ref)
+	_, err = tx.Exec(ctx, `INSERT INTO `+s.events+` (effect_id, action, from_state, to_state, actor, note, provider_ref)
 		VALUES ($1, 'late_answer', $2, $3, $4, $5, $6)`,
 		o.ID, string(from), string(u.to), dispatcherActor, truncate(note, 4096),
 		pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""})
@@ -548,20 +598,12 @@ type RescuePolicy struct {
 	KeyWindow, Timeout time.Duration
 }
 
-// Rescued is one effect Rescue moved.
-type Rescued struct {
-	ID      int64
-	Kind    string
-	State   State // Pending or Uncertain
-	Attempt int
-}
-
 // Rescue moves up to limit fired effects of the given kinds whose lease has
 // expired: to pending when repeatable, attempts remain and the next call can
 // end inside the provider's key window, else to uncertain. Either way the
 // expired attempt joins the effect's MaybeAttempts: its call may have
 // reached the provider.
-func (s *Store) Rescue(ctx context.Context, policies []RescuePolicy, limit int) ([]Rescued, error) {
+func (s *Engine) Rescue(ctx context.Context, policies []RescuePolicy, limit int) ([]effects.Rescued, error) {
 	if len(policies) == 0 || limit <= 0 {
 		return nil, nil
 	}
@@ -572,16 +614,16 @@ func (s *Store) Rescue(ctx context.Context, policies []RescuePolicy, limit int) 
 		kinds[i], repeatable[i], maxAttempts[i] = p.Kind, p.Repeatable, int32(p.MaxAttempts)
 		windows[i], timeouts[i] = p.KeyWindow.Milliseconds(), p.Timeout.Milliseconds()
 	}
-	rows, err := s.db.Query(ctx, s.dq.rescue, kinds, repeatable, maxAttempts, limit, windows, timeouts)
+	rows, err := s.db.Query(ctx, s.q.rescue, kinds, repeatable, maxAttempts, limit, windows, timeouts)
 	if err != nil {
 		return nil, fmt.Errorf("rescue expired leases: %w", translate(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Rescued, error) {
-		var x Rescued
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (effects.Rescued, error) {
+		var x effects.Rescued
 		var st string
 		var attempt int32
 		err := r.Scan(&x.ID, &x.Kind, &st, &attempt)
-		x.State, x.Attempt = State(st), int(attempt)
+		x.State, x.Attempt = effects.State(st), int(attempt)
 		return x, err
 	})
 	if err != nil {
@@ -596,8 +638,8 @@ func (s *Store) Rescue(ctx context.Context, policies []RescuePolicy, limit int) 
 // (source_id, kind) guard, key, payload hash, final state, reference, times
 // and operator history. A replay of its source after reaping is still a
 // duplicate (or a payload mismatch), never a new effect.
-func (s *Store) Reap(ctx context.Context, retention time.Duration, limit int) (int64, error) {
-	tag, err := s.db.Exec(ctx, s.dq.reap, retention.Milliseconds(), limit)
+func (s *Engine) Reap(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	tag, err := s.db.Exec(ctx, s.q.reap, retention.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("reap effects: %w", translate(err))
 	}
@@ -610,11 +652,11 @@ func (s *Store) Reap(ctx context.Context, retention time.Duration, limit int) (i
 // the same key, which the provider may have forgotten, so it may be
 // performed twice. Call it only with a retention longer than any replay of
 // the sources. It scans the table.
-func (s *Store) PurgeTombstones(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+func (s *Engine) PurgeTombstones(ctx context.Context, retention time.Duration, limit int) (int64, error) {
 	if retention <= 0 {
 		return 0, errors.New("purge tombstones: the retention must be positive")
 	}
-	tag, err := s.db.Exec(ctx, s.dq.purge, retention.Milliseconds(), limit)
+	tag, err := s.db.Exec(ctx, s.q.purge, retention.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge tombstones: %w", translate(err))
 	}
@@ -626,9 +668,9 @@ func (s *Store) PurgeTombstones(ctx context.Context, retention time.Duration, li
 // when it finds one. Enqueue notifies nobody (NOTIFY would serialize the
 // commits of the transactions that enqueue), so this probe is how a
 // dispatcher learns of new effects.
-func (s *Store) Due(ctx context.Context, kinds []string) (bool, error) {
+func (s *Engine) Due(ctx context.Context, kinds []string) (bool, error) {
 	var due bool
-	if err := s.db.QueryRow(ctx, s.dq.due, kinds).Scan(&due); err != nil {
+	if err := s.db.QueryRow(ctx, s.q.due, kinds).Scan(&due); err != nil {
 		return false, fmt.Errorf("look for due effects: %w", translate(err))
 	}
 	return due, nil
@@ -637,20 +679,20 @@ func (s *Store) Due(ctx context.Context, kinds []string) (bool, error) {
 // Analyze refreshes the planner's statistics of side_effects, so claims are
 // planned for the table as it is. It needs the table's owner (or
 // MAINTAIN, from PostgreSQL 17).
-func (s *Store) Analyze(ctx context.Context) error {
-	if _, err := s.db.Exec(ctx, s.dq.analyze); err != nil {
+func (s *Engine) Analyze(ctx context.Context) error {
+	if _, err := s.db.Exec(ctx, s.q.analyze); err != nil {
 		return fmt.Errorf("analyze side_effects: %w", translate(err))
 	}
 	return nil
 }
 
-// Exclusive runs fn, with a Store bound to a transaction, only if no other
+// Exclusive runs fn, with an Engine bound to a transaction, only if no other
 // process holds the job's advisory lock for this schema; the lock is held
 // until the transaction ends. It reports whether fn ran. Jobs that must run
 // once across replicas (rescue, reap) use it. When ctx has a deadline, the
 // server ends the transaction if it sits idle past it, so a paused holder
 // does not keep the lock from the others.
-func (s *Store) Exclusive(ctx context.Context, db Beginner, job string, fn func(*Store) error) (bool, error) {
+func (s *Engine) Exclusive(ctx context.Context, db Beginner, job string, fn func(*Engine) error) (bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("%s: begin: %w", job, err)
@@ -682,7 +724,7 @@ func (s *Store) Exclusive(ctx context.Context, db Beginner, job string, fn func(
 	return true, nil
 }
 
-func (s *Store) lockKey(job string) int64 {
+func (s *Engine) lockKey(job string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("sidefx/job/" + s.schema + "/" + job))
 	return int64(h.Sum64())
@@ -696,6 +738,42 @@ func (s *Store) lockKey(job string) int64 {
 // arrays: ids, attempts, states, references, outcomes (JSON text), errors,
 // delays in milliseconds, maybe performed, settles, key windows and call
 // margins in milliseconds. The text is not a stable API.
-func (s *Store) DispatchSQL() (claim, complete string) {
-	return s.dq.claim, s.dq.complete
+func (s *Engine) DispatchSQL() (claim, complete string) {
+	return s.q.claim, s.q.complete
+}
+
+// storableDetail returns d as JSON that jsonb stores: d itself when it is
+// valid and storable, else d's text as a JSON string with NULs and invalid
+// UTF-8 replaced. A provider's answer is evidence, and is kept in some form
+// rather than lost with the outcome.
+func storableDetail(d json.RawMessage) json.RawMessage {
+	if d == nil {
+		return nil
+	}
+	if len(d) <= effects.MaxOutcomeBytes && json.Valid(d) && effects.JSONProblem(d) == "" {
+		return d
+	}
+	s := cleanText(string(d))
+	// An escape sequence that jsonb refuses is kept as visible text.
+	s = strings.ReplaceAll(s, `\u0000`, `\\u0000`)
+	b, _ := json.Marshal(map[string]string{"unparsed": s})
+	return b
+}
+
+// cleanText makes s storable as PostgreSQL text: valid UTF-8, no NUL, at
+// most effects.MaxOutcomeBytes.
+func cleanText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 && len(s) <= effects.MaxOutcomeBytes {
+		return s
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) > effects.MaxOutcomeBytes {
+		cut := effects.MaxOutcomeBytes
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
 }

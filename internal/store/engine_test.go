@@ -1,4 +1,4 @@
-package effects_test
+package store_test
 
 import (
 	"context"
@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/store"
 )
 
 func claim(t *testing.T, b bundle, worker string, lease time.Duration, kinds ...string) []*effects.Effect {
 	t.Helper()
-	got, err := b.store.Claim(b.ctx, effects.ClaimParams{Kinds: kinds, Limit: 100, Lease: lease, Worker: worker})
+	got, err := b.eng.Claim(b.ctx, store.ClaimParams{Kinds: kinds, Limit: 100, Lease: lease, Worker: worker})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -46,7 +47,7 @@ func waitLeaseExpired(t *testing.T, b bundle) {
 	}
 }
 
-func TestStore_ClaimTakesDuePendingOnce(t *testing.T) {
+func TestEngine_ClaimTakesDuePendingOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	insert(t, b,
@@ -67,12 +68,12 @@ func TestStore_ClaimTakesDuePendingOnce(t *testing.T) {
 	if again := claim(t, b, "w2", time.Minute, "k.one"); len(again) != 0 {
 		t.Fatalf("a second claim took %d fired or future effects", len(again))
 	}
-	if lim, err := b.store.Claim(b.ctx, effects.ClaimParams{Kinds: []string{"k.two"}, Limit: 0, Lease: time.Minute}); err != nil || len(lim) != 0 {
+	if lim, err := b.eng.Claim(b.ctx, store.ClaimParams{Kinds: []string{"k.two"}, Limit: 0, Lease: time.Minute}); err != nil || len(lim) != 0 {
 		t.Fatalf("limit 0 claimed %d, %v", len(lim), err)
 	}
 }
 
-func TestStore_CompleteIsFencedByAttempt(t *testing.T) {
+func TestEngine_CompleteIsFencedByAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	insert(t, b,
@@ -84,7 +85,7 @@ func TestStore_CompleteIsFencedByAttempt(t *testing.T) {
 		t.Fatalf("claimed %d", len(stale))
 	}
 	waitLeaseExpired(t, b)
-	rescued, err := b.store.Rescue(b.ctx, []effects.RescuePolicy{
+	rescued, err := b.eng.Rescue(b.ctx, []store.RescuePolicy{
 		{Kind: "k.idem", Repeatable: true, MaxAttempts: 5},
 		{Kind: "k.once", Repeatable: false, MaxAttempts: 5},
 	}, 100)
@@ -113,7 +114,7 @@ func TestStore_CompleteIsFencedByAttempt(t *testing.T) {
 	// A's late answers: for the idempotent effect it is stale and must not
 	// overwrite attempt 2; for the at-most-once effect, nobody claimed it
 	// again, so A's definite answer resolves the uncertainty.
-	fenced, err := b.store.Complete(b.ctx, []effects.Outcome{
+	fenced, err := b.eng.Complete(b.ctx, []store.Outcome{
 		{ID: idemID, Attempt: 1, State: effects.Failed, Error: "stale worker's answer"},
 		{ID: onceID, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_1", Detail: json.RawMessage(`{"late":true}`)},
 	})
@@ -134,7 +135,7 @@ func TestStore_CompleteIsFencedByAttempt(t *testing.T) {
 	// B's own answer applies; a write of it again (retried after a commit
 	// that looked failed) counts as applied, not fenced.
 	for i, want := range []int{0, 0} {
-		fenced, err := b.store.Complete(b.ctx, []effects.Outcome{{ID: idemID, Attempt: 2, State: effects.Confirmed, ProviderRef: "pi_2"}})
+		fenced, err := b.eng.Complete(b.ctx, []store.Outcome{{ID: idemID, Attempt: 2, State: effects.Confirmed, ProviderRef: "pi_2"}})
 		if err != nil || len(fenced) != want {
 			t.Fatalf("write %d of attempt 2: fenced %v, %v", i, fenced, err)
 		}
@@ -143,13 +144,13 @@ func TestStore_CompleteIsFencedByAttempt(t *testing.T) {
 	insert(t, b, effects.NewEffect{SourceID: "x", Kind: "k.idem", Payload: json.RawMessage(`{}`)})
 	x := claim(t, b, "worker-a", time.Second, "k.idem")[0]
 	waitLeaseExpired(t, b)
-	if _, err := b.store.Rescue(b.ctx, []effects.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 5}}, 100); err != nil {
+	if _, err := b.eng.Rescue(b.ctx, []store.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 5}}, 100); err != nil {
 		t.Fatal(err)
 	}
 	if e, _ := b.store.Get(b.ctx, x.ID); !slices.Equal(e.MaybeAttempts, []int{1}) {
 		t.Fatalf("a rescued attempt is evidence: maybe attempts %v, want [1]", e.MaybeAttempts)
 	}
-	fenced, err = b.store.Complete(b.ctx, []effects.Outcome{{ID: x.ID, Attempt: 1, State: effects.Pending, RetryIn: time.Hour}})
+	fenced, err = b.eng.Complete(b.ctx, []store.Outcome{{ID: x.ID, Attempt: 1, State: effects.Pending, RetryIn: time.Hour}})
 	if err != nil || len(fenced) != 1 {
 		t.Fatalf("late retryable answer: fenced %v, %v", fenced, err)
 	}
@@ -159,7 +160,7 @@ func TestStore_CompleteIsFencedByAttempt(t *testing.T) {
 	}
 }
 
-func TestStore_RescueRespectsAttempts(t *testing.T) {
+func TestEngine_RescueRespectsAttempts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	insert(t, b,
@@ -168,7 +169,7 @@ func TestStore_RescueRespectsAttempts(t *testing.T) {
 	)
 	claim(t, b, "w", time.Second, "k.idem")
 	waitLeaseExpired(t, b)
-	got, err := b.store.Rescue(b.ctx, []effects.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 3}}, 100)
+	got, err := b.eng.Rescue(b.ctx, []store.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 3}}, 100)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("rescue = %v, %v", got, err)
 	}
@@ -181,7 +182,7 @@ func TestStore_RescueRespectsAttempts(t *testing.T) {
 	}
 }
 
-func TestStore_ReapKeepsTombstones(t *testing.T) {
+func TestEngine_ReapKeepsTombstones(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var items []effects.NewEffect
@@ -199,7 +200,7 @@ func TestStore_ReapKeepsTombstones(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET updated_at = now() - interval '31 days' WHERE source_id IN ('0', '2')`); err != nil {
 		t.Fatal(err)
 	}
-	n, err := b.store.Reap(b.ctx, 30*24*time.Hour, 100)
+	n, err := b.eng.Reap(b.ctx, 30*24*time.Hour, 100)
 	if err != nil || n != 1 {
 		t.Fatalf("reaped %d, %v; want only the old cancelled one", n, err)
 	}
@@ -211,7 +212,7 @@ func TestStore_ReapKeepsTombstones(t *testing.T) {
 		!slices.Equal(tomb.PayloadHash, before.PayloadHash) {
 		t.Fatalf("tombstone = %+v", tomb)
 	}
-	if n, err := b.store.Reap(b.ctx, 30*24*time.Hour, 100); err != nil || n != 0 {
+	if n, err := b.eng.Reap(b.ctx, 30*24*time.Hour, 100); err != nil || n != 0 {
 		t.Fatalf("a second reap compacted %d, %v", n, err)
 	}
 	// The guard holds: a replay with the same payload is a duplicate, one
@@ -231,7 +232,7 @@ func TestStore_ReapKeepsTombstones(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET reaped_at = now() - interval '2 days' WHERE source_id = '0'`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b.store.PurgeTombstones(b.ctx, 24*time.Hour, 100); err != nil || n != 1 {
+	if n, err := b.eng.PurgeTombstones(b.ctx, 24*time.Hour, 100); err != nil || n != 1 {
 		t.Fatalf("purged %d, %v", n, err)
 	}
 	if _, err := b.store.GetBySource(b.ctx, "0", "k"); !errors.Is(err, effects.ErrNotFound) {
@@ -239,13 +240,13 @@ func TestStore_ReapKeepsTombstones(t *testing.T) {
 	}
 }
 
-func TestStore_ExclusiveRunsOnce(t *testing.T) {
+func TestEngine_ExclusiveRunsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	inner := make(chan bool, 1)
-	ran, err := b.store.Exclusive(b.ctx, b.pool, "job", func(*effects.Store) error {
+	ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*store.Engine) error {
 		// While held, another taker is turned away.
-		ran, err := b.store.Exclusive(b.ctx, b.pool, "job", func(*effects.Store) error { return nil })
+		ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*store.Engine) error { return nil })
 		if err != nil {
 			return err
 		}
@@ -258,7 +259,7 @@ func TestStore_ExclusiveRunsOnce(t *testing.T) {
 	if <-inner {
 		t.Fatal("a second holder ran while the lock was held")
 	}
-	if ran, err := b.store.Exclusive(b.ctx, b.pool, "job", func(*effects.Store) error { return nil }); err != nil || !ran {
+	if ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*store.Engine) error { return nil }); err != nil || !ran {
 		t.Fatalf("after release = %v, %v", ran, err)
 	}
 }
@@ -266,7 +267,7 @@ func TestStore_ExclusiveRunsOnce(t *testing.T) {
 // A holder paused inside its transaction (a SIGSTOPped replica) loses the
 // lock once its deadline passes: the server ends the idle transaction, and
 // another replica takes the job.
-func TestStore_ExclusivePausedHolderLosesTheLock(t *testing.T) {
+func TestEngine_ExclusivePausedHolderLosesTheLock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	held, resume := make(chan struct{}), make(chan struct{})
@@ -274,7 +275,7 @@ func TestStore_ExclusivePausedHolderLosesTheLock(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
-		_, err := b.store.Exclusive(ctx, b.pool, "job", func(*effects.Store) error {
+		_, err := b.eng.Exclusive(ctx, b.pool, "job", func(*store.Engine) error {
 			close(held)
 			<-resume // paused, idle in transaction, past the deadline
 			return nil
@@ -286,7 +287,7 @@ func TestStore_ExclusivePausedHolderLosesTheLock(t *testing.T) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		ran, err := b.store.Exclusive(b.ctx, b.pool, "job", func(*effects.Store) error { return nil })
+		ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*store.Engine) error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,14 +306,14 @@ func TestStore_ExclusivePausedHolderLosesTheLock(t *testing.T) {
 	}
 }
 
-func TestStore_CompleteRejectsImpossibleOutcomes(t *testing.T) {
+func TestEngine_CompleteRejectsImpossibleOutcomes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, o := range []effects.Outcome{
+	for _, o := range []store.Outcome{
 		{ID: 1, Attempt: 1, State: effects.Cancelled},
 		{ID: 1, Attempt: 1, State: effects.Fired},
 	} {
-		if _, err := b.store.Complete(b.ctx, []effects.Outcome{o}); err == nil {
+		if _, err := b.eng.Complete(b.ctx, []store.Outcome{o}); err == nil {
 			t.Errorf("Complete accepted %+v", o)
 		}
 	}
@@ -320,7 +321,7 @@ func TestStore_CompleteRejectsImpossibleOutcomes(t *testing.T) {
 
 // One provider answer that PostgreSQL cannot store must not block the batch
 // it is in: every outcome is recorded, the odd answers kept as text.
-func TestStore_CompleteStoresHostileAnswers(t *testing.T) {
+func TestEngine_CompleteStoresHostileAnswers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var items []effects.NewEffect
@@ -329,7 +330,7 @@ func TestStore_CompleteStoresHostileAnswers(t *testing.T) {
 	}
 	insert(t, b, items...)
 	claimed := claim(t, b, "w", time.Minute, "k")
-	hostile := []effects.Outcome{
+	hostile := []store.Outcome{
 		{Detail: json.RawMessage(`{"msg":"nul \u0000 inside"}`), Error: "boom"},
 		{Detail: json.RawMessage(`{"msg":"lone \ud800 surrogate"}`), Error: "nul byte \x00 \x00 in error"},
 		{Detail: json.RawMessage(`{not json`), Error: "bad utf8 \xff\xfe"},
@@ -337,13 +338,13 @@ func TestStore_CompleteStoresHostileAnswers(t *testing.T) {
 		{Detail: json.RawMessage(`{"pair":"\ud83d\ude00"}`)},
 		{Detail: json.RawMessage(`{"fine":true}`)},
 	}
-	var outs []effects.Outcome
+	var outs []store.Outcome
 	for i, e := range claimed {
 		o := hostile[i]
 		o.ID, o.Attempt, o.State = e.ID, e.Attempts, effects.Failed
 		outs = append(outs, o)
 	}
-	fenced, err := b.store.Complete(b.ctx, outs)
+	fenced, err := b.eng.Complete(b.ctx, outs)
 	if err != nil || len(fenced) != 0 {
 		t.Fatalf("complete = fenced %v, %v", fenced, err)
 	}
@@ -362,36 +363,14 @@ func TestStore_CompleteStoresHostileAnswers(t *testing.T) {
 	}
 }
 
-func TestJSONProblem(t *testing.T) {
-	t.Parallel()
-	ok := []string{`{}`, `{"a":"\\u0000"}`, `{"a":"\ud83d\ude00"}`, `{"a":"\u00e9"}`, `{"a":"\n\t"}`}
-	for _, s := range ok {
-		if p := effects.JSONProblem([]byte(s)); p != "" {
-			t.Errorf("JSONProblem(%s) = %q", s, p)
-		}
-	}
-	bad := map[string]string{
-		`{"a":"\u0000"}`:       `\u0000`,
-		`{"a":"x\ud800"}`:      "surrogate",
-		`{"a":"\udc00x"}`:      "surrogate",
-		`{"a":"\ud800\u0041"}`: "surrogate",
-		"{\"a\":\"\xff\"}":     "UTF-8",
-	}
-	for s, want := range bad {
-		if p := effects.JSONProblem([]byte(s)); !strings.Contains(p, want) {
-			t.Errorf("JSONProblem(%q) = %q, want %q", s, p, want)
-		}
-	}
-}
-
 // The idle probe finds a due pending effect of a served kind, and nothing
 // else: not one scheduled for later, not another kind's, not a fired one.
-func TestStore_DueProbe(t *testing.T) {
+func TestEngine_DueProbe(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	due := func(kinds ...string) bool {
 		t.Helper()
-		ok, err := b.store.Due(b.ctx, kinds)
+		ok, err := b.eng.Due(b.ctx, kinds)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,7 +399,7 @@ func TestStore_DueProbe(t *testing.T) {
 // effect once per outcome, removing N² rows by its join filter. Both the
 // custom and the generic plan are checked, with 1,000 effects fired and
 // statistics taken when none was.
-func TestStore_OutcomePlanIgnoresStaleStatistics(t *testing.T) {
+func TestEngine_OutcomePlanIgnoresStaleStatistics(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var items []effects.NewEffect
@@ -441,7 +420,7 @@ func TestStore_OutcomePlanIgnoresStaleStatistics(t *testing.T) {
 		idList[i], attList[i] = fmt.Sprint(got[i].ID), fmt.Sprint(got[i].Attempts)
 	}
 	ids, atts := "{"+strings.Join(idList, ",")+"}", "{"+strings.Join(attList, ",")+"}"
-	_, complete := b.store.DispatchSQL()
+	_, complete := b.eng.DispatchSQL()
 	conn, err := b.pool.Acquire(b.ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,54 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/store"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// bundle holds a fresh database, its read and operator API and its engine.
+type bundle struct {
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	store *effects.Store
+	eng   *store.Engine
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	pool := pgtest.DB(t)
+	st, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := store.New(pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{ctx: context.Background(), pool: pool, store: st, eng: eng}
+}
+
+func insert(t *testing.T, b bundle, items ...effects.NewEffect) []effects.Inserted {
+	t.Helper()
+	res, err := b.store.Insert(b.ctx, items, 0)
+	if err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	return res
+}
+
+func TestNew_RejectsBadSchema(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"a-b", `x"; drop table y; --`, "1abc"} {
+		if _, err := store.New(nil, s); err == nil {
+			t.Errorf("schema %q accepted", s)
+		}
+	}
+}
