@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,9 @@ type env struct {
 	o   *options
 	t   *table
 	seq int
+	// dbs names, by oid, the contender of each fresh database, for the
+	// statements report (pg_stat_statements outlives the dropped databases).
+	dbs map[uint32]string
 }
 
 // templates creates the migrated template databases.
@@ -95,12 +99,33 @@ func (e *env) fresh(ctx context.Context, tmpl string) (*pgxpool.Pool, string, fu
 	if err != nil {
 		return nil, "", nil, err
 	}
+	if err := e.label(ctx, pool, tmpl[len("tmpl_"):]); err != nil {
+		pool.Close()
+		return nil, "", nil, err
+	}
 	return pool, name, func() {
 		pool.Close()
 		if err := e.admin(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
 			logf("drop %s: %v", name, err)
 		}
 	}, nil
+}
+
+// label names pool's database in the statements report (when there is
+// one): its statements are reported under who.
+func (e *env) label(ctx context.Context, pool *pgxpool.Pool, who string) error {
+	if e.o.statements == "" {
+		return nil
+	}
+	var oid uint32
+	if err := pool.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = current_database()").Scan(&oid); err != nil {
+		return err
+	}
+	if e.dbs == nil {
+		e.dbs = map[uint32]string{}
+	}
+	e.dbs[oid] = who
+	return nil
 }
 
 func (e *env) admin(ctx context.Context, sql string) error {
@@ -113,6 +138,47 @@ func (e *env) admin(ctx context.Context, sql string) error {
 		return fmt.Errorf("%s: %w", sql, err)
 	}
 	return nil
+}
+
+// waitDone waits until count, which the contender's own completion signal
+// moves (the dispatcher's Observer, River's completed-job events), reaches
+// n, or fails after timeout. It reads no table: a count polled in the
+// database during a drain costs the server as much as a fifth of the
+// drain's own work, and more for the contender whose count reads more
+// dead index entries.
+func waitDone(ctx context.Context, count func() int64, n int64, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	began, changed := time.Now(), time.Now()
+	last := int64(-1)
+	var stall, stallFrom time.Duration
+	var stallAt int64
+	defer func() {
+		if stall > 500*time.Millisecond {
+			logf("  the done count stood at %d of %d for %s, from %.1f s into a %.1f s drain",
+				stallAt, n, stall.Round(time.Millisecond), stallFrom.Seconds(), time.Since(began).Seconds())
+		}
+	}()
+	for {
+		got, now := count(), time.Now()
+		if got != last {
+			last, changed = got, now
+		} else if d := now.Sub(changed); d > stall {
+			stall, stallAt, stallFrom = d, got, changed.Sub(began)
+		}
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("%d of %d items done after %s", got, n, timeout)
+		case <-tick.C:
+		}
+	}
 }
 
 // waitZero polls the count query q until it returns 0, or fails after
@@ -280,4 +346,46 @@ func defs(ctx context.Context, conn *pgxpool.Conn, query, tbl string) ([]def, er
 		err := r.Scan(&d.name, &d.sql)
 		return d, err
 	})
+}
+
+// statements writes to w the statements that took the server's time during
+// workload (pg_stat_statements since its reset), by the label of the
+// database they ran in (the contender, and for enqueue the cell).
+func (e *env) statements(ctx context.Context, w *strings.Builder, workload string) error {
+	conn, err := pgx.Connect(ctx, e.c.ConnString("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var oids []uint32
+	var whos []string
+	for oid, who := range e.dbs {
+		oids, whos = append(oids, oid), append(whos, who)
+	}
+	rows, err := conn.Query(ctx, `SELECT d.who,
+			regexp_replace(left(s.query, 110), '\s+', ' ', 'g'),
+			sum(s.calls)::bigint, sum(s.total_exec_time), sum(s.rows)::bigint,
+			sum(s.shared_blks_hit)::bigint, sum(s.shared_blks_read)::bigint, sum(s.shared_blks_dirtied)::bigint,
+			sum(s.wal_bytes)::bigint
+		FROM pg_stat_statements s JOIN unnest($1::oid[], $2::text[]) AS d(oid, who) ON d.oid = s.dbid
+		GROUP BY 1, 2
+		HAVING sum(s.total_exec_time) > 0
+		ORDER BY 4 DESC
+		LIMIT 30`, oids, whos)
+	if err != nil {
+		return fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	fmt.Fprintf(w, "\n### %s\n\n| database | statement | calls | total ms | mean µs | rows/call | blocks hit/call | read/call | dirtied/call | WAL bytes/call |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n", workload)
+	for rows.Next() {
+		var who, query string
+		var calls, nrows, hit, read, dirtied, wal int64
+		var total float64
+		if err := rows.Scan(&who, &query, &calls, &total, &nrows, &hit, &read, &dirtied, &wal); err != nil {
+			return err
+		}
+		per := func(v int64) string { return fmt.Sprintf("%.1f", float64(v)/float64(max(calls, 1))) }
+		fmt.Fprintf(w, "| %s | `%s` | %d | %.0f | %.0f | %s | %s | %s | %s | %s |\n", who, strings.ReplaceAll(query, "|", "\\|"),
+			calls, total, total*1000/float64(max(calls, 1)), per(nrows), per(hit), per(read), per(dirtied), per(wal))
+	}
+	return rows.Err()
 }

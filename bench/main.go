@@ -43,6 +43,7 @@ type options struct {
 	historySyncOff bool
 	only           string
 	cpuProfile     string
+	statements     string
 }
 
 func main() {
@@ -59,6 +60,7 @@ func main() {
 	flag.BoolVar(&o.historySyncOff, "history-sync-off", false, "also run the history workloads in the synchronous_commit=off pass")
 	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run (enqueue, drain, latency, history); empty: all")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (dispatchers and River clients run in it) to the file")
+	flag.StringVar(&o.statements, "statements", "", "load pg_stat_statements in the bench's cluster and write, per pass and workload, the statements that took the server's time to the file (markdown)")
 	flag.BoolVar(&o.tune, "tune", false, "also drain with each candidate tuning and report every one (slow)")
 	flag.Parse()
 	if err := o.checkOnly(); err != nil {
@@ -109,13 +111,20 @@ func run(ctx context.Context, o *options) error {
 	fmt.Fprintf(&doc, "Measured %s on %s: %d CPUs (%s/%s), %s. Medians of %d runs; drain %d items, latency %d/s for %d s, enqueue %.0f s per cell, history %d rows.\n",
 		began.UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(),
 		o.runs, o.drainN, o.latencyRate, o.latencySeconds, o.enqueueSeconds, o.history)
+	var stmts strings.Builder
 	for _, p := range passes {
 		logf("pass: %s", p.name)
-		t, err := runPass(ctx, o, p.settings, p.history)
+		t, err := runPass(ctx, o, p.settings, p.history, &stmts, p.name)
 		if err != nil {
 			return fmt.Errorf("pass %s: %w", p.name, err)
 		}
 		fmt.Fprintf(&doc, "\n### %s\n\n%s", p.name, t.markdown())
+	}
+	if o.statements != "" {
+		if err := os.WriteFile(o.statements, []byte(stmts.String()), 0o644); err != nil {
+			return err
+		}
+		logf("wrote %s", o.statements)
 	}
 	fmt.Fprintf(&doc, "\nTotal wall time %s.\n", time.Since(began).Round(time.Second))
 	fmt.Print("\n" + doc.String())
@@ -128,12 +137,15 @@ func run(ctx context.Context, o *options) error {
 	return nil
 }
 
-func runPass(ctx context.Context, o *options, settings string, history bool) (*table, error) {
+func runPass(ctx context.Context, o *options, settings string, history bool, stmts *strings.Builder, pass string) (*table, error) {
 	// SIDEFX_BENCH_SETTINGS adds server settings for a profiling run (for
 	// example auto_explain's); SIDEFX_BENCH_LOG names a file the server's
 	// log is copied to before the cluster is removed.
 	if extra := os.Getenv("SIDEFX_BENCH_SETTINGS"); extra != "" {
 		settings += strings.ReplaceAll(extra, ";", "\n") + "\n"
+	}
+	if o.statements != "" {
+		settings += "shared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.max = 5000\ntrack_io_timing = on\n"
 	}
 	c, err := pgcluster.Start(ctx, &pgcluster.Options{Name: "sidefx-bench", Settings: settings})
 	if err != nil {
@@ -153,6 +165,12 @@ func runPass(ctx context.Context, o *options, settings string, history bool) (*t
 	if err := e.templates(ctx); err != nil {
 		return nil, err
 	}
+	if o.statements != "" {
+		if err := e.admin(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stmts, "## %s\n", pass)
+	}
 	steps := []struct {
 		name string
 		run  func(context.Context) error
@@ -162,10 +180,20 @@ func runPass(ctx context.Context, o *options, settings string, history bool) (*t
 			continue
 		}
 		began := time.Now()
+		if o.statements != "" {
+			if err := e.admin(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+				return nil, err
+			}
+		}
 		if err := s.run(ctx); err != nil {
 			return nil, err
 		}
 		logf("%s took %s", s.name, time.Since(began).Round(time.Second))
+		if o.statements != "" {
+			if err := e.statements(ctx, stmts, s.name); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return e.t, nil
 }

@@ -121,6 +121,10 @@ func (e *env) enqueueAll(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				if err := e.label(ctx, pool, fmt.Sprintf("%s, %d×%d", c.col, sh.producers, sh.batch)); err != nil {
+					drop()
+					return err
+				}
 				fn, err := c.fn(pool)
 				if err == nil {
 					var rate float64
@@ -234,12 +238,16 @@ func (e *env) drainSidefx(ctx context.Context, pool *pgxpool.Pool, t sidefxTunin
 	if err := prepare(ctx, pool, "side_effects"); err != nil {
 		return 0, err
 	}
+	rec := newRecorder()
 	began := time.Now()
-	stop, err := startSidefx(pool, t, nil)
+	stop, err := startSidefx(pool, t, rec)
 	if err != nil {
 		return 0, err
 	}
-	err = waitZero(ctx, pool, sidefxOpen, drainTimeout)
+	err = waitDone(ctx, func() int64 { return int64(rec.count()) }, int64(n), drainTimeout)
+	if err == nil { // what the dispatcher reported recorded is in the table
+		err = waitZero(ctx, pool, sidefxOpen, drainTimeout)
+	}
 	elapsed := time.Since(began)
 	if serr := stop(); err == nil {
 		err = serr
@@ -267,12 +275,16 @@ func (e *env) drainRiver(ctx context.Context, pool *pgxpool.Pool, t riverTuning,
 	if err := prepare(ctx, pool, "river_job"); err != nil {
 		return 0, err
 	}
+	var done atomic.Int64
 	began := time.Now()
-	_, stop, err := startRiver(pool, t, nil)
+	_, stop, err := startRiver(pool, t, func(int64) { done.Add(1) })
 	if err != nil {
 		return 0, err
 	}
-	err = waitZero(ctx, pool, riverOpen, drainTimeout)
+	err = waitDone(ctx, done.Load, int64(n), drainTimeout)
+	if err == nil {
+		err = waitZero(ctx, pool, riverOpen, drainTimeout)
+	}
 	elapsed := time.Since(began)
 	if serr := stop(); err == nil {
 		err = serr
