@@ -60,13 +60,14 @@ type riverTuning struct {
 }
 
 var (
-	sidefxDefault = sidefxTuning{name: "default (Workers 100, BatchSize 100)"}
+	sidefxDefault = sidefxTuning{name: "default (Workers 200, BatchSize 200)"}
 	// sidefxTuned is the best of sidefxCandidates on the 2-core machine
 	// (see docs/benchmarks.md; --tune measures them all again).
 	// Workers twice the batch lets the next claim run while the last
 	// batch's outcomes are written.
 	sidefxTuned      = sidefxTuning{name: "tuned (Workers 1000, BatchSize 500)", workers: 1000, batchSize: 500}
 	sidefxCandidates = []sidefxTuning{
+		{name: "Workers 100, BatchSize 100 (the default before)", workers: 100, batchSize: 100},
 		{name: "Workers 128, BatchSize 100", workers: 128, batchSize: 100},
 		{name: "Workers 256, BatchSize 250", workers: 256, batchSize: 250},
 		{name: "Workers 512, BatchSize 500", workers: 512, batchSize: 500},

@@ -301,7 +301,7 @@ func (e *env) drainRiver(ctx context.Context, pool *pgxpool.Pool, t riverTuning,
 type floorTuning struct{ clients, batch int }
 
 var (
-	floorDefault = floorTuning{clients: 1, batch: 100}
+	floorDefault = floorTuning{clients: 1, batch: 200}
 	floorTuned   = floorTuning{clients: 4, batch: 500}
 )
 

@@ -126,10 +126,10 @@ type LogConfig struct {
 // DispatcherConfig configures the dispatch loop; each field is the
 // dispatcher.Config field of the same name, with its default.
 type DispatcherConfig struct {
-	// Workers bounds the provider calls in flight. Default 100.
+	// Workers bounds the provider calls in flight. Default 200.
 	Workers int `yaml:"workers"`
 
-	// BatchSize bounds the effects one claim takes. Default 100.
+	// BatchSize bounds the effects one claim takes. Default 200.
 	BatchSize int `yaml:"batch_size"`
 	// ClaimLoops bounds the claims that run at once (the others than the
 	// first join only while claims come back full). Default 1.

@@ -105,7 +105,7 @@ func TestReference_ParsesAndBuilds(t *testing.T) {
 	if d.Kinds["email.receipt"].Provider != rt.Providers["mail"] || d.Kinds["webhook.order_paid"].Provider != rt.Providers["partner"] {
 		t.Errorf("kinds have the wrong providers")
 	}
-	if d.Schema != "public" || d.Workers != dispatcher.DefaultWorkers || d.BatchSize != 100 || d.Lease != time.Minute || d.Logger == nil || d.Limits != nil {
+	if d.Schema != "public" || d.Workers != dispatcher.DefaultWorkers || d.BatchSize != dispatcher.DefaultBatchSize || d.Lease != time.Minute || d.Logger == nil || d.Limits != nil {
 		t.Errorf("dispatcher config: %v", rt)
 	}
 	if rt.Migrations != (migrations.Config{Schema: "public"}) {

@@ -44,9 +44,9 @@ log:
 
 dispatcher:
   # Provider calls in flight at most, over all providers.
-  workers: 100
+  workers: 200
   # Effects claimed by one statement at most.
-  batch_size: 100
+  batch_size: 200
   # Claims running at once at most: the first whenever effects may be
   # due, the others only while claims come back full (a backlog).
   claim_loops: 1
