@@ -1,9 +1,12 @@
 package effects
 
 import (
+	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -201,20 +204,57 @@ const (
 	codeInvalid         = "22023"
 )
 
+// pgError is what sidefx reads of an error PostgreSQL raised, whichever
+// driver reported it: pgx's *pgconn.PgError (pgx, and database/sql over
+// pgx/stdlib), or any other error with a SQLState() method, such as lib/pq's
+// *pq.Error. Of those, the message, detail and constraint come from the
+// error's Message, Detail and Constraint fields, as lib/pq's *pq.Error has
+// them (in every release: its Get method is deprecated).
+type pgError struct {
+	code, message, detail, constraint string
+}
+
+func pgErrorOf(err error) (pgError, bool) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pgError{pe.Code, pe.Message, pe.Detail, pe.ConstraintName}, true
+	}
+	var se interface{ SQLState() string }
+	if !errors.As(err, &se) {
+		return pgError{}, false
+	}
+	e := pgError{code: se.SQLState(), message: err.Error()}
+	if v := reflect.Indirect(reflect.ValueOf(se)); v.Kind() == reflect.Struct {
+		field := func(name string) string {
+			if f := v.FieldByName(name); f.IsValid() && f.Kind() == reflect.String {
+				return f.String()
+			}
+			return ""
+		}
+		if m := field("Message"); m != "" {
+			e.message = m
+		}
+		e.detail, e.constraint = field("Detail"), field("Constraint")
+	}
+	return e, true
+}
+
 // translate turns driver errors into this package's errors, so callers never
-// see pgx.ErrNoRows or parse SQLSTATEs. Other errors pass through wrapped.
+// see pgx.ErrNoRows or sql.ErrNoRows or parse SQLSTATEs, whether the
+// statement ran on pgx or on database/sql (pgx/stdlib, lib/pq). Other errors
+// pass through wrapped.
 func translate(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
 		return ErrNotFound
 	}
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
+	pe, ok := pgErrorOf(err)
+	if !ok {
 		return err
 	}
-	switch pe.Code {
+	switch pe.code {
 	case codePayloadMismatch:
 		var d struct {
 			Index      int    `json:"index"`
@@ -223,21 +263,21 @@ func translate(err error) error {
 			StoredHash string `json:"stored_hash"`
 			NewHash    string `json:"new_hash"`
 		}
-		if json.Unmarshal([]byte(pe.Detail), &d) == nil {
+		if json.Unmarshal([]byte(pe.detail), &d) == nil {
 			return &PayloadMismatchError{Index: d.Index, SourceID: d.SourceID, Kind: d.Kind, StoredHash: d.StoredHash, NewHash: d.NewHash}
 		}
-		return fmt.Errorf("%s: %w", pe.Message, ErrPayloadMismatch)
+		return fmt.Errorf("%s: %w", pe.message, ErrPayloadMismatch)
 	case codeInvalid:
 		var d struct {
 			Index   int    `json:"index"`
 			Problem string `json:"problem"`
 		}
-		if json.Unmarshal([]byte(pe.Detail), &d) == nil && d.Problem != "" {
+		if json.Unmarshal([]byte(pe.detail), &d) == nil && d.Problem != "" {
 			return &ValidationError{Index: d.Index, Field: "effect", Reason: d.Problem}
 		}
-		return fmt.Errorf("%s: %w", pe.Message, ErrInvalid)
+		return fmt.Errorf("%s: %w", pe.message, ErrInvalid)
 	case "23514": // check_violation: the table's own guard
-		return fmt.Errorf("constraint %s: %w: %w", pe.ConstraintName, ErrInvalid, pe)
+		return fmt.Errorf("constraint %s: %w: %w", pe.constraint, ErrInvalid, err)
 	}
 	return err
 }
@@ -246,11 +286,10 @@ func translate(err error) error {
 // (serialization failure, deadlock, lost connection) after which the same
 // operation may succeed.
 func IsRetryable(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	if pe, ok := pgErrorOf(err); ok {
+		return pe.code == "40001" || pe.code == "40P01" || pe.code == "57P01" || pe.code == "57P02" || pe.code == "57P03"
 	}
-	return pgconn.SafeToRetry(err) || pgconn.Timeout(err)
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, driver.ErrBadConn)
 }
 
 // IsDataError reports whether err is PostgreSQL refusing the data of a
@@ -258,6 +297,6 @@ func IsRetryable(err error) bool {
 // constraint violation): the same statement will fail again, unlike after a
 // lost connection.
 func IsDataError(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && len(pe.Code) == 5 && (pe.Code[:2] == "22" || pe.Code[:2] == "23")
+	pe, ok := pgErrorOf(err)
+	return ok && len(pe.code) == 5 && (pe.code[:2] == "22" || pe.code[:2] == "23")
 }

@@ -189,8 +189,9 @@ type Inserted struct {
 // goes through the schema's sidefx_enqueue_many function, the one
 // implementation SQL callers use, which reports duplicates, mismatches and
 // invalid items, and aborts the transaction on a mismatch, undoing the lean
-// insert with it. Outside a transaction (a pool or a connection), the SQL
-// function does it all in one statement. Both write identical rows.
+// insert with it. On any other db (a pool, a connection, or a database/sql
+// handle wrapped by internal/driver, a *sql.Tx included), the SQL function
+// does it all in one statement. Both write identical rows.
 func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes int) ([]Inserted, error) {
 	if len(items) == 0 {
 		return nil, nil
@@ -202,7 +203,8 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 	if _, ok := s.db.(pgx.Tx); !ok {
 		// Its own transaction: one statement must do all, or nothing (a
 		// mismatch found after the lean insert committed could not undo
-		// it).
+		// it). database/sql handles come here too, a *sql.Tx included: one
+		// statement, whose array arguments every driver can send as text.
 		return s.insertSQL(ctx, items, limit)
 	}
 	ns, err := s.namespace(ctx)

@@ -12,6 +12,32 @@
 //	// res.Key is the idempotency key the provider will see.
 //	err = tx.Commit(ctx)
 //
+// # pgx or database/sql
+//
+// Enqueue, EnqueueMany and Cancel run on the handle they are given, of
+// either driver family:
+//
+//   - pgx (DB): a pgx.Tx, a *pgxpool.Pool, a *pgx.Conn;
+//   - database/sql (SQLDB): a *sql.Tx, a *sql.DB, a *sql.Conn, over any
+//     PostgreSQL driver (pgx/stdlib, lib/pq), or any value with their
+//     ExecContext and QueryContext, such as sqlc's generated DBTX.
+//
+// A service on sqlc, ent, GORM or lib/pq thus enqueues in the *sql.Tx that
+// writes its rows:
+//
+//	tx, _ := db.BeginTx(ctx, nil)
+//	defer tx.Rollback()
+//	order, _ := queries.WithTx(tx).CreateOrder(ctx, params)
+//	res, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: order.ID, ...})
+//	err = tx.Commit()
+//
+// The parameter's type is any, because the two families share no method: Go
+// cannot say "a pgx.Tx or a *sql.Tx" in a type. Any other value (nil, a
+// nil pointer, a *sql.Stmt, a connection string) is refused before any SQL
+// with an error naming its type and the types accepted. The contract below
+// holds for both families alike; the same tests check it with pgx,
+// pgx/stdlib and lib/pq.
+//
 // # The contract
 //
 //   - Atomic with the business rows: the effect exists if and only if the
@@ -28,7 +54,9 @@
 //     (source_id, kind) DO NOTHING with the key derived in Go; what it did
 //     not insert (a duplicate, a mismatch, an invalid item) goes through the
 //     schema's sidefx_enqueue_many function, which reports it. On a pool or
-//     a connection, the function does it all. Never check-then-insert.
+//     a connection, and on any database/sql handle (a *sql.Tx included),
+//     the function does it all, its arrays sent as PostgreSQL array
+//     literals that every driver passes through. Never check-then-insert.
 //     Concurrent enqueues of one pair leave one row: one caller sees
 //     Inserted true, the others false (or ErrPayloadMismatch).
 //   - Invalid input is refused before any SQL with an *effects.ValidationError

@@ -2,11 +2,13 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/outbox"
@@ -64,6 +66,50 @@ func Example() {
 	// redelivery inserted: false
 	// same effect: true
 	// key: sfx1_53f13bcacc5f70c75afd9ea0516749690ca2ac75051de363ead26213ce6244f2
+}
+
+// A service on database/sql (sqlc, ent, GORM, lib/pq) enqueues in its
+// *sql.Tx the same way, with the same contract.
+func Example_databaseSQL() {
+	ctx := context.Background()
+	pool, done := examplePool()
+	defer done()
+	// The service's own *sql.DB: here over pgx/stdlib ("pgx"); lib/pq
+	// ("postgres") works the same.
+	db, err := sql.Open("pgx", pool.Config().ConnString())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+
+	receipt := outbox.Effect{SourceID: "order-1042", Kind: "email.receipt", Payload: map[string]any{"to": "ada@example.com"}}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	// ... INSERT INTO orders ... in the same tx (sqlc: queries.WithTx(tx)) ...
+	first, err := outbox.Enqueue(ctx, tx, receipt)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+
+	again, err := outbox.Enqueue(ctx, db, receipt) // the event, redelivered
+	if err != nil {
+		log.Fatal(err)
+	}
+	receipt.Payload = map[string]any{"to": "eve@example.com"}
+	_, err = outbox.Enqueue(ctx, db, receipt)
+	fmt.Println("first inserted:", first.Inserted)
+	fmt.Println("redelivery inserted:", again.Inserted, "same effect:", again.ID == first.ID)
+	fmt.Println("another payload:", errors.Is(err, outbox.ErrPayloadMismatch))
+	// Output:
+	// first inserted: true
+	// redelivery inserted: false same effect: true
+	// another payload: true
 }
 
 // A producer that sends another payload for an effect it already enqueued

@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/driver"
 )
 
 // Errors callers branch on, shared with package effects so errors.Is works
@@ -40,9 +42,38 @@ var (
 // DefaultMaxPayloadBytes is the default limit on one payload's JSON.
 const DefaultMaxPayloadBytes = 256 << 10
 
-// DB is what Enqueue runs on: the caller's pgx.Tx, or a *pgx.Conn or
-// *pgxpool.Pool for an enqueue that is its own transaction.
+// DB is pgx's query interface: the caller's pgx.Tx, or a *pgx.Conn or
+// *pgxpool.Pool for an enqueue that is its own transaction. Enqueue,
+// EnqueueMany and Cancel take a DB or an SQLDB.
 type DB = effects.DB
+
+// SQLDB is database/sql's query interface, as far as the outbox uses it:
+// the caller's *sql.Tx, or a *sql.DB or *sql.Conn for an enqueue that is its
+// own transaction, over any PostgreSQL driver (pgx/stdlib, lib/pq). A
+// wrapper with the same methods (sqlc's generated DBTX) is one too.
+type SQLDB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+var (
+	_ SQLDB        = (*sql.Tx)(nil)
+	_ SQLDB        = (*sql.DB)(nil)
+	_ SQLDB        = (*sql.Conn)(nil)
+	_ SQLDB        = driver.SQLDB(nil)
+	_ driver.SQLDB = SQLDB(nil)
+)
+
+// handle turns the db a caller passed into what the store runs on: a DB as
+// it is, an SQLDB through internal/driver. Any other value is an error
+// naming its type and the types accepted.
+func handle(op string, db any) (DB, error) {
+	h, err := driver.Of(db)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return h, nil
+}
 
 // Effect is a side effect to enqueue.
 type Effect struct {
@@ -163,22 +194,24 @@ var defaultOutbox, _ = New(nil)
 
 // Enqueue enqueues e with the default Outbox (schema public, 256 KiB
 // payloads). See Outbox.Enqueue.
-func Enqueue(ctx context.Context, db DB, e Effect) (Enqueued, error) {
+func Enqueue(ctx context.Context, db any, e Effect) (Enqueued, error) {
 	return defaultOutbox.Enqueue(ctx, db, e)
 }
 
 // EnqueueMany enqueues es with the default Outbox. See Outbox.EnqueueMany.
-func EnqueueMany(ctx context.Context, db DB, es []Effect) ([]Enqueued, error) {
+func EnqueueMany(ctx context.Context, db any, es []Effect) ([]Enqueued, error) {
 	return defaultOutbox.EnqueueMany(ctx, db, es)
 }
 
 // Cancel cancels a pending effect with the default Outbox. See Outbox.Cancel.
-func Cancel(ctx context.Context, db DB, sourceID, kind string) error {
+func Cancel(ctx context.Context, db any, sourceID, kind string) error {
 	return defaultOutbox.Cancel(ctx, db, sourceID, kind)
 }
 
 // Enqueue records e in db, normally the transaction that writes the business
-// rows e is about, in one round trip. It becomes visible to dispatchers
+// rows e is about, in one round trip. db is a DB (pgx.Tx, *pgxpool.Pool,
+// *pgx.Conn) or an SQLDB (*sql.Tx, *sql.DB, *sql.Conn); any other value is
+// refused with an error naming its type. It becomes visible to dispatchers
 // (an idle one finds it at its next probe) when that transaction commits;
 // if it rolls back, the effect was never enqueued.
 //
@@ -188,15 +221,19 @@ func Cancel(ctx context.Context, db DB, sourceID, kind string) error {
 // ErrPayloadMismatch), writes nothing, and — as any failed statement does —
 // leaves a transaction db aborted. Invalid input returns an
 // *effects.ValidationError (errors.Is ErrInvalid) before any SQL.
-func (o *Outbox) Enqueue(ctx context.Context, db DB, e Effect) (Enqueued, error) {
+func (o *Outbox) Enqueue(ctx context.Context, db any, e Effect) (Enqueued, error) {
 	ne, err := o.prepare(e)
 	if err != nil {
 		return Enqueued{}, err
 	}
-	if err := o.checkKinds(ctx, db, []effects.NewEffect{ne}); err != nil {
+	h, err := handle("enqueue", db)
+	if err != nil {
 		return Enqueued{}, err
 	}
-	res, err := o.store.WithDB(db).Insert(ctx, []effects.NewEffect{ne}, o.maxBytes)
+	if err := o.checkKinds(ctx, h, []effects.NewEffect{ne}); err != nil {
+		return Enqueued{}, err
+	}
+	res, err := o.store.WithDB(h).Insert(ctx, []effects.NewEffect{ne}, o.maxBytes)
 	if err != nil {
 		return Enqueued{}, err
 	}
@@ -207,8 +244,8 @@ func (o *Outbox) Enqueue(ctx context.Context, db DB, e Effect) (Enqueued, error)
 // each; results are in input order. An item repeating an earlier item's
 // (SourceID, Kind) is a duplicate of it. One invalid item, or one payload
 // mismatch, fails the call and inserts none of them; the error names the
-// item's index.
-func (o *Outbox) EnqueueMany(ctx context.Context, db DB, es []Effect) ([]Enqueued, error) {
+// item's index. db is what Enqueue takes.
+func (o *Outbox) EnqueueMany(ctx context.Context, db any, es []Effect) ([]Enqueued, error) {
 	if len(es) == 0 {
 		return nil, nil
 	}
@@ -228,10 +265,14 @@ func (o *Outbox) EnqueueMany(ctx context.Context, db DB, es []Effect) ([]Enqueue
 		}
 		items[i] = ne
 	}
-	if err := o.checkKinds(ctx, db, items); err != nil {
+	h, err := handle("enqueue", db)
+	if err != nil {
 		return nil, err
 	}
-	res, err := o.store.WithDB(db).Insert(ctx, items, o.maxBytes)
+	if err := o.checkKinds(ctx, h, items); err != nil {
+		return nil, err
+	}
+	res, err := o.store.WithDB(h).Insert(ctx, items, o.maxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -250,15 +291,19 @@ func (o *Outbox) EnqueueMany(ctx context.Context, db DB, es []Effect) ([]Enqueue
 // effect is not changed: the error is an *effects.StateError (errors.Is
 // ErrWrongState) naming its state; a missing one is ErrNotFound. A
 // cancelled effect keeps its (source_id, kind): enqueuing it again is a
-// duplicate, not a new effect.
-func (o *Outbox) Cancel(ctx context.Context, db DB, sourceID, kind string) error {
+// duplicate, not a new effect. db is what Enqueue takes.
+func (o *Outbox) Cancel(ctx context.Context, db any, sourceID, kind string) error {
 	if err := effects.ValidateSourceID(sourceID); err != nil {
 		return err
 	}
 	if err := effects.ValidateKind(kind); err != nil {
 		return err
 	}
-	_, err := o.store.WithDB(db).Cancel(ctx, sourceID, kind)
+	h, err := handle("cancel", db)
+	if err != nil {
+		return err
+	}
+	_, err = o.store.WithDB(h).Cancel(ctx, sourceID, kind)
 	return err
 }
 
