@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: test deps vet fmt-check bench bench-full gobench fuzz soak model
+.PHONY: test deps vet fmt-check vet-newest test-newest bench bench-full gobench fuzz soak model
 
 ## test: install what is missing, then vet and run every test with the race detector
 test: deps fmt-check vet
@@ -10,6 +10,24 @@ test: deps fmt-check vet
 	cd deploy/rulecheck && $(GO) vet ./... && $(GO) test -count=1 ./...
 # internal/drivertest: its own module (lib/pq stays out of go.mod); the outbox's contract over database/sql with lib/pq
 	cd internal/drivertest && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+# internal/invariant/netfault: its own module (Toxiproxy stays out of go.mod); the network-fault scenarios
+	cd internal/invariant/netfault && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+
+## vet-newest: build and vet every package and test of every module with the
+## newest supported Go release (the go command fetches that toolchain, about
+## 76 MB, once). test-newest: also run the tests with it, without -race.
+## `make test` runs everything with the Go on PATH, which CI keeps on the
+## release line the go.mod's go line names (the oldest supported).
+NEWEST_GO ?= go1.27.3
+MODULES = . deploy/rulecheck internal/invariant/netfault internal/drivertest
+vet-newest:
+	for m in $(MODULES); do (cd $$m && GOTOOLCHAIN=$(NEWEST_GO) $(GO) vet ./...) || exit 1; done
+
+test-newest: deps vet-newest
+	GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
+	cd deploy/rulecheck && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
+	cd internal/invariant/netfault && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
+	cd internal/drivertest && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
 
 deps:
 	./scripts/install-deps

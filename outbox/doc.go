@@ -72,6 +72,16 @@
 // concurrent one for the same pair may fail with a serialization error
 // (SQLSTATE 40001); retry the transaction, as for any serialization failure.
 //
+// # PgBouncer
+//
+// Enqueue works through PgBouncer in transaction pooling: it runs inside the
+// caller's transaction and keeps no session state. pgx's default statement
+// cache does not survive transaction pooling before PgBouncer 1.21, or with
+// max_prepared_statements = 0 (SQLSTATE 26000, prepared statement does not
+// exist): give the producer's pool default_query_exec_mode=exec in its URL
+// (or ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec). The daemon
+// needs a session connection (see the README, "Through PgBouncer").
+//
 // # Other languages
 //
 // The migrations install the same contract as SQL functions, so a service in

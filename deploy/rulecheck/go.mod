@@ -1,6 +1,6 @@
 module github.com/sidefx/sidefx/deploy/rulecheck
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/prometheus/common v0.71.0

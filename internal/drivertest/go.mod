@@ -1,6 +1,6 @@
 module github.com/sidefx/sidefx/internal/drivertest
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/lib/pq v1.12.3

@@ -9,6 +9,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/invariant"
+	"github.com/sidefx/sidefx/internal/invariant/harness"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
@@ -24,7 +25,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.DB(t)
 		ctx := context.Background()
-		keys := enqueue(t, pool, "charge.create", 3)
+		keys := harness.Enqueue(t, pool, "charge.create", 3)
 		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.Sequence(providertest.None, providertest.PerformedThenTimeout)})
 		eng, err := store.New(pool, "")
 		if err != nil {
@@ -46,7 +47,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		}
 		// Its leases are rescued; worker B claims attempt 2.
 		rescued := 0
-		waitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
+		harness.WaitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
 			got, err := eng.Rescue(ctx, []store.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
 			if err != nil {
 				t.Fatal(err)
@@ -70,7 +71,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		if fenced, err := eng.Complete(ctx, broken); err != nil || len(fenced) != 0 {
 			t.Fatalf("the unfenced write: fenced %v, %v", fenced, err)
 		}
-		vs := check(t, pool, exp)
+		vs := harness.Check(t, pool, exp)
 		if len(vs) != 3 {
 			t.Fatalf("want 3 violations: %s", invariant.Summary(vs, 10))
 		}
@@ -84,7 +85,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.DB(t)
 		ctx := context.Background()
-		keys := enqueue(t, pool, "charge.create", 3)
+		keys := harness.Enqueue(t, pool, "charge.create", 3)
 		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.Sequence(providertest.None, providertest.PerformedThenTimeout)})
 		st, err := effects.NewStore(pool, nil)
 		if err != nil {
@@ -112,7 +113,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 			late[i] = store.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
 		}
 		rescued := 0
-		waitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
+		harness.WaitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
 			got, err := eng.Rescue(ctx, []store.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
 			if err != nil {
 				t.Fatal(err)
@@ -138,7 +139,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 			t.Fatalf("A's late outcomes: fenced %v, %v; want all 3 recorded", fenced, err)
 		}
 		exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys}, Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true}
-		if vs := check(t, pool, exp); len(vs) != 0 {
+		if vs := harness.Check(t, pool, exp); len(vs) != 0 {
 			t.Fatalf("the late answer: %s", invariant.Summary(vs, 5))
 		}
 		for i, k := range keys {
@@ -151,11 +152,11 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 	t.Run("a call for an attempt that was never claimed", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.DB(t)
-		keys := enqueue(t, pool, "charge.create", 5)
+		keys := harness.Enqueue(t, pool, "charge.create", 5)
 		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.FailFirst(1, providertest.PerformedThenTimeout)})
 		k := dispatcher.Kind{Provider: &retryInPlace{Provider: fake}, Timeout: 300 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
-		drain(t, pool, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{"charge.create": k}})
-		vs := check(t, pool, invariant.Expect{Keys: map[string][]string{"charge.create": keys},
+		harness.Drain(t, pool, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{"charge.create": k}})
+		vs := harness.Check(t, pool, invariant.Expect{Keys: map[string][]string{"charge.create": keys},
 			Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true})
 		got := invariant.Summary(vs, 20)
 		// Each key: the unclaimed call, and the outcome it gave recorded

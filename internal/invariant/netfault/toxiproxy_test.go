@@ -1,4 +1,4 @@
-package invariant_test
+package netfault_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/invariant"
+	"github.com/sidefx/sidefx/internal/invariant/harness"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -59,57 +60,6 @@ func window(d time.Duration) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	<-timer.C
-}
-
-// levelCounter is a slog handler that counts records by level, and the
-// warnings that a shutdown deadline passed (calls in flight were cancelled).
-type levelCounter struct{ warn, err, deadline *atomic.Int64 }
-
-func newLevelCounter() levelCounter {
-	return levelCounter{new(atomic.Int64), new(atomic.Int64), new(atomic.Int64)}
-}
-
-func (h levelCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
-func (h levelCounter) Handle(_ context.Context, r slog.Record) error {
-	switch {
-	case r.Level >= slog.LevelError:
-		h.err.Add(1)
-	case r.Level >= slog.LevelWarn:
-		h.warn.Add(1)
-		if strings.HasPrefix(r.Message, "shutdown deadline passed") {
-			h.deadline.Add(1)
-		}
-	}
-	return nil
-}
-func (h levelCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h levelCounter) WithGroup(string) slog.Handler      { return h }
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
-func stateCounts(t *testing.T, store *effects.Store) map[effects.State]int64 {
-	t.Helper()
-	c, err := store.StateCounts(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(map[effects.State]int64, len(c))
-	for k, v := range c {
-		out[k] = int64(v)
-	}
-	return out
 }
 
 // proxiedDB returns a fresh database twice: directly, and through a
@@ -178,24 +128,24 @@ func TestScenario_NetworkFaultsToPostgres(t *testing.T) {
 func networkFaultsToPostgres(t *testing.T, stops bool) {
 	direct, proxied, proxy := proxiedDB(t)
 	const n = 500
-	keys := enqueue(t, direct, "charge.create", n)
+	keys := harness.Enqueue(t, direct, "charge.create", n)
 	// While slow is set, calls take slowCall: a stop then finds calls in
 	// flight that began before the fault.
 	var slow atomic.Bool
-	fake, w := watchFake(providertest.Config{Name: "stripe", Idempotent: true, Latency: 5 * time.Millisecond,
+	fake, w := harness.WatchFake(providertest.Config{Name: "stripe", Idempotent: true, Latency: 5 * time.Millisecond,
 		Faults: func(providers.Call, int) providertest.Fault {
 			if slow.Load() {
 				return providertest.Latency(slowCall)
 			}
 			return providertest.None
 		}})
-	k := quick
+	k := harness.Quick
 	k.Provider = w
 	grace := 2 * time.Second
 	if stops {
 		k.Timeout, grace = time.Second, 1500*time.Millisecond
 	}
-	logs := newLevelCounter()
+	logs := harness.NewLevelCounter()
 	cfg := func() *dispatcher.Config {
 		return &dispatcher.Config{
 			Kinds: map[string]dispatcher.Kind{"charge.create": k}, Workers: 8, BatchSize: 10,
@@ -206,13 +156,13 @@ func networkFaultsToPostgres(t *testing.T, stops bool) {
 	exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys},
 		Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true}
 	store, _ := effects.NewStore(direct, nil)
-	confirmed := func() int64 { return stateCounts(t, store)[effects.Confirmed] }
+	confirmed := func() int64 { return harness.StateCounts(t, store)[effects.Confirmed] }
 	// slowCallsInFlight puts three slow calls in flight.
 	slowCallsInFlight := func() {
 		t.Helper()
 		slow.Store(true)
-		stopWhen(t, fake, "slow calls in flight", func(providertest.Stats) bool {
-			_, inFlight := w.counts(providertest.KindNone)
+		harness.StopWhen(t, fake, "slow calls in flight", func(providertest.Stats) bool {
+			_, inFlight := w.Counts(providertest.KindNone)
 			return inFlight >= 3
 		})
 		slow.Store(false)
@@ -220,13 +170,13 @@ func networkFaultsToPostgres(t *testing.T, stops bool) {
 	// stop stops r during a fault and checks what holds at any moment;
 	// reachable: the database is slow but answers, so every outcome must be
 	// recorded.
-	stop := func(r *running, reachable bool) stopped {
+	stop := func(r *harness.Running, reachable bool) harness.Stopped {
 		t.Helper()
-		return shutdownMidway(t, r, direct, midway{exp: exp, calls: w, dbImpaired: !reachable})
+		return harness.ShutdownMidway(t, r, direct, harness.Midway{Exp: exp, Calls: w, DBImpaired: !reachable})
 	}
 
-	r := start(t, proxied, cfg())
-	waitFor(t, 10*time.Second, "first confirmations", func() bool { return confirmed() >= 20 })
+	r := harness.Start(t, proxied, cfg())
+	harness.WaitFor(t, 10*time.Second, "first confirmations", func() bool { return confirmed() >= 20 })
 
 	addToxic(t, proxy, "lat_down", "latency", "downstream", `{"latency":200,"jitter":50}`)
 	addToxic(t, proxy, "lat_up", "latency", "upstream", `{"latency":200,"jitter":50}`)
@@ -238,12 +188,12 @@ func networkFaultsToPostgres(t *testing.T, stops bool) {
 		// dispatcher starts on the slow network.
 		slowCallsInFlight()
 		stop(r, true)
-		r = start(t, proxied, cfg())
+		r = harness.Start(t, proxied, cfg())
 	}
 	removeToxic(t, proxy, "lat_down")
 	removeToxic(t, proxy, "lat_up")
 
-	errsBefore := logs.err.Load()
+	errsBefore := logs.Err.Load()
 	if stops {
 		slowCallsInFlight()
 	}
@@ -251,17 +201,17 @@ func networkFaultsToPostgres(t *testing.T, stops bool) {
 	if stops {
 		// The calls in flight finish while every statement is reset: their
 		// outcomes cannot be recorded.
-		waitFor(t, 5*time.Second, "errors during the resets", func() bool { return logs.err.Load() > errsBefore })
+		harness.WaitFor(t, 5*time.Second, "errors during the resets", func() bool { return logs.Err.Load() > errsBefore })
 		stop(r, false)
-		r = start(t, proxied, cfg())
+		r = harness.Start(t, proxied, cfg())
 	}
 	window(time.Second)
 	removeToxic(t, proxy, "reset")
-	if logs.err.Load() == errsBefore {
+	if logs.Err.Load() == errsBefore {
 		t.Errorf("connections were reset for 1s, and the dispatcher logged no error")
 	}
 	atReset := confirmed()
-	waitFor(t, 10*time.Second, "progress after the resets", func() bool {
+	harness.WaitFor(t, 10*time.Second, "progress after the resets", func() bool {
 		c := confirmed()
 		return c > atReset || c == n
 	})
@@ -280,10 +230,10 @@ func networkFaultsToPostgres(t *testing.T, stops bool) {
 		// recorded, and the stop must not wait for TCP to give up. What it
 		// leaves fired is rescued after the lease. The restarted dispatcher
 		// starts in the hole.
-		if c := stop(r, false).states; c[effects.Fired] == 0 {
+		if c := stop(r, false).States; c[effects.Fired] == 0 {
 			t.Errorf("states %v after a stop in the black hole: the outcomes of the calls in flight cannot have been recorded, yet nothing is fired", c)
 		}
-		r = start(t, proxied, cfg())
+		r = harness.Start(t, proxied, cfg())
 	} else {
 		window(2 * time.Second)
 	}
@@ -299,21 +249,21 @@ func networkFaultsToPostgres(t *testing.T, stops bool) {
 	t.Logf("confirmed: %d after the resets, %d..%d during the black hole", atReset, holeStart, holeEnd)
 
 	// The dispatcher gets out of the black hole and goes on by itself.
-	waitFor(t, 15*time.Second, "progress after the black hole", func() bool {
-		c := stateCounts(t, store)
+	harness.WaitFor(t, 15*time.Second, "progress after the black hole", func() bool {
+		c := harness.StateCounts(t, store)
 		return c[effects.Confirmed] > holeEnd || c[effects.Pending]+c[effects.Fired] == 0
 	})
-	r.stop()
-	t.Logf("dispatcher logs: %d errors, %d warnings", logs.err.Load(), logs.warn.Load())
-	if logs.err.Load() == 0 {
+	r.Stop()
+	t.Logf("dispatcher logs: %d errors, %d warnings", logs.Err.Load(), logs.Warn.Load())
+	if logs.Err.Load() == 0 {
 		t.Errorf("the faults caused no error: the scenario exercised nothing")
 	}
 
-	drain(t, direct, cfg())
-	if vs := check(t, direct, exp); len(vs) != 0 {
+	harness.Drain(t, direct, cfg())
+	if vs := harness.Check(t, direct, exp); len(vs) != 0 {
 		t.Fatal(invariant.Summary(vs, 10))
 	}
-	if c := stateCounts(t, store); c[effects.Confirmed] != n {
+	if c := harness.StateCounts(t, store); c[effects.Confirmed] != n {
 		t.Fatalf("states %v: an idempotent provider must confirm all %d", c, n)
 	}
 }
@@ -342,7 +292,7 @@ func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 			if idempotent {
 				kind = "charge.create"
 			}
-			keys := enqueue(t, pool, kind, n)
+			keys := harness.Enqueue(t, pool, kind, n)
 			fake := providertest.New(providertest.Config{Name: "prov", Idempotent: idempotent, Latency: 10 * time.Millisecond,
 				Faults: providertest.Random(0.02, providertest.PerformedThenTimeout, 11)})
 			srv := providertest.NewServer(fake)
@@ -358,10 +308,10 @@ func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(client.Close)
-			w := newWatch(client)
-			k := quick
+			w := harness.NewWatch(client)
+			k := harness.Quick
 			k.Provider = w
-			logs := newLevelCounter()
+			logs := harness.NewLevelCounter()
 			cfg := func() *dispatcher.Config {
 				return &dispatcher.Config{
 					Kinds: map[string]dispatcher.Kind{kind: k}, Workers: 8,
@@ -375,21 +325,21 @@ func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 			frozen := map[string]int{} // uncertain at a stop: key → calls by then
 			// restart stops r with calls in flight, while the fault is on,
 			// and starts a fresh dispatcher in its place.
-			restart := func(r *running) *running {
+			restart := func(r *harness.Running) *harness.Running {
 				t.Helper()
 				if !tc.stops {
 					return r
 				}
-				stopWhen(t, fake, "a call in flight", func(s providertest.Stats) bool { return s.InFlight > 0 })
-				shutdownMidway(t, r, pool, midway{exp: exp, calls: w})
-				freeze(t, store, fake, frozen)
-				return start(t, pool, cfg())
+				harness.StopWhen(t, fake, "a call in flight", func(s providertest.Stats) bool { return s.InFlight > 0 })
+				harness.ShutdownMidway(t, r, pool, harness.Midway{Exp: exp, Calls: w})
+				harness.Freeze(t, store, fake, frozen)
+				return harness.Start(t, pool, cfg())
 			}
 
 			// Answers lost after the provider acted, from the start.
 			addToxic(t, proxy, "hole", "timeout", "downstream", `{"timeout":0}`)
-			r := start(t, pool, cfg())
-			waitFor(t, 10*time.Second, "calls into the black hole", func() bool { return fake.Stats().Performed >= 10 })
+			r := harness.Start(t, pool, cfg())
+			harness.WaitFor(t, 10*time.Second, "calls into the black hole", func() bool { return fake.Stats().Performed >= 10 })
 			r = restart(r)
 			window(500 * time.Millisecond)
 			removeToxic(t, proxy, "hole")
@@ -405,10 +355,10 @@ func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 			window(150 * time.Millisecond)
 			r = restart(r)
 			removeToxic(t, proxy, "reset")
-			r.stop()
+			r.Stop()
 
-			drain(t, pool, cfg())
-			if vs := check(t, pool, exp); len(vs) != 0 {
+			harness.Drain(t, pool, cfg())
+			if vs := harness.Check(t, pool, exp); len(vs) != 0 {
 				t.Fatal(invariant.Summary(vs, 10))
 			}
 			for key, n := range frozen {
@@ -419,7 +369,7 @@ func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 			if tc.stops && !idempotent && len(frozen) == 0 {
 				t.Errorf("no effect was uncertain at any stop: the stops exercised nothing")
 			}
-			c := stateCounts(t, store)
+			c := harness.StateCounts(t, store)
 			st := fake.Stats()
 			t.Logf("states %v; fake %s", c, st)
 			if idempotent {
@@ -452,40 +402,40 @@ func TestScenario_BlackHoledDatabaseIsReportedAndShutdownReturns(t *testing.T) {
 	t.Parallel()
 	direct, proxied, proxy := proxiedDB(t)
 	const n = 200
-	keys := enqueue(t, direct, "charge.create", n)
+	keys := harness.Enqueue(t, direct, "charge.create", n)
 	fake := providertest.New(providertest.Config{Name: "stripe", Idempotent: true, Latency: 5 * time.Millisecond})
-	k := quick
+	k := harness.Quick
 	k.Provider = fake
-	logs := newLevelCounter()
+	logs := harness.NewLevelCounter()
 	store, _ := effects.NewStore(direct, nil)
-	confirmed := func() int64 { return stateCounts(t, store)[effects.Confirmed] }
-	r := start(t, proxied, &dispatcher.Config{
+	confirmed := func() int64 { return harness.StateCounts(t, store)[effects.Confirmed] }
+	r := harness.Start(t, proxied, &dispatcher.Config{
 		Kinds: map[string]dispatcher.Kind{"charge.create": k}, Workers: 8, BatchSize: 10,
 		Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond,
 		ShutdownTimeout: time.Second, Logger: slog.New(logs),
 	})
 	exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys},
 		Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true}
-	waitFor(t, 10*time.Second, "first confirmations", func() bool { return confirmed() >= 20 })
+	harness.WaitFor(t, 10*time.Second, "first confirmations", func() bool { return confirmed() >= 20 })
 
 	addToxic(t, proxy, "hole_up", "timeout", "upstream", `{"timeout":0}`)
 	addToxic(t, proxy, "hole_down", "timeout", "downstream", `{"timeout":0}`)
-	before := logs.err.Load()
+	before := logs.Err.Load()
 	// Statements time out (half the 2s lease, at least 2s): errors are
 	// logged while the hole lasts.
-	waitFor(t, 15*time.Second, "errors logged during the black hole", func() bool { return logs.err.Load() > before })
+	harness.WaitFor(t, 15*time.Second, "errors logged during the black hole", func() bool { return logs.Err.Load() > before })
 	// Run returns within twice ShutdownTimeout and a second; what holds at
 	// any moment holds (checked on the direct pool). Outcomes not recorded
 	// are left fired.
-	shutdownMidway(t, r, direct, midway{exp: exp, dbImpaired: true})
+	harness.ShutdownMidway(t, r, direct, harness.Midway{Exp: exp, DBImpaired: true})
 	removeToxic(t, proxy, "hole_up")
 	removeToxic(t, proxy, "hole_down")
 
 	// Whatever the stop left fired is rescued after its lease; a dispatcher
 	// on a clean network finishes the rest.
-	drain(t, direct, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{"charge.create": k},
+	harness.Drain(t, direct, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{"charge.create": k},
 		Lease: 2 * time.Second, RescueInterval: 100 * time.Millisecond})
-	if vs := check(t, direct, exp); len(vs) != 0 {
+	if vs := harness.Check(t, direct, exp); len(vs) != 0 {
 		t.Fatal(invariant.Summary(vs, 10))
 	}
 }
@@ -501,9 +451,9 @@ func TestScenario_ShutdownDuringSlowClaims(t *testing.T) {
 	t.Parallel()
 	direct, proxied, proxy := proxiedDB(t)
 	const n = 200
-	keys := enqueue(t, direct, "email.receipt", n)
-	fake, w := watchFake(providertest.Config{Name: "mail", Idempotent: false, Latency: 5 * time.Millisecond})
-	k := quick
+	keys := harness.Enqueue(t, direct, "email.receipt", n)
+	fake, w := harness.WatchFake(providertest.Config{Name: "mail", Idempotent: false, Latency: 5 * time.Millisecond})
+	k := harness.Quick
 	k.Provider = w
 	cfg := func() *dispatcher.Config {
 		// Free workers for every claim: a claim that comes back full is
@@ -518,21 +468,21 @@ func TestScenario_ShutdownDuringSlowClaims(t *testing.T) {
 	store, _ := effects.NewStore(direct, nil)
 
 	addToxic(t, proxy, "slow", "latency", "downstream", `{"latency":300}`)
-	r := start(t, proxied, cfg())
-	stopWhen(t, fake, "calls from two claims", func(s providertest.Stats) bool { return s.Calls >= 20 && s.InFlight > 0 })
+	r := harness.Start(t, proxied, cfg())
+	harness.StopWhen(t, fake, "calls from two claims", func(s providertest.Stats) bool { return s.Calls >= 20 && s.InFlight > 0 })
 	// The database is slow, not down: within the grace, the claim in
 	// progress comes back, its effects are called, and every outcome is
 	// recorded.
-	if s := shutdownMidway(t, r, direct, midway{exp: exp, calls: w}); s.begun == 0 {
+	if s := harness.ShutdownMidway(t, r, direct, harness.Midway{Exp: exp, Calls: w}); s.Begun == 0 {
 		t.Errorf("no call began during the stop: the claim in progress was abandoned, or there was none")
 	}
 	removeToxic(t, proxy, "slow")
 
-	drain(t, direct, cfg())
-	if vs := check(t, direct, exp); len(vs) != 0 {
+	harness.Drain(t, direct, cfg())
+	if vs := harness.Check(t, direct, exp); len(vs) != 0 {
 		t.Fatal(invariant.Summary(vs, 10))
 	}
-	c := stateCounts(t, store)
+	c := harness.StateCounts(t, store)
 	if c[effects.Confirmed] != n {
 		t.Errorf("states %v: every email was sent once and confirmed, none should be anything else", c)
 	}

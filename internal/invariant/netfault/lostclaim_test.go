@@ -1,4 +1,4 @@
-package invariant_test
+package netfault_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/invariant"
+	"github.com/sidefx/sidefx/internal/invariant/harness"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
 
@@ -52,11 +53,11 @@ func (m *messages) count(prefix string) int {
 func TestScenario_LostClaimAnswersArePutBack(t *testing.T) {
 	t.Parallel()
 	direct, proxied, proxy := proxiedDB(t)
-	fake, w := watchFake(providertest.Config{Name: "mail", Idempotent: false, Latency: time.Millisecond})
-	k := quick
+	fake, w := harness.WatchFake(providertest.Config{Name: "mail", Idempotent: false, Latency: time.Millisecond})
+	k := harness.Quick
 	k.Provider = w
 	logs := &messages{}
-	r := start(t, proxied, &dispatcher.Config{
+	r := harness.Start(t, proxied, &dispatcher.Config{
 		Kinds: map[string]dispatcher.Kind{"email.receipt": k}, Workers: 8, BatchSize: 10,
 		Lease: 4 * time.Second, RescueInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond,
 		Logger: slog.New(logs),
@@ -67,17 +68,17 @@ func TestScenario_LostClaimAnswersArePutBack(t *testing.T) {
 	// server has committed the claim when the dispatcher gives up on it.
 	addToxic(t, proxy, "late", "bandwidth", "downstream", `{"rate":1}`)
 	const n = 30
-	keys := enqueue(t, direct, "email.receipt", n)
+	keys := harness.Enqueue(t, direct, "email.receipt", n)
 	store, _ := effects.NewStore(direct, nil)
-	waitFor(t, time.Minute, "a claim committed", func() bool { return stateCounts(t, store)[effects.Fired] > 0 })
+	harness.WaitFor(t, time.Minute, "a claim committed", func() bool { return harness.StateCounts(t, store)[effects.Fired] > 0 })
 	failed := logs.count("a claim failed; putting back")
-	waitFor(t, time.Minute, "that claim's answer too late", func() bool { return logs.count("a claim failed; putting back") > failed })
+	harness.WaitFor(t, time.Minute, "that claim's answer too late", func() bool { return logs.count("a claim failed; putting back") > failed })
 	removeToxic(t, proxy, "late")
-	waitFor(t, 30*time.Second, "every email settled", func() bool {
-		c := stateCounts(t, store)
+	harness.WaitFor(t, 30*time.Second, "every email settled", func() bool {
+		c := harness.StateCounts(t, store)
 		return c[effects.Pending]+c[effects.Fired] == 0
 	})
-	r.stop()
+	r.Stop()
 	for _, key := range keys {
 		if e, err := store.GetByKey(context.Background(), key); err == nil && e.State == effects.Uncertain && len(fake.Calls(key)) == 0 {
 			t.Errorf("%s is uncertain, but was never sent: %s", key, e.LastError)
@@ -85,7 +86,7 @@ func TestScenario_LostClaimAnswersArePutBack(t *testing.T) {
 	}
 	exp := invariant.Expect{Keys: map[string][]string{"email.receipt": keys},
 		Kinds: map[string]invariant.Kind{"email.receipt": {Fake: fake}}, Settled: true}
-	if vs := check(t, direct, exp); len(vs) != 0 {
+	if vs := harness.Check(t, direct, exp); len(vs) != 0 {
 		t.Fatal(invariant.Summary(vs, 10))
 	}
 }

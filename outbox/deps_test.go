@@ -1,0 +1,128 @@
+package outbox_test
+
+import (
+	"bytes"
+	"maps"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// forbidden are the modules a program that imports only outbox must not
+// compile, with why: providers, metrics and the daemon's machinery belong
+// to the daemon, test-only code to the tests.
+var forbidden = map[string]string{
+	"github.com/stripe/stripe-go/v76":                          "the Stripe provider's",
+	"github.com/sendgrid/sendgrid-go":                          "the SendGrid provider's",
+	"github.com/sendgrid/rest":                                 "the SendGrid provider's",
+	"github.com/standard-webhooks/standard-webhooks/libraries": "the webhook provider's",
+	"github.com/prometheus/client_golang":                      "the daemon's metrics",
+	"github.com/prometheus/client_model":                       "the daemon's metrics",
+	"github.com/prometheus/common":                             "the daemon's metrics",
+	"github.com/prometheus/procfs":                             "the daemon's metrics",
+	"github.com/robfig/cron/v3":                                "drift's scheduler",
+	"go.yaml.in/yaml/v3":                                       "the daemon's configuration",
+	"golang.org/x/time":                                        "the dispatcher's rate limits",
+	"go.uber.org/goleak":                                       "test-only",
+	"pgregory.net/rapid":                                       "test-only",
+	"github.com/Shopify/toxiproxy/v2":                          "test-only",
+}
+
+// forbiddenPackages are packages of this module and the standard library
+// that outbox must not pull in, by import path prefix.
+var forbiddenPackages = map[string]string{
+	"github.com/sidefx/sidefx/providers":          "provider code",
+	"github.com/sidefx/sidefx/dispatcher":         "the dispatcher",
+	"github.com/sidefx/sidefx/drift":              "drift",
+	"github.com/sidefx/sidefx/cmd/":               "the binary",
+	"github.com/sidefx/sidefx/internal/metrics":   "Prometheus code",
+	"github.com/sidefx/sidefx/internal/config":    "the daemon's configuration",
+	"github.com/sidefx/sidefx/internal/store":     "the dispatcher's engine",
+	"github.com/sidefx/sidefx/internal/pgtest":    "test-only code",
+	"github.com/sidefx/sidefx/internal/pgcluster": "test-only code",
+	"github.com/sidefx/sidefx/internal/pgbouncer": "test-only code",
+	"github.com/sidefx/sidefx/internal/peers":     "test-only code",
+	"github.com/sidefx/sidefx/internal/invariant": "test-only code",
+	"testing": "test-only code",
+}
+
+// goPackage is one line of go list -deps: a package, its module and its
+// imports.
+type goPackage struct {
+	path, module string
+	imports      []string
+}
+
+// listDeps runs go list -deps on pkg and returns every package a program
+// importing pkg compiles (pkg included), by import path.
+func listDeps(t *testing.T, pkg string) map[string]goPackage {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}|{{with .Module}}{{.Path}}{{end}}|{{join .Imports " "}}`, pkg)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
+	}
+	deps := map[string]goPackage{}
+	for line := range strings.Lines(string(out)) {
+		f := strings.SplitN(strings.TrimSpace(line), "|", 3)
+		if len(f) != 3 {
+			t.Fatalf("go list: unexpected line %q", line)
+		}
+		deps[f[0]] = goPackage{path: f[0], module: f[1], imports: strings.Fields(f[2])}
+	}
+	return deps
+}
+
+// importChain returns how from reaches to: from → … → to, the shortest way.
+func importChain(deps map[string]goPackage, from, to string) string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p == to {
+			var chain []string
+			for q := to; q != ""; q = prev[q] {
+				chain = append(chain, q)
+			}
+			slices.Reverse(chain)
+			return strings.Join(chain, " → ")
+		}
+		for _, imp := range deps[p].imports {
+			if _, seen := prev[imp]; !seen {
+				prev[imp] = p
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return to
+}
+
+// A service that links only outbox compiles the model and the enqueue, and
+// no provider, Prometheus, daemon or test-only code: the design's promise,
+// checked on what `go list -deps` says a program importing outbox builds.
+func TestOutbox_CompilesNoProviderMetricsOrTestCode(t *testing.T) {
+	t.Parallel()
+	const pkg = "github.com/sidefx/sidefx/outbox"
+	deps := listDeps(t, pkg)
+	// The listing is the real one: outbox and what it must use are there.
+	for _, want := range []string{pkg, "github.com/sidefx/sidefx/effects", "github.com/sidefx/sidefx/derive", "github.com/jackc/pgx/v5"} {
+		if _, ok := deps[want]; !ok {
+			t.Fatalf("go list -deps %s lacks %s: the listing is not what this test expects (%d packages)", pkg, want, len(deps))
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(deps)) {
+		d := deps[p]
+		if why, bad := forbidden[d.module]; bad {
+			t.Errorf("a program importing only outbox compiles %s, module %s (%s): %s", p, d.module, why, importChain(deps, pkg, p))
+		}
+		for prefix, why := range forbiddenPackages {
+			if p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/") {
+				t.Errorf("a program importing only outbox compiles %s (%s): %s", p, why, importChain(deps, pkg, p))
+			}
+		}
+	}
+}
