@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/sidefx/sidefx/internal/pgbouncer"
 	"github.com/sidefx/sidefx/internal/pgtest"
@@ -292,6 +294,29 @@ func producers() []producer {
 			return res, err
 		}
 	}}
+	stdlibProducer := producer{name: "database-sql-stdlib", open: func(t *testing.T, b *pgbouncer.Bouncer, conns int32) enqueueTx {
+		db, err := sql.Open("pgx", b.URL()+"&default_query_exec_mode=exec")
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(int(conns))
+		t.Cleanup(func() { db.Close() })
+		return func(ctx context.Context, txID string, es []outbox.Effect) ([]outbox.Enqueued, error) {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return nil, err
+			}
+			defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+			if _, err := tx.ExecContext(ctx, "INSERT INTO producer_log (tx, producer) VALUES ($1, $2)", txID, "database-sql-stdlib"); err != nil {
+				return nil, err
+			}
+			res, err := outbox.EnqueueMany(ctx, tx, es)
+			if err != nil {
+				return nil, err
+			}
+			return res, tx.Commit()
+		}
+	}}
 	return []producer{
 		// pgx with the fix the README documents for PgBouncer before 1.21.
 		goProducer("go-exec-enqueue", "exec", false),
@@ -304,7 +329,9 @@ func producers() []producer {
 		sqlProducer("sql-enqueue", "exec", false),
 		sqlProducer("sql-enqueue-many", "exec", true),
 		sqlProducer("sql-simple-enqueue-many", "simple_protocol", true),
-		// database/sql: add its producers here.
+		// database/sql, pgx's stdlib driver: outbox on a *sql.Tx (every
+		// enqueue goes through sidefx_enqueue_many).
+		stdlibProducer,
 	}
 }
 
@@ -316,7 +343,7 @@ func isMismatch(err error) bool {
 }
 
 // Concurrent producers of every kind, through PgBouncer in transaction
-// pooling mode (4 server connections for 28 client connections), race to
+// pooling mode (4 server connections for 32 client connections), race to
 // enqueue the same effects, some with another payload. Each pair ends with
 // one effect; exactly one transaction reports it inserted, and its payload
 // is the one stored; every transaction with that payload commits and reports
