@@ -1,4 +1,7 @@
-// Command sidefx is the sidefx daemon and its operations tool.
+// Command sidefx is the sidefx daemon and its operations tool: package
+// daemon with the built-in provider types (stripe, sendgrid, webhook,
+// http). A program that adds its own provider types is the same three
+// lines with a daemon.Daemon that lists them (examples/custom-provider).
 //
 //	sidefx run --config sidefx.yaml     dispatch effects, serve /metrics, /healthz, /readyz
 //	sidefx migrate                      apply the schema migrations
@@ -14,16 +17,6 @@
 // database, or uses --database-url, and never reads SIDEFX_DATABASE_URL.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "github.com/sidefx/sidefx/daemon"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := Run(ctx, os.Args[1:], &IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv})
-	stop()
-	os.Exit(exitCode(err, os.Stderr))
-}
+func main() { daemon.Main() }

@@ -103,6 +103,8 @@ type Config struct {
 	// naming its field, for the daemon to log. They are not read from the
 	// file.
 	Warnings []string `yaml:"-"`
+
+	types registry // the registered provider types Load was given
 }
 
 // HTTPConfig configures the daemon's HTTP endpoint.
@@ -241,6 +243,14 @@ type ProviderConfig struct {
 	// Burst is how many calls may start at once under RatePerSecond; only
 	// with a rate. Default 0: max(1, rate_per_second).
 	Burst int `yaml:"burst"`
+
+	// Settings are the own fields of a provider of a registered type
+	// (ProviderType), decoded into a pointer to its settings struct; nil
+	// for the built-in types. Printing a ProviderConfig hides them.
+	Settings any `yaml:"-"`
+
+	ptype     *ProviderType // the registered type, if Type is one
+	undecoded bool          // Settings did not decode: no check, no build
 }
 
 // KindConfig is the policy of one effect kind (dispatcher.Kind).

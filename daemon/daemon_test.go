@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ import (
 func binary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sidefx")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/sidefx/sidefx/cmd/sidefx").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

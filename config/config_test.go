@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/dispatcher"
-	"github.com/sidefx/sidefx/internal/config"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"

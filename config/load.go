@@ -20,25 +20,32 @@ import (
 // validates. An invalid configuration gives every problem at once, joined,
 // each a *FieldError naming the file, line and field. The returned Config
 // carries the warnings in Warnings.
-func Load(path string, getenv func(string) string) (*Config, error) {
+//
+// types are provider types besides the built-in ones (NewProviderType); a
+// type named twice, or a built-in one, is an error that is not ErrInvalid.
+func Load(path string, getenv func(string) string, types ...ProviderType) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return parse(path, data, getenv)
+	return parse(path, data, getenv, types)
 }
 
 // Parse is Load for a configuration already in memory; its errors name no
 // file.
-func Parse(data []byte, getenv func(string) string) (*Config, error) {
-	return parse("", data, getenv)
+func Parse(data []byte, getenv func(string) string, types ...ProviderType) (*Config, error) {
+	return parse("", data, getenv, types)
 }
 
-func parse(file string, data []byte, getenv func(string) string) (*Config, error) {
+func parse(file string, data []byte, getenv func(string) string, types []ProviderType) (*Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	c := &Config{}
+	reg, err := newRegistry(types)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{types: reg}
 	decodeProblems, lines := decode(data, c)
 	if len(decodeProblems) > 0 && lines == nil {
 		// Not YAML, or not one document: nothing else is worth saying.
@@ -130,19 +137,18 @@ func decode(data []byte, c *Config) ([]*FieldError, map[string]int) {
 
 	dec = yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	err := dec.Decode(c)
-	if err == nil {
-		return nil, lines
+	var problems []*FieldError
+	if err := dec.Decode(c); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return []*FieldError{syntaxError(err)}, nil
+		}
+		for _, msg := range te.Errors {
+			problems = append(problems, decodeError(msg, entries))
+		}
 	}
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return []*FieldError{syntaxError(err)}, nil
-	}
-	problems := make([]*FieldError, 0, len(te.Errors))
-	for _, msg := range te.Errors {
-		problems = append(problems, decodeError(msg, entries))
-	}
-	return problems, lines
+	// The registered types' providers: their own fields are theirs.
+	return c.types.decodeSettings(c, entries, problems), lines
 }
 
 var (

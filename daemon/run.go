@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -14,14 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/config"
 	"github.com/sidefx/sidefx/internal/metrics"
 	"github.com/sidefx/sidefx/migrations"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
+// version is set at build time with
+// -ldflags "-X github.com/sidefx/sidefx/daemon.version=…".
 var version = "dev"
 
 func runCmd(ctx context.Context, io *IO, args []string) error {

@@ -87,6 +87,9 @@ func (c *Config) fillDefaults() {
 			defD(&p.Timeout, webhook.DefaultTimeout)
 			defD(&p.KeyWindow, webhook.DefaultKeyWindow)
 		}
+		if p.ptype != nil {
+			defD(&p.Timeout, registeredTimeout(p.ptype))
+		}
 		c.Providers[name] = p
 	}
 	for name, k := range c.Kinds {
@@ -153,7 +156,7 @@ func (c *Config) validate(env map[string]string) (warnings []string, problems []
 	}
 	c.Dispatcher.check(v)
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
-		c.Providers[name].check(v, name)
+		c.Providers[name].check(v, name, c.types)
 	}
 	c.checkKinds(v)
 	c.Drift.check(v, c.Kinds)
@@ -218,7 +221,7 @@ var applies = []struct {
 	{"key_window", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.KeyWindow != 0 }},
 }
 
-func (p ProviderConfig) check(v *checker, name string) {
+func (p ProviderConfig) check(v *checker, name string, types registry) {
 	path := providerPath(name)
 	before := len(v.problems)
 	if !nameRE.MatchString(name) {
@@ -226,10 +229,17 @@ func (p ProviderConfig) check(v *checker, name string) {
 	}
 	switch {
 	case p.Type == "":
-		v.fail(path+".type", "required (%s)", strings.Join(providerTypes, ", "))
+		v.fail(path+".type", "required (%s)", strings.Join(types.names(), ", "))
 		return
-	case !slices.Contains(providerTypes, p.Type):
-		v.fail(path+".type", "%q is not a provider type (want %s)", p.Type, strings.Join(providerTypes, ", "))
+	case p.ptype == nil && !slices.Contains(providerTypes, p.Type):
+		v.fail(path+".type", "%q is not a provider type (want %s)", p.Type, strings.Join(types.names(), ", "))
+		return
+	}
+	if p.ptype != nil {
+		p.checkCommon(v, path)
+		if len(v.problems) == before {
+			p.checkRegistered(v, name)
+		}
 		return
 	}
 	for _, a := range applies {
@@ -287,6 +297,18 @@ func (p ProviderConfig) check(v *checker, name string) {
 			v.fail(path+".key_window", "%s: want a positive duration, how long the receiver keeps webhook-ids (default %s)", p.KeyWindow, Duration(webhook.DefaultKeyWindow))
 		}
 	}
+	p.checkCommon(v, path)
+	if len(v.problems) == before {
+		// What only the provider knows (a header it sets itself…), checked
+		// with a stand-in secret: Build fails only on the secret itself.
+		if err := dryRun(name, p); err != nil {
+			v.fail(path, "%v", err)
+		}
+	}
+}
+
+// checkCommon checks the fields every provider has.
+func (p ProviderConfig) checkCommon(v *checker, path string) {
 	if p.Timeout < 0 {
 		v.fail(path+".timeout", "%s is negative", p.Timeout)
 	}
@@ -300,13 +322,6 @@ func (p ProviderConfig) check(v *checker, name string) {
 		v.fail(path+".burst", "%d is negative", p.Burst)
 	case p.Burst > 0 && p.RatePerSecond == 0:
 		v.fail(path+".burst", "set without rate_per_second: a burst only shapes a rate")
-	}
-	if len(v.problems) == before {
-		// What only the provider knows (a header it sets itself…), checked
-		// with a stand-in secret: Build fails only on the secret itself.
-		if err := dryRun(name, p); err != nil {
-			v.fail(path, "%v", err)
-		}
 	}
 }
 
@@ -388,7 +403,7 @@ func (c *Config) checkKinds(v *checker) {
 		}
 		used[k.Provider] = true
 
-		if k.Operation != "" && ok && p.Type != TypeStripe && slices.Contains(providerTypes, p.Type) {
+		if k.Operation != "" && ok && p.Type != TypeStripe {
 			v.fail(path+".operation", "only for stripe providers; provider %q is %s", k.Provider, p.Type)
 		}
 		if ok && p.Type == TypeStripe && !slices.Contains(stripe.Operations(), k.Operation) {
@@ -400,6 +415,11 @@ func (c *Config) checkKinds(v *checker) {
 		}
 		if k.AtLeastOnce && ok && (p.Type == TypeStripe || p.Type == TypeWebhook) {
 			v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for sendgrid providers", k.Provider, p.Type)
+		}
+		if k.AtLeastOnce && ok && p.ptype != nil {
+			if idem, _ := p.registeredFacts(k.Provider); idem {
+				v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for providers without idempotency keys", k.Provider, p.Type)
+			}
 		}
 
 		if k.MaxAttempts < 0 {
@@ -425,7 +445,7 @@ func (c *Config) checkKinds(v *checker) {
 		case k.BackoffMax < k.BackoffBase:
 			v.fail(path+".backoff_max", "%s is below backoff_base %s", k.BackoffMax, k.BackoffBase)
 		}
-		if window, which := keyWindow(p); ok && window > 0 && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase && !k.OutlastKeyWindow {
+		if window, which := keyWindow(k.Provider, p); ok && window > 0 && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase && !k.OutlastKeyWindow {
 			// The last attempt starts after RetrySpan and may run its timeout.
 			if span := RetrySpan(k) + time.Duration(k.Timeout); span >= window {
 				v.fail(path, "retries can span %s (max_attempts %d, timeout %s, backoff_base %s, backoff_max %s), beyond %s: an attempt after it could perform the effect twice, so it would not be made and the effect would be left uncertain; lower max_attempts or backoff_max, or set outlast_key_window: true to accept that",
@@ -447,13 +467,19 @@ func (c *Config) KeyWindow(kind string) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	w, _ := keyWindow(c.Providers[k.Provider])
+	w, _ := keyWindow(k.Provider, c.Providers[k.Provider])
 	return w, true
 }
 
 // keyWindow returns how long the provider p configures remembers a key,
 // and names that window for a warning; 0 for a provider without keys.
-func keyWindow(p ProviderConfig) (time.Duration, string) {
+func keyWindow(name string, p ProviderConfig) (time.Duration, string) {
+	if p.ptype != nil {
+		if _, w := p.registeredFacts(name); w > 0 {
+			return w, fmt.Sprintf("the %s key window of provider %q (%s)", w, name, p.Type)
+		}
+		return 0, ""
+	}
 	switch p.Type {
 	case TypeStripe:
 		return StripeKeyWindow, fmt.Sprintf("Stripe's %s idempotency-key window", StripeKeyWindow)

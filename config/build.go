@@ -174,6 +174,9 @@ func (s secrets) all() []string {
 // the provider. Its problems name the field and the variable, never a
 // value.
 func buildProvider(name string, pc ProviderConfig, getenv func(string) string, ops map[string]string) (providers.Provider, []*FieldError) {
+	if pc.ptype != nil {
+		return pc.buildRegistered(name, getenv)
+	}
 	path := providerPath(name)
 	var problems []*FieldError
 	var s secrets

@@ -15,8 +15,8 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/derive"
-	"github.com/sidefx/sidefx/internal/config"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/webhook"
 )

@@ -3,7 +3,7 @@ package config_test
 import (
 	"fmt"
 
-	"github.com/sidefx/sidefx/internal/config"
+	"github.com/sidefx/sidefx/config"
 )
 
 // Every problem is reported at once, each with its line and field path.

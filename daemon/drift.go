@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/drift"
-	"github.com/sidefx/sidefx/internal/config"
 	"github.com/sidefx/sidefx/internal/metrics"
 )
 

@@ -44,6 +44,9 @@ func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 func (p ProviderConfig) String() string {
 	type plain ProviderConfig
 	q := plain(p)
+	if q.Settings != nil {
+		q.Settings = redacted // a registered type's own fields may hold tokens
+	}
 	if q.URL != "" {
 		q.URL = providers.RedactURL(q.URL)
 	}

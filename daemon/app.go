@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/config"
 )
 
 // IO is what a command reads and writes: the process's standard streams and
@@ -24,6 +24,8 @@ type IO struct {
 	Out    io.Writer
 	Err    io.Writer
 	Getenv func(string) string
+
+	d *Daemon // the daemon running the command: its provider types
 }
 
 // command is one subcommand: one file each.
@@ -48,8 +50,21 @@ func commands() []command {
 	}
 }
 
-// Run runs the command args name.
+// Run runs the command args names with the built-in provider types, as
+// the sidefx binary does.
 func Run(ctx context.Context, args []string, io *IO) error {
+	return (&Daemon{}).Run(ctx, args, io)
+}
+
+// Run runs the command args names (args[0] is the command, "run" or
+// "status", say; the program's name is not in args), reading and writing io.
+func (d *Daemon) Run(ctx context.Context, args []string, io *IO) error {
+	dio := *io
+	dio.d = d
+	if dio.Getenv == nil {
+		dio.Getenv = os.Getenv
+	}
+	io = &dio
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(io.Out)
 		if len(args) == 0 {
@@ -144,7 +159,7 @@ func (c *common) loadConfig(io *IO) (*config.Config, error) {
 	if c.configPath == "" {
 		return nil, nil
 	}
-	cfg, err := config.Load(c.configPath, io.Getenv)
+	cfg, err := config.Load(c.configPath, io.Getenv, io.providerTypes()...)
 	if err != nil {
 		return nil, fmt.Errorf("configuration %s:\n%w", c.configPath, err)
 	}

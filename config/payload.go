@@ -18,7 +18,13 @@ func (c *Config) CheckPayload(kind string, payload json.RawMessage) error {
 		return fmt.Errorf("kind %q is not configured", kind)
 	}
 	pc := c.Providers[k.Provider]
-	p, err := newProvider(k.Provider, pc, standInSecrets(pc), c.stripeOperations(k.Provider))
+	var p providers.Provider
+	var err error
+	if pc.ptype != nil {
+		p, err = pc.dryRun(k.Provider)
+	} else {
+		p, err = newProvider(k.Provider, pc, standInSecrets(pc), c.stripeOperations(k.Provider))
+	}
 	if err != nil {
 		return fmt.Errorf("provider %s: %w", k.Provider, err)
 	}

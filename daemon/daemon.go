@@ -1,0 +1,45 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sidefx/sidefx/config"
+)
+
+// Daemon is the sidefx program: its commands (run, migrate, enqueue,
+// status, inspect, retry, resolve, cancel, supersede, drift, demo) with the
+// built-in provider types and those in ProviderTypes. The zero Daemon is
+// the sidefx binary.
+type Daemon struct {
+	// ProviderTypes are provider types besides the built-in ones (stripe,
+	// sendgrid, webhook, http), each named by its Name in a provider's
+	// type field. A name may appear once and may not be a built-in one.
+	ProviderTypes []config.ProviderType
+}
+
+// Main runs the command in os.Args with the process's standard streams and
+// environment, stops on SIGINT or SIGTERM (calls in flight are given
+// dispatcher.shutdown_timeout to finish), and exits with 0 on success, 2
+// for a command line it cannot run and 1 for any other failure, printed
+// to standard error.
+func (d *Daemon) Main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := d.Run(ctx, os.Args[1:], &IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv})
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// Main is (&Daemon{}).Main(): the sidefx binary.
+func Main() { (&Daemon{}).Main() }
+
+// providerTypes returns the extra provider types of the daemon running the
+// command.
+func (io *IO) providerTypes() []config.ProviderType {
+	if io.d == nil {
+		return nil
+	}
+	return io.d.ProviderTypes
+}
