@@ -30,6 +30,11 @@ type Runtime struct {
 	// hold a password; String and LogValue hide it.
 	DatabaseURL string
 
+	// SessionDatabaseURL is Config.SessionDatabaseURL: the connection for
+	// LISTEN, the drift job's lock and the migrations; "" means
+	// DatabaseURL. It may hold a password too.
+	SessionDatabaseURL string
+
 	// Providers are the built providers, by name. Close closes the idle
 	// connections of those that keep any.
 	Providers map[string]providers.Provider
@@ -74,12 +79,13 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 	}
 
 	rt := &Runtime{
-		DatabaseURL: c.DatabaseURL,
-		Providers:   make(map[string]providers.Provider, len(c.Providers)),
-		Migrations:  migrations.Config{Schema: c.Schema, Namespace: c.Namespace},
-		HTTP:        c.HTTP,
-		Log:         c.Log,
-		Drift:       c.Drift,
+		DatabaseURL:        c.DatabaseURL,
+		SessionDatabaseURL: c.SessionDatabaseURL,
+		Providers:          make(map[string]providers.Provider, len(c.Providers)),
+		Migrations:         migrations.Config{Schema: c.Schema, Namespace: c.Namespace},
+		HTTP:               c.HTTP,
+		Log:                c.Log,
+		Drift:              c.Drift,
 	}
 	var problems []*FieldError
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {

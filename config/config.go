@@ -14,9 +14,11 @@ import (
 // file's value when it is set and not empty.
 const (
 	EnvDatabaseURL = "SIDEFX_DATABASE_URL" // database_url
-	EnvHTTPListen  = "SIDEFX_HTTP_LISTEN"  // http.listen
-	EnvLogLevel    = "SIDEFX_LOG_LEVEL"    // log.level
-	EnvLogFormat   = "SIDEFX_LOG_FORMAT"   // log.format
+
+	EnvSessionDatabaseURL = "SIDEFX_SESSION_DATABASE_URL" // session_database_url
+	EnvHTTPListen         = "SIDEFX_HTTP_LISTEN"          // http.listen
+	EnvLogLevel           = "SIDEFX_LOG_LEVEL"            // log.level
+	EnvLogFormat          = "SIDEFX_LOG_FORMAT"           // log.format
 )
 
 // The provider types, the values of ProviderConfig.Type.
@@ -68,6 +70,17 @@ type Config struct {
 	// pairs as pgx accepts them. Required, in the file or in
 	// SIDEFX_DATABASE_URL, which wins.
 	DatabaseURL string `yaml:"database_url"`
+
+	// SessionDatabaseURL is a connection string to the same database for
+	// what needs a session of its own: the dispatcher's LISTEN for new
+	// effects, the drift job's lock and the migrations. Set it to a direct
+	// connection (or one through a pooler in session mode) when
+	// database_url goes through a pooler in transaction mode, such as
+	// PgBouncer with pool_mode=transaction: the daemon refuses to start
+	// when it finds the connection for sessions pooled by transaction.
+	// Default "": database_url serves both. SIDEFX_SESSION_DATABASE_URL
+	// wins.
+	SessionDatabaseURL string `yaml:"session_database_url"`
 
 	// Schema is the PostgreSQL schema that holds side_effects. Default
 	// "public".
@@ -142,8 +155,9 @@ type DispatcherConfig struct {
 	// provider's). Default 60s, above the default timeouts (30s at most).
 	Lease Duration `yaml:"lease"`
 
-	// PollInterval is how often the dispatcher looks for due effects
-	// without a notification. Default 1s.
+	// PollInterval is how often an idle dispatcher looks for due effects
+	// (a cheap index probe; it claims only when one is due): it bounds how
+	// long a new effect waits for an idle dispatcher. Default 10ms.
 	PollInterval Duration `yaml:"poll_interval"`
 
 	// Retention is how long finished effects are kept whole before they

@@ -41,6 +41,9 @@ func secretEnv() map[string]string {
 		"STRIPE_API_KEY":         stripeKey,
 		"SENDGRID_API_KEY":       sendgridKey,
 		"PARTNER_WEBHOOK_SECRET": webhookSecret,
+		// Rotation's second secret, and a header token.
+		"PARTNER_WEBHOOK_SECRET_NEW": webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("SECRET-webhook-rotated-key-32-by")),
+		"PARTNER_TOKEN":              "SECRETpartnerTOKEN",
 	}
 }
 
@@ -105,7 +108,8 @@ func TestReference_ParsesAndBuilds(t *testing.T) {
 	if d.Kinds["email.receipt"].Provider != rt.Providers["mail"] || d.Kinds["webhook.order_paid"].Provider != rt.Providers["partner"] {
 		t.Errorf("kinds have the wrong providers")
 	}
-	if d.Schema != "public" || d.Workers != dispatcher.DefaultWorkers || d.BatchSize != dispatcher.DefaultBatchSize || d.Lease != time.Minute || d.Logger == nil || d.Limits != nil {
+	if d.Schema != "public" || d.Workers != dispatcher.DefaultWorkers || d.BatchSize != dispatcher.DefaultBatchSize || d.Lease != time.Minute || d.Logger == nil ||
+		!reflect.DeepEqual(d.Limits, map[string]dispatcher.Limit{"partner": {Concurrency: 8, RatePerSecond: 50, Burst: 10}}) {
 		t.Errorf("dispatcher config: %v", rt)
 	}
 	if rt.Migrations != (migrations.Config{Schema: "public"}) {
@@ -129,7 +133,7 @@ func TestReference_DocumentsEveryField(t *testing.T) {
 		typ := reflect.TypeOf(v)
 		for f := range typ.Fields() {
 			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name == "-" {
+			if name == "-" || !f.IsExported() {
 				continue
 			}
 			if !strings.Contains(config.Reference, " "+name+":") && !strings.Contains(config.Reference, "\n"+name+":") {
@@ -365,13 +369,14 @@ func TestParse_EnvOverridesWin(t *testing.T) {
 	t.Parallel()
 	doc := minimal + "http: {listen: \"127.0.0.1:1\"}\nlog: {level: error, format: text}\n"
 	env := map[string]string{
-		config.EnvDatabaseURL: "postgres://env-host/envdb",
-		config.EnvHTTPListen:  "0.0.0.0:9999",
-		config.EnvLogLevel:    "DEBUG",
-		config.EnvLogFormat:   "json",
+		config.EnvDatabaseURL:        "postgres://env-host/envdb",
+		config.EnvSessionDatabaseURL: "postgres://direct-host/envdb",
+		config.EnvHTTPListen:         "0.0.0.0:9999",
+		config.EnvLogLevel:           "DEBUG",
+		config.EnvLogFormat:          "json",
 	}
 	cfg := mustParse(t, doc, env)
-	if cfg.DatabaseURL != env[config.EnvDatabaseURL] || cfg.HTTP.Listen != "0.0.0.0:9999" || cfg.Log.Level != "debug" || cfg.Log.Format != "json" {
+	if cfg.DatabaseURL != env[config.EnvDatabaseURL] || cfg.SessionDatabaseURL != env[config.EnvSessionDatabaseURL] || cfg.HTTP.Listen != "0.0.0.0:9999" || cfg.Log.Level != "debug" || cfg.Log.Format != "json" {
 		t.Errorf("env did not win: %+v", cfg)
 	}
 

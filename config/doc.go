@@ -13,13 +13,32 @@
 //	// rt.Providers, rt.Dispatcher (for dispatcher.New), rt.Migrations,
 //	// rt.HTTP, rt.DriftSchedule…: nothing is started.
 //
-// Reference is a complete, commented file with every default.
+// Reference is a complete, commented file with every default. It and the
+// README's reference table are generated from the documentation of the
+// fields of Config and the structs under it (go test ./config -run
+// TestReference -update), which is therefore the one place a field's
+// meaning and default are written.
+//
+// # Provider types
+//
+// Besides the built-in types (stripe, sendgrid, webhook), a program may
+// register its own with NewProviderType and pass them to Load (package
+// daemon does, from daemon.Daemon.ProviderTypes). A provider of such a type
+// has the common fields (type, timeout, concurrency, rate_per_second,
+// burst); the rest of its mapping is decoded into the type's settings
+// struct with unknown fields refused, checked by the type's check function,
+// and built by its build function, which reads secrets with
+// ProviderBuild.Secret. Every problem is a *FieldError naming the file,
+// line and field, as for the built-in types. Load builds each such provider
+// once with stand-in secrets, to learn whether it is idempotent and its key
+// window (KeyWindower) for the kinds' checks.
 //
 // # Loading
 //
 // Load reads the file with unknown fields refused, applies the environment
-// overrides (SIDEFX_DATABASE_URL, SIDEFX_HTTP_LISTEN, SIDEFX_LOG_LEVEL,
-// SIDEFX_LOG_FORMAT; each wins when set and not empty), fills the defaults
+// overrides (SIDEFX_DATABASE_URL, SIDEFX_SESSION_DATABASE_URL,
+// SIDEFX_HTTP_LISTEN, SIDEFX_LOG_LEVEL, SIDEFX_LOG_FORMAT; each wins when
+// set and not empty), fills the defaults
 // and validates. It reports every problem, not the first: the error joins
 // one *FieldError per problem (errors.Is(err, ErrInvalid)), each written
 // as

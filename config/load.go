@@ -96,6 +96,7 @@ func (c *Config) applyEnv(getenv func(string) string) map[string]string {
 		field     *string
 	}{
 		{EnvDatabaseURL, "database_url", &c.DatabaseURL},
+		{EnvSessionDatabaseURL, "session_database_url", &c.SessionDatabaseURL},
 		{EnvHTTPListen, "http.listen", &c.HTTP.Listen},
 		{EnvLogLevel, "log.level", &c.Log.Level},
 		{EnvLogFormat, "log.format", &c.Log.Format},

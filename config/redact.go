@@ -30,6 +30,9 @@ func (c Config) String() string {
 	type plain Config // without methods, so that Sprintf does not recurse
 	p := plain(c)
 	p.DatabaseURL = RedactDatabaseURL(c.DatabaseURL)
+	if p.SessionDatabaseURL != "" {
+		p.SessionDatabaseURL = RedactDatabaseURL(c.SessionDatabaseURL)
+	}
 	return fmt.Sprintf("%+v", p)
 }
 
@@ -70,7 +73,11 @@ func (p ProviderConfig) LogValue() slog.Value { return slog.StringValue(p.String
 // reachable from it.
 func (rt Runtime) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "{DatabaseURL:%s Providers:[", RedactDatabaseURL(rt.DatabaseURL))
+	fmt.Fprintf(&b, "{DatabaseURL:%s", RedactDatabaseURL(rt.DatabaseURL))
+	if rt.SessionDatabaseURL != "" {
+		fmt.Fprintf(&b, " SessionDatabaseURL:%s", RedactDatabaseURL(rt.SessionDatabaseURL))
+	}
+	b.WriteString(" Providers:[")
 	for i, name := range slices.Sorted(maps.Keys(rt.Providers)) {
 		if i > 0 {
 			b.WriteByte(' ')

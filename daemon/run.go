@@ -62,22 +62,24 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	defer rt.Close()
 
-	pcfg, err := pgxpool.ParseConfig(rt.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("database: %w", redactURL(err, rt.DatabaseURL))
-	}
-	if pcfg.ConnConfig.ConnectTimeout == 0 {
-		// pgx sets none: a connection attempt into a silent network would
-		// wait for TCP to give up. The URL's connect_timeout wins.
-		pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
-	}
-	// The pool connects on first use: nothing below touches the database
+	// The pools connect on first use: nothing below touches the database
 	// before the HTTP server is up.
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	pool, err := openPool(ctx, "database_url", rt.DatabaseURL, 0)
 	if err != nil {
-		return fmt.Errorf("database: %w", redactURL(err, rt.DatabaseURL))
+		return err
 	}
 	defer pool.Close()
+	// What needs a session (LISTEN, the drift job's lock, the migrations)
+	// has its own connections when database_url goes through a pooler in
+	// transaction mode.
+	session := pool
+	if rt.SessionDatabaseURL != "" {
+		if session, err = openPool(ctx, "session_database_url", rt.SessionDatabaseURL, 4); err != nil {
+			return err
+		}
+		defer session.Close()
+		rt.Dispatcher.ListenPool = session
+	}
 	store, err := effects.NewStore(pool, &effects.Config{Schema: rt.Dispatcher.Schema})
 	if err != nil {
 		return err
@@ -107,7 +109,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		return fmt.Errorf("http listen %s: %w", rt.HTTP.Listen, err)
 	}
 	var started atomic.Bool
-	db := dbCheck{pool: pool, mc: &rt.Migrations, url: rt.DatabaseURL}
+	db := dbCheck{pool: pool, session: session, mc: &rt.Migrations, url: rt.DatabaseURL}
 	srv := &http.Server{Handler: httpHandler(reg, db, started.Load, d.Healthy), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -124,7 +126,10 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	if ok, err := waitForDatabase(ctx, db, *migrate, log); err != nil || !ok {
 		return err // nil if stopped while waiting
 	}
-	stopDrift, err := startDrift(ctx, pool, rt, m, d.WorkerID(), log)
+	if err := checkSession(ctx, session, rt.SessionDatabaseURL != ""); err != nil {
+		return err
+	}
+	stopDrift, err := startDrift(ctx, session, rt, m, d.WorkerID(), log)
 	if err != nil {
 		return err
 	}
@@ -138,9 +143,10 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 // dbCheck tells whether the daemon's database answers and holds its
 // current schema, for the wait at start and for /readyz.
 type dbCheck struct {
-	pool *pgxpool.Pool
-	mc   *migrations.Config
-	url  string // to redact its password from errors
+	pool    *pgxpool.Pool
+	session *pgxpool.Pool // for the migrations: pool, or the session_database_url's
+	mc      *migrations.Config
+	url     string // to redact its password from errors
 }
 
 // schemaBehindError is dbCheck's answer for a schema that lacks migrations.
@@ -187,7 +193,7 @@ func waitForDatabase(ctx context.Context, db dbCheck, migrate bool, log *slog.Lo
 		err := db.check(ctx)
 		if behind, ok := errors.AsType[*schemaBehindError](err); ok && migrate {
 			log.Info("applying migrations", "schema", behind.schema, "missing", behind.missing)
-			if err := migrations.Apply(ctx, db.pool, db.mc); err != nil {
+			if err := migrations.Apply(ctx, db.session, db.mc); err != nil {
 				return false, err
 			}
 			migrate = false // once; a schema still behind is waited for

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/providers"
 )
@@ -119,6 +121,12 @@ type Config struct {
 
 	// WorkerID is recorded in claimed_by. Default host-pid-random.
 	WorkerID string
+
+	// ListenPool, if set, gives the connection the notification listener
+	// holds for its LISTEN: a session of its own, which a pooler in
+	// transaction mode (PgBouncer's pool_mode=transaction) cannot keep.
+	// Default nil: a connection taken from the dispatcher's pool.
+	ListenPool *pgxpool.Pool
 
 	// Logger receives the dispatcher's logs. Default slog.Default().
 	Logger *slog.Logger

@@ -960,7 +960,11 @@ func (d *Dispatcher) listen(ctx context.Context) {
 }
 
 func (d *Dispatcher) listenOnce(ctx context.Context) error {
-	pc, err := d.pool.Acquire(ctx)
+	pool := d.pool
+	if d.cfg.ListenPool != nil {
+		pool = d.cfg.ListenPool
+	}
+	pc, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}

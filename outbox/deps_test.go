@@ -38,6 +38,7 @@ var forbiddenPackages = map[string]string{
 	"github.com/sidefx/sidefx/cmd/":               "the binary",
 	"github.com/sidefx/sidefx/internal/metrics":   "Prometheus code",
 	"github.com/sidefx/sidefx/config":             "the daemon's configuration",
+	"github.com/sidefx/sidefx/daemon":             "the daemon",
 	"github.com/sidefx/sidefx/internal/store":     "the dispatcher's engine",
 	"github.com/sidefx/sidefx/internal/pgtest":    "test-only code",
 	"github.com/sidefx/sidefx/internal/pgcluster": "test-only code",

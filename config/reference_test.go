@@ -1,0 +1,378 @@
+package config_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sidefx/sidefx/config"
+)
+
+// The reference, config.Reference (reference.yaml) and the README's table,
+// is generated here from the one place each field is documented: its doc
+// comment in this package. Run with -update after changing a field.
+var update = flag.Bool("update", false, "rewrite reference.yaml and the README's reference table")
+
+// referenceExample is the example the reference shows: only values, no
+// word of documentation. Every field it leaves out that has a default is
+// added with its default.
+const referenceExample = `
+database_url: postgres://sidefx@localhost:5432/app
+providers:
+  stripe: {type: stripe, api_key_env: STRIPE_API_KEY}
+  mail: {type: sendgrid, api_key_env: SENDGRID_API_KEY}
+  partner:
+    type: webhook
+    url: https://partner.example/hooks
+    secret_env: PARTNER_WEBHOOK_SECRET
+    secrets_env: [PARTNER_WEBHOOK_SECRET_NEW]
+    headers: {X-Tenant: t1}
+    headers_env: {X-Partner-Token: PARTNER_TOKEN}
+    concurrency: 8
+    rate_per_second: 50
+    burst: 10
+kinds:
+  charge.create: {provider: stripe, operation: charges.create, max_attempts: 20, outlast_key_window: false}
+  email.receipt: {provider: mail, at_least_once: false}
+  webhook.order_paid: {provider: partner}
+drift:
+  rules:
+    - name: paid_orders_charged
+      kind: charge.create
+      sql: SELECT id::text FROM orders WHERE status = 'paid' AND paid_at >= :window_start AND paid_at < :due_before
+      sample: 10
+      check_at_most: 0
+`
+
+// sections are the configuration's structs, by where they are in the file.
+var sections = []struct {
+	path string
+	typ  reflect.Type
+	what string
+}{
+	{"", reflect.TypeFor[config.Config](), "The file"},
+	{"http", reflect.TypeFor[config.HTTPConfig](), ""},
+	{"log", reflect.TypeFor[config.LogConfig](), ""},
+	{"dispatcher", reflect.TypeFor[config.DispatcherConfig](), ""},
+	{"providers.NAME", reflect.TypeFor[config.ProviderConfig](), ""},
+	{"kinds.KIND", reflect.TypeFor[config.KindConfig](), ""},
+	{"drift", reflect.TypeFor[config.DriftConfig](), ""},
+	{"drift.rules[]", reflect.TypeFor[config.DriftRule](), ""},
+}
+
+// fieldDocs reads the doc comment of every struct field of the package's
+// (non-test) sources: type name → field name → text.
+func fieldDocs(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]map[string]string{}
+	for _, pkg := range pkgs {
+		for _, f := range pkg.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				ts, ok := n.(*ast.TypeSpec)
+				if !ok {
+					return true
+				}
+				st, ok := ts.Type.(*ast.StructType)
+				if !ok {
+					return true
+				}
+				m := map[string]string{}
+				for _, fld := range st.Fields.List {
+					for _, name := range fld.Names {
+						m[name.Name] = strings.TrimSpace(fld.Doc.Text())
+					}
+				}
+				docs[ts.Name.Name] = m
+				return true
+			})
+		}
+	}
+	return docs
+}
+
+// yamlFields lists the struct's fields that the file holds: YAML name and
+// Go field.
+func yamlFields(typ reflect.Type) []reflect.StructField {
+	var out []reflect.StructField
+	for f := range typ.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" || !f.IsExported() {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return name
+}
+
+// generateReference renders reference.yaml: the example, filled with the
+// defaults, each field under its documentation (the first time the field
+// appears).
+func generateReference(t *testing.T) []byte {
+	t.Helper()
+	docs := fieldDocs(t)
+	cfg, err := config.Parse([]byte(referenceExample), getenv(nil))
+	if err != nil {
+		t.Fatalf("the reference's example: %v", err)
+	}
+	var given yaml.Node
+	if err := yaml.Unmarshal([]byte(referenceExample), &given); err != nil {
+		t.Fatal(err)
+	}
+	var filled yaml.Node
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(out, &filled); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	var walk func(n, given *yaml.Node, typ reflect.Type, entries bool)
+	walk = func(n, given *yaml.Node, typ reflect.Type, entries bool) {
+		for typ.Kind() == reflect.Pointer {
+			typ = typ.Elem()
+		}
+		switch {
+		case n.Kind == yaml.MappingNode && typ.Kind() == reflect.Struct:
+			fields := map[string]reflect.StructField{}
+			for _, f := range yamlFields(typ) {
+				fields[yamlName(f)] = f
+			}
+			var kept []*yaml.Node
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				f, ok := fields[k.Value]
+				if !ok {
+					t.Fatalf("%s has no field %s", typ, k.Value)
+				}
+				g := lookup(given, k.Value)
+				// In a provider, kind or rule, a field the example does not
+				// give and that has no default is left out.
+				if entries && g == nil && isZero(v) {
+					continue
+				}
+				if key := typ.Name() + "." + f.Name; !documented[key] {
+					documented[key] = true
+					k.HeadComment = docs[typ.Name()][f.Name]
+				}
+				if f.Type == reflect.TypeFor[config.Duration]() {
+					d, err := time.ParseDuration(v.Value)
+					if err != nil {
+						t.Fatalf("%s: %v", k.Value, err)
+					}
+					v.Value = shortDuration(d)
+				}
+				walk(v, g, f.Type, entries)
+				kept = append(kept, k, v)
+			}
+			n.Content = kept
+		case n.Kind == yaml.MappingNode && typ.Kind() == reflect.Map:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				walk(n.Content[i+1], lookup(given, n.Content[i].Value), typ.Elem(), true)
+			}
+		case n.Kind == yaml.SequenceNode && typ.Kind() == reflect.Slice:
+			for i, v := range n.Content {
+				var g *yaml.Node
+				if given != nil && i < len(given.Content) {
+					g = given.Content[i]
+				}
+				walk(v, g, typ.Elem(), true)
+			}
+		}
+		// Short lists and maps of scalars stay on one line.
+		if (typ.Kind() == reflect.Slice || typ.Kind() == reflect.Map) && allScalars(n) {
+			n.Style = yaml.FlowStyle
+		}
+	}
+	root := filled.Content[0]
+	walk(root, given.Content[0], reflect.TypeFor[config.Config](), false)
+	var b bytes.Buffer
+	b.WriteString("# sidefx daemon configuration (YAML), generated from the documentation of\n" +
+		"# the config package's fields (go test ./config -run TestReference -update).\n" +
+		"# Every value shown is the default, except in the example providers, kinds\n" +
+		"# and drift rule. Durations are written as Go writes them: 500ms, 60s, 5m,\n" +
+		"# 720h; a bare number is refused. Unknown fields are errors. Secrets are\n" +
+		"# never written here: a provider names the environment variables that\n" +
+		"# hold them.\n\n")
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func lookup(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+func isZero(n *yaml.Node) bool {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return n.Tag == "!!null" || n.Value == "" || n.Value == "0" || n.Value == "false" || n.Value == "0s"
+	case yaml.MappingNode, yaml.SequenceNode:
+		return len(n.Content) == 0
+	}
+	return false
+}
+
+func allScalars(n *yaml.Node) bool {
+	for _, c := range n.Content {
+		if c.Kind != yaml.ScalarNode || c.HeadComment != "" {
+			return false
+		}
+	}
+	return len(n.Content) <= 8
+}
+
+// shortDuration writes d as a file's author would: 720h, 1m, 10ms.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	for _, unit := range []string{"h", "m"} {
+		s = strings.Replace(s, unit+"0m0s", unit, 1)
+		s = strings.Replace(s, unit+"0s", unit, 1)
+	}
+	if s == "1m" {
+		return "60s"
+	}
+	return s
+}
+
+// generateTable renders the README's reference: one table per section,
+// every field with its documentation.
+func generateTable(t *testing.T) []byte {
+	t.Helper()
+	docs := fieldDocs(t)
+	var b bytes.Buffer
+	for _, s := range sections {
+		title := "`" + s.path + "`"
+		if s.path == "" {
+			title = "top level"
+		}
+		fmt.Fprintf(&b, "\n**%s**\n\n| field | meaning |\n|---|---|\n", title)
+		for _, f := range yamlFields(s.typ) {
+			doc := docs[s.typ.Name()][f.Name]
+			if doc == "" {
+				t.Errorf("%s.%s has no documentation", s.typ.Name(), f.Name)
+			}
+			doc = strings.ReplaceAll(strings.Join(strings.Fields(doc), " "), "|", `\|`)
+			fmt.Fprintf(&b, "| `%s` | %s |\n", yamlName(f), doc)
+		}
+	}
+	return b.Bytes()
+}
+
+const (
+	tableBegin = "<!-- reference: generated by go test ./config -run TestReference -update; do not edit -->\n"
+	tableEnd   = "<!-- end of reference -->\n"
+)
+
+// The reference file and the README's table are what the fields'
+// documentation generates.
+func TestReference_GeneratedFromTheFieldDocs(t *testing.T) {
+	yml := generateReference(t)
+	table := generateTable(t)
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := bytes.Index(readme, []byte(tableBegin))
+	end := bytes.Index(readme, []byte(tableEnd))
+	if begin < 0 || end < begin {
+		t.Fatalf("the README lacks the reference's markers %q … %q", tableBegin, tableEnd)
+	}
+	newReadme := bytes.Join([][]byte{readme[:begin+len(tableBegin)], table, readme[end:]}, nil)
+	if *update {
+		if err := os.WriteFile("reference.yaml", yml, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile("../README.md", newReadme, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if config.Reference != string(yml) {
+		t.Errorf("reference.yaml is not what the fields' documentation generates: run go test ./config -run TestReference -update")
+	}
+	if !bytes.Equal(readme, newReadme) {
+		t.Errorf("the README's reference table is not what the fields' documentation generates: run go test ./config -run TestReference -update")
+	}
+}
+
+var defaultRE = regexp.MustCompile(`\bDefault ("[^"]*"|\S+?)[.,;:]?(?:\s|$)`)
+
+// Where a field's documentation names its default as a plain value, that
+// is the default Load fills in.
+func TestReference_DocumentedDefaultsAreTheDefaults(t *testing.T) {
+	docs := fieldDocs(t)
+	cfg := mustParse(t, minimal, nil)
+	checked := 0
+	for _, s := range []struct {
+		v reflect.Value
+	}{{reflect.ValueOf(*cfg)}, {reflect.ValueOf(cfg.HTTP)}, {reflect.ValueOf(cfg.Log)}, {reflect.ValueOf(cfg.Dispatcher)}, {reflect.ValueOf(cfg.Drift)}} {
+		typ := s.v.Type()
+		for _, f := range yamlFields(typ) {
+			m := defaultRE.FindStringSubmatch(docs[typ.Name()][f.Name])
+			if m == nil {
+				continue
+			}
+			want, _ := strings.CutSuffix(strings.Trim(m[1], `"`), ")")
+			got := s.v.FieldByIndex(f.Index)
+			var ok, comparable bool
+			switch v := got.Interface().(type) {
+			case config.Duration:
+				if d, err := time.ParseDuration(want); err == nil {
+					comparable, ok = true, time.Duration(v) == d
+				}
+			case int:
+				if n, err := strconv.Atoi(want); err == nil {
+					comparable, ok = true, v == n
+				}
+			case string:
+				if strings.HasPrefix(m[1], `"`) {
+					comparable, ok = true, v == want
+				}
+			}
+			if !comparable {
+				continue
+			}
+			checked++
+			if !ok {
+				t.Errorf("%s.%s: documented default %s, but Load fills in %v", typ.Name(), f.Name, m[1], got.Interface())
+			}
+		}
+	}
+	if checked < 10 {
+		t.Errorf("only %d documented defaults checked: the pattern misses them", checked)
+	}
+}
