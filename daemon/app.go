@@ -197,9 +197,11 @@ func (c *common) open(ctx context.Context, io *IO) (*pgxpool.Pool, *effects.Stor
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := pgxpool.New(ctx, url)
+	// A command may reach the database through a pooler in transaction
+	// mode (sidefx enqueue from a producer's host, say).
+	pool, err := openPool(ctx, "connect", url, 0, true)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", redactURL(err, url))
+		return nil, nil, err
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()

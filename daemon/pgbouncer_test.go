@@ -89,7 +89,7 @@ providers:
   partner: {type: webhook, url: %q, secret_env: PARTNER_WEBHOOK_SECRET}
 kinds:
   webhook.order_paid: {provider: partner}
-`, txBouncer.URL()+"&default_query_exec_mode=exec", session, receiver.URL)
+`, txBouncer.URL(), session, receiver.URL)
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -99,13 +99,17 @@ kinds:
 	getenv := func(k string) string { return env[k] }
 
 	// database_url alone, through the pooler: refused, naming the setting.
+	// (A daemon that cannot read its database waits for it: the deadline
+	// turns that into a failure.)
 	var out, errOut syncBuffer
-	err := Run(ctx, []string{"run", "--config", write("pooled.yaml", ""), "--listen", "127.0.0.1:0"}, &IO{Out: &out, Err: &errOut, Getenv: getenv})
+	refusedCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	err := Run(refusedCtx, []string{"run", "--config", write("pooled.yaml", ""), "--listen", "127.0.0.1:0"}, &IO{Out: &out, Err: &errOut, Getenv: getenv})
 	if err == nil || !strings.Contains(err.Error(), "database_url goes through a pooler in transaction mode") || !strings.Contains(err.Error(), "session_database_url") {
 		t.Fatalf("run through PgBouncer without session_database_url = %v, want a refusal naming session_database_url", err)
 	}
 	// A session URL through the same pooler is refused too.
-	err = Run(ctx, []string{"run", "--config", write("pooled-session.yaml", txBouncer.URL()), "--listen", "127.0.0.1:0"}, &IO{Out: &out, Err: &errOut, Getenv: getenv})
+	err = Run(refusedCtx, []string{"run", "--config", write("pooled-session.yaml", txBouncer.URL()), "--listen", "127.0.0.1:0"}, &IO{Out: &out, Err: &errOut, Getenv: getenv})
 	if err == nil || !strings.Contains(err.Error(), "session_database_url goes through a pooler in transaction mode") {
 		t.Fatalf("run with a transaction-pooled session_database_url = %v, want a refusal", err)
 	}
@@ -159,6 +163,36 @@ kinds:
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The operators' commands work through the pooler too, pgx's defaults
+	// notwithstanding: sidefx enqueue from JSON lines (one a duplicate),
+	// then status.
+	lines := filepath.Join(dir, "lines.jsonl")
+	if err := os.WriteFile(lines, []byte(`{"source_id":"cli-1","kind":"webhook.order_paid","payload":{"n":1}}
+{"source_id":"cli-2","kind":"webhook.order_paid","payload":{"n":2}}
+{"source_id":"cli-1","kind":"webhook.order_paid","payload":{"n":1}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"enqueue", "--from", lines}, {"status"}, {"enqueue", "--from", lines}} {
+		var cliOut, cliErr bytes.Buffer
+		if err := Run(refusedCtx, append(args, "--database-url", txBouncer.URL()), &IO{Out: &cliOut, Err: &cliErr, Getenv: getenv}); err != nil {
+			t.Fatalf("sidefx %s through PgBouncer: %v\n%s%s", args[0], err, cliOut.String(), cliErr.String())
+		}
+	}
+	for {
+		var confirmed int
+		if err := producer.QueryRow(ctx, "SELECT count(*) FROM side_effects WHERE state = 'confirmed'").Scan(&confirmed); err != nil {
+			t.Fatal(err)
+		}
+		if confirmed == n+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d confirmed through PgBouncer; log:\n%s", confirmed, n+2, errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
 	// The listener holds its LISTEN on the session connection.
 	for {
 		var listening bool
@@ -175,7 +209,7 @@ kinds:
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(received) != n {
-		t.Errorf("the receiver got %d distinct deliveries, want %d", len(received), n)
+	if len(received) != n+2 {
+		t.Errorf("the receiver got %d distinct deliveries, want %d", len(received), n+2)
 	}
 }

@@ -64,7 +64,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 
 	// The pools connect on first use: nothing below touches the database
 	// before the HTTP server is up.
-	pool, err := openPool(ctx, "database_url", rt.DatabaseURL, 0)
+	pool, err := openPool(ctx, "database_url", rt.DatabaseURL, 0, rt.SessionDatabaseURL != "")
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	// transaction mode.
 	session := pool
 	if rt.SessionDatabaseURL != "" {
-		if session, err = openPool(ctx, "session_database_url", rt.SessionDatabaseURL, 4); err != nil {
+		if session, err = openPool(ctx, "session_database_url", rt.SessionDatabaseURL, 4, false); err != nil {
 			return err
 		}
 		defer session.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,11 +12,15 @@ import (
 )
 
 // openPool opens a pool on url, the value of field; maxConns > 0 bounds
-// it. The pool connects on first use.
-func openPool(ctx context.Context, field, url string, maxConns int32) (*pgxpool.Pool, error) {
+// it; pooled says url may go through a pooler in transaction mode. The pool
+// connects on first use.
+func openPool(ctx context.Context, field, url string, maxConns int32, pooled bool) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", field, redactURL(err, url))
+	}
+	if pooled {
+		poolerSafe(cfg.ConnConfig, url)
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		// pgx sets none: a connection attempt into a silent network would
@@ -30,6 +35,20 @@ func openPool(ctx context.Context, field, url string, maxConns int32) (*pgxpool.
 		return nil, fmt.Errorf("%s: %w", field, redactURL(err, url))
 	}
 	return pool, nil
+}
+
+// poolerSafe makes a connection that may go through a pooler in
+// transaction mode keep no prepared statement across transactions, unless
+// url names its own default_query_exec_mode: pgx's default caches named
+// prepared statements on the server connection, which a pooler before
+// PgBouncer 1.21 lends to other clients (SQLSTATE 26000 or 42P05).
+// cache_describe caches only the statements' descriptions, on the client,
+// and executes each as an unnamed statement in one round trip, with the
+// same parameter types as the default.
+func poolerSafe(cfg *pgx.ConnConfig, url string) {
+	if !strings.Contains(url, "default_query_exec_mode") {
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 }
 
 // errTransactionPooled is checkSession's answer for a connection that keeps
