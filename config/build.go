@@ -56,6 +56,20 @@ type Runtime struct {
 	// parsed schedule.
 	Drift         DriftConfig
 	DriftSchedule cron.Schedule
+
+	// Tracing is the Config's, with the values of its headers_env read.
+	Tracing Tracing
+}
+
+// Tracing is the tracing configuration the daemon runs with.
+type Tracing struct {
+	// OTLPEndpoint is where spans go; "" means tracing is off.
+	OTLPEndpoint string
+	SampleRatio  float64
+	ServiceName  string
+	// Headers are sent with every export, by name. Their values are
+	// secrets: Runtime's String prints only the names.
+	Headers map[string]string
 }
 
 // Build validates cfg (as Load does, filling the defaults of a copy) and
@@ -135,6 +149,23 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 			}
 			rt.Dispatcher.Limits[k.Provider] = dispatcher.Limit{Concurrency: pc.Concurrency, RatePerSecond: pc.RatePerSecond, Burst: pc.Burst}
 		}
+	}
+	rt.Tracing = Tracing{OTLPEndpoint: c.Tracing.OTLPEndpoint, SampleRatio: c.Tracing.SampleRatio, ServiceName: c.Tracing.ServiceName}
+	for _, h := range slices.Sorted(maps.Keys(c.Tracing.HeadersEnv)) {
+		env := c.Tracing.HeadersEnv[h]
+		v := getenv(env)
+		if v == "" {
+			problems = append(problems, &FieldError{Path: "tracing.headers_env[" + strconv.Quote(h) + "]", Problem: fmt.Sprintf("environment variable %s is not set or empty", env)})
+			continue
+		}
+		if rt.Tracing.Headers == nil {
+			rt.Tracing.Headers = map[string]string{}
+		}
+		rt.Tracing.Headers[h] = v
+	}
+	if len(problems) > 0 {
+		rt.Close()
+		return nil, joinErrors(problems)
 	}
 	sched, err := cron.ParseStandard(c.Drift.Schedule)
 	if err != nil { // validate parsed it already

@@ -40,6 +40,7 @@ const (
 	DefaultDriftWindow   = 24 * time.Hour
 	DefaultDriftPending  = time.Hour
 	DefaultDriftKeep     = 720 * time.Hour
+	DefaultServiceName   = "sidefx"
 )
 
 // StripeKeyWindow is how long Stripe is sure to keep an idempotency key
@@ -111,6 +112,11 @@ type Config struct {
 
 	// Drift configures the drift checks.
 	Drift DriftConfig `yaml:"drift"`
+
+	// Tracing configures OpenTelemetry tracing of the daemon's work: a
+	// span per effect dispatched, linked to the trace that enqueued it,
+	// with the provider's HTTP requests as its children. Off by default.
+	Tracing TracingConfig `yaml:"tracing"`
 
 	// Warnings are the things Load found doubtful but not wrong, each
 	// naming its field, for the daemon to log. They are not read from the
@@ -334,6 +340,29 @@ type DriftConfig struct {
 	// longer and the rule's run fails. Default 0: the drift package's
 	// default, 30s.
 	StatementTimeout Duration `yaml:"statement_timeout"`
+}
+
+// TracingConfig configures OpenTelemetry tracing.
+type TracingConfig struct {
+	// OTLPEndpoint is the OTLP/HTTP endpoint spans are exported to: an
+	// http(s) URL without credentials, query or fragment, the collector's
+	// base address (http://127.0.0.1:4318) or its full traces path
+	// (…/v1/traces). Default "": tracing is off, and nothing is started.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+
+	// SampleRatio is the share of the traces the daemon starts that are
+	// sampled, above 0 and at most 1; a dispatch whose producer's trace
+	// was sampled is always sampled. Default 1.
+	SampleRatio float64 `yaml:"sample_ratio"`
+
+	// ServiceName is the service.name of the spans. Default "sidefx".
+	ServiceName string `yaml:"service_name"`
+
+	// HeadersEnv are headers sent with every export (a hosted collector's
+	// API key, say): header name → the name of the environment variable
+	// holding its value. Default none. The values are secrets: never
+	// printed or logged.
+	HeadersEnv map[string]string `yaml:"headers_env"`
 }
 
 // DriftRule is one drift check, kept as written: the drift package runs it

@@ -161,7 +161,7 @@ var (
 )
 
 func init() {
-	for _, v := range []any{Config{}, HTTPConfig{}, LogConfig{}, DispatcherConfig{}, ProviderConfig{}, KindConfig{}, DriftConfig{}, DriftRule{}} {
+	for _, v := range []any{Config{}, HTTPConfig{}, LogConfig{}, DispatcherConfig{}, ProviderConfig{}, KindConfig{}, DriftConfig{}, DriftRule{}, TracingConfig{}} {
 		t := reflect.TypeOf(v)
 		knownStructs[t.String()] = t
 	}

@@ -70,6 +70,7 @@ var sections = []struct {
 	{"kinds.KIND", reflect.TypeFor[config.KindConfig](), ""},
 	{"drift", reflect.TypeFor[config.DriftConfig](), ""},
 	{"drift.rules[]", reflect.TypeFor[config.DriftRule](), ""},
+	{"tracing", reflect.TypeFor[config.TracingConfig](), ""},
 }
 
 // fieldDocs reads the doc comment of every struct field of the package's

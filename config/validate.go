@@ -109,6 +109,10 @@ func (c *Config) fillDefaults() {
 		}
 		c.Kinds[name] = k
 	}
+	if c.Tracing.SampleRatio == 0 {
+		c.Tracing.SampleRatio = 1
+	}
+	def(&c.Tracing.ServiceName, DefaultServiceName)
 	def(&c.Drift.Schedule, DefaultDriftSchedule)
 	defD(&c.Drift.PendingAfter, DefaultDriftPending)
 	defD(&c.Drift.Retention, DefaultDriftKeep)
@@ -160,6 +164,7 @@ func (c *Config) validate(env map[string]string) (warnings []string, problems []
 	}
 	c.checkKinds(v)
 	c.Drift.check(v, c.Kinds)
+	c.Tracing.check(v)
 	return v.warnings, v.problems
 }
 
@@ -487,6 +492,27 @@ func keyWindow(name string, p ProviderConfig) (time.Duration, string) {
 		return time.Duration(p.KeyWindow), fmt.Sprintf("the receiver's %s key window (key_window)", p.KeyWindow)
 	}
 	return 0, ""
+}
+
+func (t *TracingConfig) check(v *checker) {
+	if t.OTLPEndpoint != "" {
+		checkBaseURL(v, "tracing.otlp_endpoint", t.OTLPEndpoint)
+	}
+	if !(t.SampleRatio > 0 && t.SampleRatio <= 1) {
+		v.fail("tracing.sample_ratio", "%v: want a share above 0 and at most 1", t.SampleRatio)
+	}
+	for _, h := range slices.Sorted(maps.Keys(t.HeadersEnv)) {
+		hp := "tracing.headers_env[" + strconv.Quote(h) + "]"
+		if h == "" || strings.ContainsFunc(h, func(r rune) bool { return !isTokenChar(r) }) {
+			v.fail(hp, "not a valid header name")
+		}
+		if name := t.HeadersEnv[h]; !envNameRE.MatchString(name) {
+			v.fail(hp, "%q is not an environment variable name (want e.g. OTLP_API_KEY)", name)
+		}
+	}
+	if t.OTLPEndpoint == "" && len(t.HeadersEnv) > 0 {
+		v.fail("tracing.headers_env", "set without tracing.otlp_endpoint: tracing is off")
+	}
 }
 
 // RetrySpan is the longest time from a kind's first attempt to the start
