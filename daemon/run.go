@@ -13,11 +13,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel"
 
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/metrics"
+	"github.com/sidefx/sidefx/internal/telemetry"
 	"github.com/sidefx/sidefx/migrations"
 )
 
@@ -61,6 +63,24 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		return fmt.Errorf("configuration %s:\n%w", c.configPath, err)
 	}
 	defer rt.Close()
+
+	tp, stopTracing, err := telemetry.Setup(ctx, telemetry.Config{Endpoint: rt.Tracing.OTLPEndpoint, SampleRatio: rt.Tracing.SampleRatio,
+		ServiceName: rt.Tracing.ServiceName, Version: version, Headers: rt.Tracing.Headers})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("tracing: flushing spans at shutdown failed", "err", err)
+		}
+	}()
+	if tp != nil {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: exporting spans failed", "err", err) }))
+		rt.Dispatcher.TracerProvider = tp
+		log.Info("tracing", "otlp_endpoint", rt.Tracing.OTLPEndpoint, "sample_ratio", rt.Tracing.SampleRatio)
+	}
 
 	// The pools connect on first use: nothing below touches the database
 	// before the HTTP server is up.

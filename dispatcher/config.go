@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/providers"
@@ -121,6 +122,13 @@ type Config struct {
 
 	// WorkerID is recorded in claimed_by. Default host-pid-random.
 	WorkerID string
+
+	// TracerProvider, if set, traces each effect's dispatch: a span from
+	// its claim to its recorded outcome, the child of (and linked to) the
+	// span that enqueued it (the effect's stored traceparent), with the
+	// provider's HTTP requests as its children (providers.Traced). Default
+	// nil: nothing is traced.
+	TracerProvider trace.TracerProvider
 
 	// ListenPool, if set, gives the connection the notification listener
 	// holds for its LISTEN: a session of its own, which a pooler in

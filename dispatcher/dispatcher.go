@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/sidefx/sidefx/effects"
@@ -24,6 +25,7 @@ import (
 // Dispatcher claims pending effects, calls their providers and records the
 // outcomes. Create one with New and start it with Run.
 type Dispatcher struct {
+	tracer    trace.Tracer // a no-op one when Config.TracerProvider is nil
 	pool      *pgxpool.Pool
 	store     *effects.Store // reads: the effects no dispatcher serves
 	engine    *store.Engine
@@ -102,9 +104,10 @@ type group struct {
 
 // pending is an outcome waiting to be recorded.
 type pending struct {
-	out store.Outcome
-	rec Dispatch
-	g   *group
+	out  store.Outcome
+	rec  Dispatch
+	g    *group
+	span trace.Span // ended when the outcome is recorded or given up
 }
 
 // New returns a Dispatcher that works on pool with cfg.
@@ -125,6 +128,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		return nil, configErr("%v", err)
 	}
 	d := &Dispatcher{
+		tracer:  tracerOf(c.TracerProvider),
 		pool:    pool,
 		store:   st,
 		engine:  eng,
@@ -584,6 +588,8 @@ func (d *Dispatcher) leaseMargin() time.Duration {
 func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, claimedAt time.Time, outcomes chan<- pending) {
 	k := d.cfg.Kinds[e.Kind]
 	call := providers.Call{EffectID: e.ID, SourceID: e.SourceID, Kind: e.Kind, Key: e.Key, Payload: e.Payload, Attempt: e.Attempts}
+	hardCtx, span := d.startSpan(hardCtx, e, g, claimedAt)
+	hardCtx = providers.WithKey(hardCtx, e.Key)
 	timeout := min(k.Timeout, time.Until(claimedAt.Add(d.cfg.Lease-d.leaseMargin())))
 	var res providers.Result
 	start := time.Now()
@@ -612,7 +618,8 @@ func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, 
 	out := decide(e, k, res)
 	rec.State = out.State
 	rec.SinceEnqueue = time.Since(dueAt(e))
-	outcomes <- pending{out: out, rec: rec, g: g}
+	answeredSpan(span, res, out)
+	outcomes <- pending{out: out, rec: rec, g: g, span: span}
 }
 
 // answered keeps g's failure streak and last success from one answer of
@@ -936,6 +943,9 @@ func (d *Dispatcher) free(batch []pending, recorded bool) {
 	}
 	d.mu.Unlock()
 	signal(d.freed)
+	for _, p := range batch {
+		endSpan(p.span, recorded, p.rec.Fenced)
+	}
 }
 
 // serves reports whether kind is one of this dispatcher's.

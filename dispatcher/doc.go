@@ -186,6 +186,20 @@
 // ShutdownTimeout are logged one by one with their answers, and their
 // effects, still fired, are left to the rescuer.
 //
+// # Tracing
+//
+// With a TracerProvider, each effect's dispatch is a span, "sidefx.dispatch
+// KIND" (kind consumer), from its claim to its recorded outcome: the child
+// of the span that enqueued it (the traceparent stored with the effect),
+// with a link to it, and a root span for an effect enqueued without one.
+// It carries the effect's id, kind, source id, attempt, provider and key
+// (sidefx.idempotency_key), the answer's class, whether it was a replay,
+// the reference and the next state; an answer other than confirmed sets
+// its status to the Result's error, which holds no secret. The built-in
+// providers' HTTP requests are its children (providers.Traced): method,
+// host, port, status and key, nothing of the path, query or headers. Every
+// attempt of an effect is a span of its own in the producer's trace.
+//
 // # Guarantees
 //
 //   - Exactly once in effect, at idempotent providers (Stripe, webhook

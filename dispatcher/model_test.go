@@ -343,7 +343,7 @@ func (w *world) enqueue(t *rapid.T) {
 	src := rapid.SampledFrom([]string{"o1", "o2", "o3", "o4"}).Draw(t, "source")
 	kind := rapid.SampledFrom(modelKinds).Draw(t, "kind")
 	variant := rapid.IntRange(0, 1).Draw(t, "variant")
-	res, err := w.store.Insert(w.ctx, []effects.NewEffect{{SourceID: src, Kind: kind, Payload: payload(kind, variant)}}, 0)
+	res, err := w.store.Insert(w.ctx, []effects.NewEffect{{SourceID: src, Kind: kind, Payload: payload(kind, variant)}}, 0, "")
 	me := w.effs[[2]string{src, kind}]
 	switch {
 	case me == nil && err != nil:

@@ -121,6 +121,11 @@ type Effect struct {
 	// NotBefore of an effect scheduled for later, or when an operator
 	// superseded it. Zero: at CreatedAt.
 	DueAt time.Time
+	// Traceparent is the W3C trace context of the transaction that
+	// enqueued the effect (outbox reads it from the context; SQL producers
+	// set sidefx.traceparent), or "": the dispatcher's span for the effect
+	// links to it.
+	Traceparent string
 }
 
 // MaybePerformed reports whether the effect may have been performed at its

@@ -77,7 +77,7 @@ func init() { effectrow.Register(scanEffect) }
 var columns = effectrow.Columns("")
 
 type queries struct {
-	table, enqueue, insert, namespace, get, getByKey, getBySource, cancel, counts, list, stats string
+	table, enqueue, enqueueTraced, insert, namespace, get, getByKey, getBySource, cancel, counts, list, stats string
 }
 
 func buildQueries(q string) *queries {
@@ -86,14 +86,17 @@ func buildQueries(q string) *queries {
 		table: t,
 		enqueue: `SELECT ord, id, idempotency_key, inserted FROM ` + q + `.sidefx_enqueue_many(
 			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
+		enqueueTraced: `SELECT ord, id, idempotency_key, inserted FROM ` + q + `.sidefx_enqueue_many_traced($7::text,
+			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
 		// The lean insert: items that are not valid, over the payload
 		// limit, or derived with a namespace that is not the database's
 		// are left out (the SQL function then reports or inserts them).
 		// The first of two items of one pair is inserted, the second
 		// conflicts with it.
-		insert: `INSERT INTO ` + t + ` (source_id, kind, idempotency_key, payload, payload_hash, max_attempts, next_attempt_at, due_at)
+		insert: `INSERT INTO ` + t + ` (source_id, kind, idempotency_key, payload, payload_hash, max_attempts, next_attempt_at, due_at, traceparent)
 			SELECT i.s, i.k, i.key, i.p, sha256(convert_to(c.t, 'UTF8')), nullif(i.m, 0), coalesce(i.nb, now()),
-				CASE WHEN i.nb > now() THEN i.nb END
+				CASE WHEN i.nb > now() THEN i.nb END,
+				coalesce(nullif($9::text, ''), left(nullif(current_setting('sidefx.traceparent', true), ''), 256))
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::integer[], $6::timestamptz[])
 					WITH ORDINALITY AS i(s, k, key, p, m, nb, o)
 				CROSS JOIN LATERAL (SELECT i.p::text AS t) AS c
@@ -135,7 +138,7 @@ func scanEffect(row pgx.Row) (*Effect, error) {
 	)
 	err := row.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Key, &payload, &e.PayloadHash, &state, &attempts,
 		&maxAttempts, &e.NextAttemptAt, &lease, &claimedBy, &providerRef, &outcome,
-		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt, &maybe, &firstFired, &flag, &reaped, &revision, &due)
+		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt, &maybe, &firstFired, &flag, &reaped, &revision, &due, &e.Traceparent)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +195,11 @@ type Inserted struct {
 // insert with it. On any other db (a pool, a connection, or a database/sql
 // handle wrapped by internal/driver, a *sql.Tx included), the SQL function
 // does it all in one statement. Both write identical rows.
-func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes int) ([]Inserted, error) {
+//
+// traceparent, if not "", is stored with each inserted effect (the W3C
+// trace context of the caller's span); "" stores what the transaction set
+// as sidefx.traceparent, if anything.
+func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes int, traceparent string) ([]Inserted, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -205,7 +212,7 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 		// mismatch found after the lean insert committed could not undo
 		// it). database/sql handles come here too, a *sql.Tx included: one
 		// statement, whose array arguments every driver can send as text.
-		return s.insertSQL(ctx, items, limit)
+		return s.insertSQL(ctx, items, limit, traceparent)
 	}
 	ns, err := s.namespace(ctx)
 	if err != nil {
@@ -217,7 +224,7 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 	for i, it := range items {
 		keys[i] = derive.KeyNS(ns, it.SourceID, it.Kind)
 	}
-	rows, err := s.db.Query(ctx, s.q.insert, a.sources, a.kinds, keys, a.payloads, a.attempts, a.notBefore, ns, limit)
+	rows, err := s.db.Query(ctx, s.q.insert, a.sources, a.kinds, keys, a.payloads, a.attempts, a.notBefore, ns, limit, traceparent)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
 	}
@@ -257,7 +264,7 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 	for j, i := range rest {
 		sub[j] = items[i]
 	}
-	res, err := s.insertSQL(ctx, sub, limit)
+	res, err := s.insertSQL(ctx, sub, limit, traceparent)
 	if err != nil {
 		var pm *PayloadMismatchError
 		var ve *ValidationError
@@ -280,11 +287,18 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 	return out, nil
 }
 
-// insertSQL enqueues items through sidefx_enqueue_many.
-func (s *Store) insertSQL(ctx context.Context, items []NewEffect, limit pgtype.Int4) ([]Inserted, error) {
+// insertSQL enqueues items through sidefx_enqueue_many, or its traced
+// form when there is a traceparent.
+func (s *Store) insertSQL(ctx context.Context, items []NewEffect, limit pgtype.Int4, traceparent string) ([]Inserted, error) {
 	n := len(items)
 	a := arraysOf(items)
-	rows, err := s.db.Query(ctx, s.q.enqueue, a.sources, a.kinds, a.payloads, a.attempts, a.notBefore, limit)
+	var rows pgx.Rows
+	var err error
+	if traceparent == "" {
+		rows, err = s.db.Query(ctx, s.q.enqueue, a.sources, a.kinds, a.payloads, a.attempts, a.notBefore, limit)
+	} else {
+		rows, err = s.db.Query(ctx, s.q.enqueueTraced, a.sources, a.kinds, a.payloads, a.attempts, a.notBefore, limit, traceparent)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
 	}

@@ -75,7 +75,7 @@ func get(t *testing.T, b bundle, id int64) *effects.Effect {
 
 func insert(t *testing.T, b bundle, items ...effects.NewEffect) []effects.Inserted {
 	t.Helper()
-	res, err := b.store.Insert(b.ctx, items, 0)
+	res, err := b.store.Insert(b.ctx, items, 0, "")
 	if err != nil {
 		t.Fatalf("insert: %v", err)
 	}
@@ -233,12 +233,12 @@ func TestStore_TranslatesSQLErrors(t *testing.T) {
 	_, err := b.store.Insert(b.ctx, []effects.NewEffect{
 		{SourceID: "ok", Kind: "k", Payload: json.RawMessage(`{}`)},
 		{SourceID: "ok", Kind: "K", Payload: json.RawMessage(`{}`)},
-	}, 0)
+	}, 0, "")
 	var ve *effects.ValidationError
 	if !errors.As(err, &ve) || ve.Index != 1 {
 		t.Fatalf("insert with a bad kind: %v", err)
 	}
-	_, err = b.store.Insert(b.ctx, []effects.NewEffect{{SourceID: "ok", Kind: "k", Payload: json.RawMessage(`{"big": "` + string(make([]byte, 0)) + `xxxxxxxxxx"}`)}}, 10)
+	_, err = b.store.Insert(b.ctx, []effects.NewEffect{{SourceID: "ok", Kind: "k", Payload: json.RawMessage(`{"big": "` + string(make([]byte, 0)) + `xxxxxxxxxx"}`)}}, 10, "")
 	if !errors.As(err, &ve) || ve.Index != 0 {
 		t.Fatalf("insert over the size limit: %v", err)
 	}

@@ -68,7 +68,7 @@ func TestStore_SupersedeAnEffectThatDidNothing(t *testing.T) {
 	if err := b.pool.QueryRow(b.ctx, `SELECT inserted FROM sidefx_enqueue('o1', 'charge', $1)`, string(bad)).Scan(&inserted); err != nil || inserted {
 		t.Fatalf("SQL replay of the old payload: inserted %v, %v", inserted, err)
 	}
-	if _, err := b.store.Insert(b.ctx, []effects.NewEffect{{SourceID: "o1", Kind: "charge", Payload: json.RawMessage(`{"amount": 5}`)}}, 0); !errors.Is(err, effects.ErrPayloadMismatch) {
+	if _, err := b.store.Insert(b.ctx, []effects.NewEffect{{SourceID: "o1", Kind: "charge", Payload: json.RawMessage(`{"amount": 5}`)}}, 0, ""); !errors.Is(err, effects.ErrPayloadMismatch) {
 		t.Fatalf("another payload: %v", err)
 	}
 

@@ -82,6 +82,17 @@
 // (or ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec). The daemon
 // needs a session connection (see the README, "Through PgBouncer").
 //
+// # Tracing
+//
+// Enqueue stores the W3C traceparent of the span in its ctx (Traceparent)
+// with each effect it inserts, read with the OpenTelemetry API alone: a
+// producer that does not trace pays a check of its context and nothing
+// more, and the SDK is not compiled in. The dispatcher's span for the
+// effect, minutes later and in another process, is that span's child and
+// links to it, so a trace runs from the request that enqueued an effect to
+// the provider call that performs it. Only the traceparent is kept, not
+// the tracestate.
+//
 // # Other languages
 //
 // The migrations install the same contract as SQL functions, so a service in
@@ -93,5 +104,8 @@
 //
 // Both derive the same keys as Go, dedupe the same way, raise SQLSTATE SX001
 // on a payload mismatch and 22023 on invalid input. Go's Enqueue calls
-// sidefx_enqueue_many itself, so there is one implementation.
+// sidefx_enqueue_many itself, so there is one implementation. A traced
+// service sets its span's traceparent for the transaction before it
+// enqueues (SELECT set_config('sidefx.traceparent', '00-…', true)), or
+// calls sidefx_enqueue_many_traced(traceparent, …) for one call.
 package outbox

@@ -233,7 +233,7 @@ func (o *Outbox) Enqueue(ctx context.Context, db any, e Effect) (Enqueued, error
 	if err := o.checkKinds(ctx, h, []effects.NewEffect{ne}); err != nil {
 		return Enqueued{}, err
 	}
-	res, err := o.store.WithDB(h).Insert(ctx, []effects.NewEffect{ne}, o.maxBytes)
+	res, err := o.store.WithDB(h).Insert(ctx, []effects.NewEffect{ne}, o.maxBytes, Traceparent(ctx))
 	if err != nil {
 		return Enqueued{}, err
 	}
@@ -272,7 +272,7 @@ func (o *Outbox) EnqueueMany(ctx context.Context, db any, es []Effect) ([]Enqueu
 	if err := o.checkKinds(ctx, h, items); err != nil {
 		return nil, err
 	}
-	res, err := o.store.WithDB(h).Insert(ctx, items, o.maxBytes)
+	res, err := o.store.WithDB(h).Insert(ctx, items, o.maxBytes, Traceparent(ctx))
 	if err != nil {
 		return nil, err
 	}

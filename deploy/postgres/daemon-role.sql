@@ -25,4 +25,5 @@ GRANT SELECT, INSERT ON public.sidefx_drift_findings TO sidefx_daemon;
 --   GRANT SELECT, INSERT ON public.side_effect_events TO sidefx_operator;
 --   GRANT SELECT ON public.sidefx_dispatchers TO sidefx_operator;
 --   GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
+--   GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many_traced(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
 -- and INSERT on side_effects (enqueue runs as the caller).

@@ -335,7 +335,7 @@ func databaseChecks(t *testing.T, e env) {
 		{effects.NewEffect{SourceID: "s2", Kind: "K", Payload: json.RawMessage(`{}`)}, 0, "is not lowercase"},
 		{effects.NewEffect{SourceID: "s2", Kind: "k", Payload: json.RawMessage(`{"a": "bcdefghij"}`)}, 10, "the limit is 10"},
 	} {
-		_, err := store.Insert(e.ctx, []effects.NewEffect{ok, c.item}, c.limit)
+		_, err := store.Insert(e.ctx, []effects.NewEffect{ok, c.item}, c.limit, "")
 		var ve *effects.ValidationError
 		if !errors.As(err, &ve) || ve.Index != 1 || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%+v: err = %v, want a ValidationError at index 1 saying %q", c.item, err, c.says)

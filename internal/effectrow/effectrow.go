@@ -26,7 +26,7 @@ func Columns(alias string) string {
 		a + "next_attempt_at, " + a + "lease_until, " + a + "claimed_by, " + a + "provider_ref, " +
 		a + "outcome, " + a + "last_error, " + a + "created_at, " + a + "fired_at, " +
 		a + "confirmed_at, " + a + "updated_at, " + a + "maybe_attempts, " + a + "first_fired_at, " +
-		a + "flag, " + a + "reaped_at, " + a + "revision, " + a + "due_at"
+		a + "flag, " + a + "reaped_at, " + a + "revision, " + a + "due_at, coalesce(" + a + "traceparent, '')"
 }
 
 var scan any

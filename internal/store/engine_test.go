@@ -221,7 +221,7 @@ func TestEngine_ReapKeepsTombstones(t *testing.T) {
 	if got[0].Inserted || got[0].ID != tomb.ID || got[0].Key != tomb.Key {
 		t.Fatalf("replay after reaping = %+v, want the tombstone %d", got[0], tomb.ID)
 	}
-	if _, err := b.store.Insert(b.ctx, []effects.NewEffect{{SourceID: "0", Kind: "k", Payload: json.RawMessage(`{"n": 9}`)}}, 0); !errors.Is(err, effects.ErrPayloadMismatch) {
+	if _, err := b.store.Insert(b.ctx, []effects.NewEffect{{SourceID: "0", Kind: "k", Payload: json.RawMessage(`{"n": 9}`)}}, 0, ""); !errors.Is(err, effects.ErrPayloadMismatch) {
 		t.Fatalf("replay with another payload after reaping: %v", err)
 	}
 	var inserted bool

@@ -37,7 +37,7 @@ func setup(t *testing.T) bundle {
 
 func insert(t *testing.T, b bundle, items ...effects.NewEffect) []effects.Inserted {
 	t.Helper()
-	res, err := b.store.Insert(b.ctx, items, 0)
+	res, err := b.store.Insert(b.ctx, items, 0, "")
 	if err != nil {
 		t.Fatalf("insert: %v", err)
 	}

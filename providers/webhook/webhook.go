@@ -303,6 +303,7 @@ func New(cfg *Config) (*Provider, error) {
 		p.own.MaxIdleConnsPerHost = 32
 		p.hc = &http.Client{Transport: p.own}
 	}
+	p.hc.Transport = providers.Traced(p.hc.Transport)
 	p.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return p, nil
 }
@@ -539,7 +540,7 @@ func (p *Provider) classify(resp *http.Response, body []byte, complete bool, id 
 		body = body[:p.maxBody]
 	}
 	code := resp.StatusCode
-	d := detail{Status: code, Body: bodyJSON(body, complete), Truncated: !complete}
+	d := detail{Status: code, Body: providers.AnswerJSON(body, complete), Truncated: !complete}
 	if rid := cleanRef([]byte(redact.String(resp.Header.Get(HeaderRequestID)))); rid != "" {
 		d.RequestID = rid
 	}
