@@ -100,4 +100,3 @@ func scrubNUL(v any) any {
 	}
 	return v
 }
-
