@@ -18,6 +18,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/httpapi"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
 	"github.com/sidefx/sidefx/providers/webhook"
@@ -236,6 +237,21 @@ func buildProvider(name string, pc ProviderConfig, getenv func(string) string, o
 	switch pc.Type {
 	case TypeStripe, TypeSendGrid:
 		s.apiKey = read("api_key_env", pc.APIKeyEnv, nil)
+	case TypeHTTP:
+		for _, h := range slices.Sorted(maps.Keys(pc.HeadersEnv)) {
+			if s.headers == nil {
+				s.headers = map[string]string{}
+			}
+			s.headers[h] = read("headers_env["+strconv.Quote(h)+"]", pc.HeadersEnv[h], func(v string) error {
+				hc := pc
+				hc.Headers, hc.HeadersEnv = nil, nil
+				p, err := newProvider(name, hc, secrets{headers: map[string]string{h: v}}, nil)
+				if err == nil {
+					closeProvider(p)
+				}
+				return err
+			})
+		}
 	case TypeWebhook:
 		// Each secret and header value is tried on its own, so that a
 		// refusal names its field.
@@ -266,8 +282,11 @@ func buildProvider(name string, pc ProviderConfig, getenv func(string) string, o
 		// webhook secret its own check: what the provider refuses now is a
 		// secret.
 		field, what := "api_key_env", "the value of "+pc.APIKeyEnv
-		if pc.Type == TypeWebhook {
+		switch pc.Type {
+		case TypeWebhook:
 			field, what = "secret_env", "a secret or header value"
+		case TypeHTTP:
+			field, what = "headers_env", "a header value"
 		}
 		return nil, []*FieldError{{Path: path + "." + field, Problem: fmt.Sprintf("%s is not usable: %s",
 			what, providers.NewRedactor(s.all()...).String(err.Error()))}}
@@ -292,15 +311,26 @@ func newProvider(name string, pc ProviderConfig, s secrets, ops map[string]strin
 	case TypeSendGrid:
 		return sendgrid.New(&sendgrid.Config{Name: name, APIKey: s.apiKey, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout)})
 	case TypeWebhook:
-		headers := maps.Clone(pc.Headers)
-		if len(s.headers) > 0 && headers == nil {
-			headers = map[string]string{}
-		}
-		maps.Copy(headers, s.headers)
 		return webhook.New(&webhook.Config{Name: name, URL: pc.URL, Secrets: s.signing, Timeout: time.Duration(pc.Timeout),
-			KeyWindow: time.Duration(pc.KeyWindow), Headers: headers})
+			KeyWindow: time.Duration(pc.KeyWindow), Headers: mergeHeaders(pc.Headers, s.headers)})
+	case TypeHTTP:
+		return httpapi.New(&httpapi.Config{Name: name, Method: pc.Method, URL: pc.URL, KeyHeader: pc.KeyHeader, KeyMaxLength: pc.KeyMaxLength,
+			Headers: mergeHeaders(pc.Headers, s.headers), Timeout: time.Duration(pc.Timeout), KeyWindow: time.Duration(pc.KeyWindow),
+			Confirmed: pc.Statuses.Confirmed, Rejected: pc.Statuses.Rejected, Retryable: pc.Statuses.Retryable, Unknown: pc.Statuses.Unknown,
+			RefPointer: pc.Reference.JSONPointer, RefHeader: pc.Reference.Header, ReplayedHeader: pc.ReplayedHeader})
 	}
 	return nil, fmt.Errorf("unknown provider type %q", pc.Type)
+}
+
+// mergeHeaders returns the static headers and those read from the
+// environment, in one map.
+func mergeHeaders(static, fromEnv map[string]string) map[string]string {
+	headers := maps.Clone(static)
+	if len(fromEnv) > 0 && headers == nil {
+		headers = map[string]string{}
+	}
+	maps.Copy(headers, fromEnv)
+	return headers
 }
 
 // standIn is a well-formed secret of each type, for dryRun.

@@ -26,6 +26,7 @@ const (
 	TypeStripe   = "stripe"
 	TypeSendGrid = "sendgrid"
 	TypeWebhook  = "webhook"
+	TypeHTTP     = "http"
 )
 
 // Defaults that are the config's own; the others are the dispatcher's and
@@ -197,7 +198,9 @@ type DispatcherConfig struct {
 // ProviderConfig configures one provider instance. Which fields apply
 // depends on Type; setting one that does not apply is an error.
 type ProviderConfig struct {
-	// Type is stripe, sendgrid or webhook. Required.
+	// Type is stripe, sendgrid, webhook, http (any HTTP API that takes an
+	// idempotency key in a header), or a type the daemon's program
+	// registered. Required.
 	Type string `yaml:"type"`
 
 	// APIKeyEnv names the environment variable holding the API key (stripe,
@@ -210,9 +213,38 @@ type ProviderConfig struct {
 	// "https://api.stripe.com" or "https://api.sendgrid.com".
 	BaseURL string `yaml:"base_url"`
 
-	// URL is the receiver's endpoint (webhook). Required for webhooks. It
-	// is never printed whole.
+	// URL is the receiver's endpoint (webhook), or the API's (http):
+	// required for both, http or https. Its user information and query
+	// values are secrets: it is never printed whole.
 	URL string `yaml:"url"`
+
+	// Method is the request's method (http). Default POST.
+	Method string `yaml:"method"`
+
+	// KeyHeader is the request header that carries the effect's derived
+	// idempotency key (http): Idempotency-Key, PayPal-Request-Id,
+	// I-Twilio-Idempotency-Token… Required for http providers.
+	KeyHeader string `yaml:"key_header"`
+
+	// KeyMaxLength is the longest key the API takes (http), at least 32:
+	// a longer derived key (69 characters) is sent as that many
+	// hexadecimal digits of its SHA-256, the same on every attempt.
+	// Adyen takes 64. Default 0: the key as it is.
+	KeyMaxLength int `yaml:"key_max_length"`
+
+	// Statuses are rules that classify the API's answers (http), beyond
+	// the provider contract's defaults.
+	Statuses StatusRules `yaml:"statuses"`
+
+	// Reference says where a confirmed answer holds the API's reference
+	// for what it made (http). Default: none, and the effect is confirmed
+	// with its key as the reference.
+	Reference ReferenceConfig `yaml:"reference"`
+
+	// ReplayedHeader is a response header whose value "true" says the API
+	// answered from its record of an earlier request under the key (http),
+	// such as Idempotent-Replayed. Default none.
+	ReplayedHeader string `yaml:"replayed_header"`
 
 	// SecretEnv names the environment variable holding the Standard
 	// Webhooks signing secret, "whsec_…" (webhook). SecretEnv or SecretsEnv
@@ -226,26 +258,26 @@ type ProviderConfig struct {
 	// in secret_env.
 	SecretsEnv []string `yaml:"secrets_env"`
 
-	// Headers are static request headers sent with every delivery
-	// (webhook). Default none. Their values are treated as secrets: never
+	// Headers are static request headers sent with every request (webhook,
+	// http). Default none. Their values are treated as secrets: never
 	// printed, and redacted from whatever a receiver echoes back.
 	Headers map[string]string `yaml:"headers"`
 
 	// HeadersEnv are request headers whose values Build reads from the
-	// environment (webhook): header name → the name of the environment
+	// environment (webhook, http): header name → the name of the environment
 	// variable holding its value (an Authorization token, say). Default
 	// none. A header may not be in both headers and headers_env. Their
 	// values are secrets, as Headers' are.
 	HeadersEnv map[string]string `yaml:"headers_env"`
 
 	// KeyWindow is how long the receiver keeps the webhook-ids it has
-	// processed, and so absorbs a repeated delivery (webhook): sidefx never
-	// sends a possibly-delivered effect again after it. Positive. Default
-	// 24h (webhook.DefaultKeyWindow).
+	// processed, and so absorbs a repeated delivery (webhook), or how long
+	// the API keeps an idempotency key (http): sidefx never sends a
+	// possibly-performed effect again after it. Positive. Default 24h.
 	KeyWindow Duration `yaml:"key_window"`
 
-	// Timeout bounds one request. Default 30s for stripe and sendgrid, 10s
-	// for webhook. It is also the default timeout of the provider's kinds,
+	// Timeout bounds one request. Default 30s for stripe, sendgrid and
+	// http, 10s for webhook. It is also the default timeout of the provider's kinds,
 	// so it must be below dispatcher.lease unless each of them sets its
 	// own. A kind's timeout bounds the call too; the shorter wins.
 	Timeout Duration `yaml:"timeout"`
@@ -271,6 +303,39 @@ type ProviderConfig struct {
 
 	ptype     *ProviderType // the registered type, if Type is one
 	undecoded bool          // Settings did not decode: no check, no build
+}
+
+// StatusRules classify an http provider's answers. Each rule is a status
+// ("409"), a class of statuses ("4xx") or a range ("500-504"), optionally
+// followed by a JSON pointer condition on the answer's body
+// ("4xx /errorCode=704"). An answer takes the class of the most specific
+// rule that matches it (a body condition before none, then the narrowest
+// range); one no rule matches takes the contract's class: 2xx confirmed;
+// 408, 425, 429 retryable; 409 unknown; other 4xx rejected; 5xx unknown.
+type StatusRules struct {
+	// Confirmed: the API performed the request, or replayed its answer.
+	// Default none beyond 2xx.
+	Confirmed []string `yaml:"confirmed"`
+	// Rejected: definitely not performed, and retrying will not help.
+	// Default none beyond the contract's.
+	Rejected []string `yaml:"rejected"`
+	// Retryable: definitely not performed, worth asking again later.
+	// Default none beyond 408, 425 and 429.
+	Retryable []string `yaml:"retryable"`
+	// Unknown: may have been performed (another request under the key in
+	// flight, a failure after the work began): retried with the same key
+	// inside the key window. Default none beyond 409 and 5xx.
+	Unknown []string `yaml:"unknown"`
+}
+
+// ReferenceConfig says where an http provider's confirmed answer holds the
+// API's reference. At most one of its fields.
+type ReferenceConfig struct {
+	// JSONPointer is an RFC 6901 pointer into the answer's JSON body, such
+	// as /id. Default "".
+	JSONPointer string `yaml:"json_pointer"`
+	// Header is a response header that holds it. Default "".
+	Header string `yaml:"header"`
 }
 
 // KindConfig is the policy of one effect kind (dispatcher.Kind).
@@ -302,11 +367,12 @@ type KindConfig struct {
 
 	// AtLeastOnce retries an unknown outcome at a provider that is not
 	// idempotent (sendgrid), accepting a possible duplicate over an
-	// uncertain effect. Only for sendgrid providers. Default false.
+	// uncertain effect. Only for providers without idempotency keys.
+	// Default false.
 	AtLeastOnce bool `yaml:"at_least_once"`
 
 	// OutlastKeyWindow accepts a retry policy whose attempts can end after
-	// the provider's key window (Stripe's 24h, a webhook's key_window) has
+	// the provider's key window (Stripe's 24h, a key_window) has
 	// passed since the first. Such attempts are never made for an effect
 	// that may have been performed: it is left uncertain for an operator.
 	// Default false: such a policy is refused.

@@ -44,6 +44,7 @@ func secretEnv() map[string]string {
 		// Rotation's second secret, and a header token.
 		"PARTNER_WEBHOOK_SECRET_NEW": webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("SECRET-webhook-rotated-key-32-by")),
 		"PARTNER_TOKEN":              "SECRETpartnerTOKEN",
+		"PAYMENTS_API_KEY":           "SECRETpaymentsKEY",
 	}
 }
 
@@ -97,7 +98,7 @@ func TestReference_ParsesAndBuilds(t *testing.T) {
 	}
 
 	d := rt.Dispatcher
-	if len(d.Kinds) != 3 {
+	if len(d.Kinds) != 5 {
 		t.Fatalf("dispatcher kinds: %v", d.Kinds)
 	}
 	charge := d.Kinds["charge.create"]
@@ -129,7 +130,7 @@ func TestReference_ParsesAndBuilds(t *testing.T) {
 func TestReference_DocumentsEveryField(t *testing.T) {
 	t.Parallel()
 	for _, v := range []any{config.Config{}, config.HTTPConfig{}, config.LogConfig{}, config.DispatcherConfig{},
-		config.ProviderConfig{}, config.KindConfig{}, config.DriftConfig{}, config.DriftRule{}, config.TracingConfig{}} {
+		config.ProviderConfig{}, config.KindConfig{}, config.DriftConfig{}, config.DriftRule{}, config.TracingConfig{}, config.StatusRules{}, config.ReferenceConfig{}} {
 		typ := reflect.TypeOf(v)
 		for f := range typ.Fields() {
 			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
@@ -210,7 +211,7 @@ func TestParse_Invalid(t *testing.T) {
 		{"webhook key_window negative", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, key_window: -1h}\nkinds: {webhook.paid: {provider: partner}}\n",
 			nil, []string{`line 3: providers["partner"].key_window: -1h0m0s: want a positive duration`}},
 		{"key_window on a stripe provider", db + "providers:\n  stripe: {type: stripe, api_key_env: K, key_window: 48h}\nkinds: {charge.create: {provider: stripe, operation: charges.create}}\n",
-			nil, []string{`providers["stripe"].key_window: only for webhook providers, this one is stripe`}},
+			nil, []string{`providers["stripe"].key_window: only for webhook and http providers, this one is stripe`}},
 		{"key_window not a duration", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, key_window: 1}\nkinds: {webhook.paid: {provider: partner}}\n",
 			nil, []string{`providers["partner"].key_window: 1 is not a duration`}},
 		{"secrets_env with a bad name", db + "providers:\n  partner: {type: webhook, url: \"https://p.example/h\", secret_env: S, secrets_env: [S2, new-secret]}\nkinds: {webhook.paid: {provider: partner}}\n",

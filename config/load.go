@@ -161,7 +161,7 @@ var (
 )
 
 func init() {
-	for _, v := range []any{Config{}, HTTPConfig{}, LogConfig{}, DispatcherConfig{}, ProviderConfig{}, KindConfig{}, DriftConfig{}, DriftRule{}, TracingConfig{}} {
+	for _, v := range []any{Config{}, HTTPConfig{}, LogConfig{}, DispatcherConfig{}, ProviderConfig{}, KindConfig{}, DriftConfig{}, DriftRule{}, TracingConfig{}, StatusRules{}, ReferenceConfig{}} {
 		t := reflect.TypeOf(v)
 		knownStructs[t.String()] = t
 	}

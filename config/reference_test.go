@@ -43,10 +43,32 @@ providers:
     concurrency: 8
     rate_per_second: 50
     burst: 10
+  payments:
+    type: http
+    url: https://checkout.example/v71/payments
+    key_header: Idempotency-Key
+    key_max_length: 64
+    headers_env: {X-API-Key: PAYMENTS_API_KEY}
+    key_window: 720h
+    statuses:
+      unknown: ["4xx /errorCode=704"]
+      retryable: ["503"]
+    reference: {json_pointer: /pspReference}
+  ledger:
+    type: http
+    url: https://ledger.internal.example/entries
+    key_header: Idempotency-Key
+    replayed_header: Idempotent-Replayed
+    statuses:
+      confirmed: ["409 /status=duplicate"]
+      rejected: ["410"]
+    reference: {header: Location}
 kinds:
   charge.create: {provider: stripe, operation: charges.create, max_attempts: 20, outlast_key_window: false}
   email.receipt: {provider: mail, at_least_once: false}
   webhook.order_paid: {provider: partner}
+  payment.authorise: {provider: payments, max_attempts: 12}
+  ledger.entry: {provider: ledger, max_attempts: 12}
 drift:
   rules:
     - name: paid_orders_charged
@@ -67,6 +89,8 @@ var sections = []struct {
 	{"log", reflect.TypeFor[config.LogConfig](), ""},
 	{"dispatcher", reflect.TypeFor[config.DispatcherConfig](), ""},
 	{"providers.NAME", reflect.TypeFor[config.ProviderConfig](), ""},
+	{"providers.NAME.statuses", reflect.TypeFor[config.StatusRules](), ""},
+	{"providers.NAME.reference", reflect.TypeFor[config.ReferenceConfig](), ""},
 	{"kinds.KIND", reflect.TypeFor[config.KindConfig](), ""},
 	{"drift", reflect.TypeFor[config.DriftConfig](), ""},
 	{"drift.rules[]", reflect.TypeFor[config.DriftRule](), ""},

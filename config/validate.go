@@ -19,6 +19,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/providers/httpapi"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
 	"github.com/sidefx/sidefx/providers/webhook"
@@ -31,7 +32,7 @@ var (
 )
 
 var (
-	providerTypes = []string{TypeStripe, TypeSendGrid, TypeWebhook}
+	providerTypes = []string{TypeStripe, TypeSendGrid, TypeWebhook, TypeHTTP}
 	logLevels     = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
 	logFormats    = []string{"text", "json"}
 )
@@ -86,6 +87,10 @@ func (c *Config) fillDefaults() {
 		case TypeWebhook:
 			defD(&p.Timeout, webhook.DefaultTimeout)
 			defD(&p.KeyWindow, webhook.DefaultKeyWindow)
+		case TypeHTTP:
+			defD(&p.Timeout, httpapi.DefaultTimeout)
+			defD(&p.KeyWindow, httpapi.DefaultKeyWindow)
+			def(&p.Method, httpapi.DefaultMethod)
 		}
 		if p.ptype != nil {
 			defD(&p.Timeout, registeredTimeout(p.ptype))
@@ -218,12 +223,21 @@ var applies = []struct {
 }{
 	{"api_key_env", []string{TypeStripe, TypeSendGrid}, func(p *ProviderConfig) bool { return p.APIKeyEnv != "" }},
 	{"base_url", []string{TypeStripe, TypeSendGrid}, func(p *ProviderConfig) bool { return p.BaseURL != "" }},
-	{"url", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.URL != "" }},
+	{"url", []string{TypeWebhook, TypeHTTP}, func(p *ProviderConfig) bool { return p.URL != "" }},
 	{"secret_env", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.SecretEnv != "" }},
 	{"secrets_env", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.SecretsEnv != nil }},
-	{"headers", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.Headers != nil }},
-	{"headers_env", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.HeadersEnv != nil }},
-	{"key_window", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.KeyWindow != 0 }},
+	{"headers", []string{TypeWebhook, TypeHTTP}, func(p *ProviderConfig) bool { return p.Headers != nil }},
+	{"headers_env", []string{TypeWebhook, TypeHTTP}, func(p *ProviderConfig) bool { return p.HeadersEnv != nil }},
+	{"key_window", []string{TypeWebhook, TypeHTTP}, func(p *ProviderConfig) bool { return p.KeyWindow != 0 }},
+	{"method", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.Method != "" }},
+	{"key_header", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.KeyHeader != "" }},
+	{"key_max_length", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.KeyMaxLength != 0 }},
+	{"statuses", []string{TypeHTTP}, func(p *ProviderConfig) bool {
+		s := p.Statuses
+		return s.Confirmed != nil || s.Rejected != nil || s.Retryable != nil || s.Unknown != nil
+	}},
+	{"reference", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.Reference != (ReferenceConfig{}) }},
+	{"replayed_header", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.ReplayedHeader != "" }},
 }
 
 func (p ProviderConfig) check(v *checker, name string, types registry) {
@@ -280,27 +294,13 @@ func (p ProviderConfig) check(v *checker, name string, types registry) {
 			}
 			seen[name] = field
 		}
-		checkWebhookURL(v, path+".url", p.URL)
-		for _, h := range slices.Sorted(maps.Keys(p.Headers)) {
-			if h == "" || strings.ContainsFunc(h, func(r rune) bool { return !isTokenChar(r) }) {
-				v.fail(path+".headers["+strconv.Quote(h)+"]", "not a valid header name")
-			}
-		}
-		for _, h := range slices.Sorted(maps.Keys(p.HeadersEnv)) {
-			hp := path + ".headers_env[" + strconv.Quote(h) + "]"
-			if h == "" || strings.ContainsFunc(h, func(r rune) bool { return !isTokenChar(r) }) {
-				v.fail(hp, "not a valid header name")
-			}
-			if slices.ContainsFunc(slices.Collect(maps.Keys(p.Headers)), func(s string) bool { return strings.EqualFold(s, h) }) {
-				v.fail(hp, "also set in headers: give each header once")
-			}
-			if name := p.HeadersEnv[h]; !envNameRE.MatchString(name) {
-				v.fail(hp, "%q is not an environment variable name (want e.g. PARTNER_API_TOKEN)", name)
-			}
-		}
+		checkWebhookURL(v, path+".url", p.URL, p.Type)
+		p.checkHeaders(v, path)
 		if p.KeyWindow <= 0 {
 			v.fail(path+".key_window", "%s: want a positive duration, how long the receiver keeps webhook-ids (default %s)", p.KeyWindow, Duration(webhook.DefaultKeyWindow))
 		}
+	case TypeHTTP:
+		p.checkHTTP(v, path)
 	}
 	p.checkCommon(v, path)
 	if len(v.problems) == before {
@@ -355,11 +355,86 @@ func checkBaseURL(v *checker, path, raw string) {
 	}
 }
 
-// checkWebhookURL checks a receiver's endpoint; its errors do not quote the
-// URL, which may hold a token.
-func checkWebhookURL(v *checker, path, raw string) {
+// checkHeaders checks the names of headers and headers_env, and the
+// variables headers_env names.
+func (p ProviderConfig) checkHeaders(v *checker, path string) {
+	for _, h := range slices.Sorted(maps.Keys(p.Headers)) {
+		if !isToken(h) {
+			v.fail(path+".headers["+strconv.Quote(h)+"]", "not a valid header name")
+		}
+	}
+	for _, h := range slices.Sorted(maps.Keys(p.HeadersEnv)) {
+		hp := path + ".headers_env[" + strconv.Quote(h) + "]"
+		if !isToken(h) {
+			v.fail(hp, "not a valid header name")
+		}
+		if slices.ContainsFunc(slices.Collect(maps.Keys(p.Headers)), func(s string) bool { return strings.EqualFold(s, h) }) {
+			v.fail(hp, "also set in headers: give each header once")
+		}
+		if name := p.HeadersEnv[h]; !envNameRE.MatchString(name) {
+			v.fail(hp, "%q is not an environment variable name (want e.g. PARTNER_API_TOKEN)", name)
+		}
+	}
+}
+
+// checkHTTP checks the fields of an http provider.
+func (p ProviderConfig) checkHTTP(v *checker, path string) {
+	checkWebhookURL(v, path+".url", p.URL, p.Type)
+	if !isToken(p.Method) {
+		v.fail(path+".method", "%q is not an HTTP method", p.Method)
+	}
+	switch {
+	case p.KeyHeader == "":
+		v.fail(path+".key_header", "required for http providers: the request header that carries the idempotency key (Idempotency-Key, PayPal-Request-Id…)")
+	case !isToken(p.KeyHeader):
+		v.fail(path+".key_header", "%q is not a header name", p.KeyHeader)
+	}
+	if p.KeyMaxLength != 0 && p.KeyMaxLength < 32 {
+		v.fail(path+".key_max_length", "%d: want at least 32, or 0 for no limit (a key that short could collide)", p.KeyMaxLength)
+	}
+	p.checkHeaders(v, path)
+	for _, h := range slices.Concat(slices.Collect(maps.Keys(p.Headers)), slices.Collect(maps.Keys(p.HeadersEnv))) {
+		if strings.EqualFold(h, p.KeyHeader) || strings.EqualFold(h, "Content-Type") {
+			v.fail(path+".headers", "%s is set by the provider", h)
+		}
+	}
+	if p.KeyWindow <= 0 {
+		v.fail(path+".key_window", "%s: want a positive duration, how long the API keeps an idempotency key (default %s)", p.KeyWindow, Duration(httpapi.DefaultKeyWindow))
+	}
+	for _, l := range []struct {
+		name  string
+		rules []string
+	}{{"confirmed", p.Statuses.Confirmed}, {"rejected", p.Statuses.Rejected}, {"retryable", p.Statuses.Retryable}, {"unknown", p.Statuses.Unknown}} {
+		for i, r := range l.rules {
+			if _, _, _, _, err := httpapi.ParseRule(r); err != nil {
+				v.fail(fmt.Sprintf("%s.statuses.%s[%d]", path, l.name, i), "%v", err)
+			}
+		}
+	}
+	ref := p.Reference
+	switch {
+	case ref.JSONPointer != "" && ref.Header != "":
+		v.fail(path+".reference", "json_pointer or header, not both")
+	case ref.JSONPointer != "" && !strings.HasPrefix(ref.JSONPointer, "/"):
+		v.fail(path+".reference.json_pointer", "%q is not a JSON pointer (want e.g. /id)", ref.JSONPointer)
+	case ref.Header != "" && !isToken(ref.Header):
+		v.fail(path+".reference.header", "%q is not a header name", ref.Header)
+	}
+	if p.ReplayedHeader != "" && !isToken(p.ReplayedHeader) {
+		v.fail(path+".replayed_header", "%q is not a header name", p.ReplayedHeader)
+	}
+}
+
+// isToken reports whether s is an HTTP token: a header name or a method.
+func isToken(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool { return !isTokenChar(r) })
+}
+
+// checkWebhookURL checks a receiver's or an API's endpoint; its errors do
+// not quote the URL, which may hold a token.
+func checkWebhookURL(v *checker, path, raw, typ string) {
 	if raw == "" {
-		v.fail(path, "required for webhook providers")
+		v.fail(path, "required for %s providers", typ)
 		return
 	}
 	u, err := url.Parse(raw)
@@ -418,7 +493,7 @@ func (c *Config) checkKinds(v *checker) {
 			}
 			v.fail(path+".operation", "%q%s is not a Stripe operation (want one of %s)", k.Operation, hint, strings.Join(stripe.Operations(), ", "))
 		}
-		if k.AtLeastOnce && ok && (p.Type == TypeStripe || p.Type == TypeWebhook) {
+		if k.AtLeastOnce && ok && (p.Type == TypeStripe || p.Type == TypeWebhook || p.Type == TypeHTTP) {
 			v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for sendgrid providers", k.Provider, p.Type)
 		}
 		if k.AtLeastOnce && ok && p.ptype != nil {
@@ -490,6 +565,8 @@ func keyWindow(name string, p ProviderConfig) (time.Duration, string) {
 		return StripeKeyWindow, fmt.Sprintf("Stripe's %s idempotency-key window", StripeKeyWindow)
 	case TypeWebhook:
 		return time.Duration(p.KeyWindow), fmt.Sprintf("the receiver's %s key window (key_window)", p.KeyWindow)
+	case TypeHTTP:
+		return time.Duration(p.KeyWindow), fmt.Sprintf("the API's %s key window (key_window)", p.KeyWindow)
 	}
 	return 0, ""
 }
