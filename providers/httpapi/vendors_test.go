@@ -142,8 +142,8 @@ func perform(t *testing.T, p providers.Provider, source, kind, scenario string) 
 func TestVendorStyles(t *testing.T) {
 	cases := []struct {
 		name, provider, kind, host string
-		env                         map[string]string
-		peer                        *vendorPeer
+		env                        map[string]string
+		peer                       *vendorPeer
 		// refusal is what the error says for "refuse".
 		refusal string
 	}{
