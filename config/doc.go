@@ -21,7 +21,7 @@
 //
 // # Provider types
 //
-// Besides the built-in types (stripe, sendgrid, webhook), a program may
+// Besides the built-in types (stripe, sendgrid, webhook, http), a program may
 // register its own with NewProviderType and pass them to Load (package
 // daemon does, from daemon.Daemon.ProviderTypes). A provider of such a type
 // has the common fields (type, timeout, concurrency, rate_per_second,
