@@ -39,24 +39,7 @@ func TestProvider_Conformance(t *testing.T) {
 		BadPayload: json.RawMessage(`[1,2,3]`),
 		Secrets:    []string{confToken, confQuery, confPass},
 		Key:        func(r *http.Request, _ []byte) string { return r.Header.Get("Idempotency-Key") },
-		Respond: func(w http.ResponseWriter, _ *http.Request, a providertest.Answer, echo string) {
-			w.Header().Set("X-Request-Id", echo)
-			body, _ := json.Marshal(map[string]string{"id": providertest.ConformanceRef, "you_sent": echo})
-			status := map[providertest.Answer]int{
-				providertest.AnswerOK: 201, providertest.AnswerReplay: 200, providertest.AnswerReject: 400,
-				providertest.AnswerUnauthorized: 401, providertest.AnswerUnavailable: 503, providertest.AnswerServerError: 500,
-				providertest.AnswerConflict: 409, providertest.AnswerSeeOther: 303, providertest.AnswerRateLimited: 429,
-			}[a]
-			switch a {
-			case providertest.AnswerReplay:
-				w.Header().Set("Idempotent-Replayed", "true")
-			case providertest.AnswerRateLimited:
-				w.Header().Set("Retry-After", "7")
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			w.Write(body)
-		},
+		Respond:    providertest.RespondJSON(201),
 	})
 }
 

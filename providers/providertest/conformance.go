@@ -173,6 +173,31 @@ func (s *conformanceServer) serve(w http.ResponseWriter, r *http.Request) string
 	return echo
 }
 
+// RespondJSON is a Conformance.Respond for a JSON API that answers with
+// the usual statuses, okStatus (200, 201…) for AnswerOK and 200 for a
+// replay, which it marks with Idempotent-Replayed: true; a body
+// {"id": ConformanceRef, "you_sent": echo}, and the echo again in an
+// X-Request-Id header. A rate limit carries Retry-After: 7.
+func RespondJSON(okStatus int) func(w http.ResponseWriter, r *http.Request, a Answer, echo string) {
+	return func(w http.ResponseWriter, _ *http.Request, a Answer, echo string) {
+		w.Header().Set("X-Request-Id", echo)
+		body, _ := json.Marshal(map[string]string{"id": ConformanceRef, "you_sent": echo})
+		status := map[Answer]int{
+			AnswerOK: okStatus, AnswerReplay: 200, AnswerReject: 400, AnswerUnauthorized: 401, AnswerUnavailable: 503,
+			AnswerServerError: 500, AnswerConflict: 409, AnswerSeeOther: 303, AnswerRateLimited: 429,
+		}[a]
+		switch a {
+		case AnswerReplay:
+			w.Header().Set("Idempotent-Replayed", "true")
+		case AnswerRateLimited:
+			w.Header().Set("Retry-After", "7")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		w.Write(body) //nolint:errcheck // the client may be gone
+	}
+}
+
 // Echo returns the whole of a request on one line, as a peer that echoes
 // what it was sent would return it: method, request URI (with the query as
 // sent), every header sorted by name, and the body, control characters
