@@ -1142,8 +1142,9 @@ func (d *Dispatcher) rescue(ctx context.Context) {
 }
 
 // reap compacts terminal effects older than the retention into tombstones,
-// and deletes tombstones older than TombstoneRetention if it is set, in
-// batches, once across all replicas.
+// deletes the consumers' inbox records past their retention, and deletes
+// tombstones older than TombstoneRetention if it is set, in batches, once
+// across all replicas.
 func (d *Dispatcher) reap(ctx context.Context) {
 	type job struct {
 		name string
@@ -1153,6 +1154,9 @@ func (d *Dispatcher) reap(ctx context.Context) {
 	jobs := []job{{"reap", func(s *store.Engine, ctx context.Context) (int64, error) {
 		return s.Reap(ctx, d.cfg.Retention, maintenanceBatch)
 	}, "compacted finished effects past retention into tombstones"}}
+	jobs = append(jobs, job{"inbox", func(s *store.Engine, ctx context.Context) (int64, error) {
+		return s.TrimInbox(ctx, maintenanceBatch)
+	}, "deleted inbox records past their consumer's retention"})
 	if d.cfg.TombstoneRetention > 0 {
 		jobs = append(jobs, job{"purge", func(s *store.Engine, ctx context.Context) (int64, error) {
 			return s.PurgeTombstones(ctx, d.cfg.TombstoneRetention, maintenanceBatch)

@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	sqlerr "github.com/sidefx/sidefx/internal/driver"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -205,38 +206,14 @@ const (
 )
 
 // pgError is what sidefx reads of an error PostgreSQL raised, whichever
-// driver reported it: pgx's *pgconn.PgError (pgx, and database/sql over
-// pgx/stdlib), or any other error with a SQLState() method, such as lib/pq's
-// *pq.Error. Of those, the message, detail and constraint come from the
-// error's Message, Detail and Constraint fields, as lib/pq's *pq.Error has
-// them (in every release: its Get method is deprecated).
+// driver reported it (driver.PgErrorOf).
 type pgError struct {
 	code, message, detail, constraint string
 }
 
 func pgErrorOf(err error) (pgError, bool) {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pgError{pe.Code, pe.Message, pe.Detail, pe.ConstraintName}, true
-	}
-	var se interface{ SQLState() string }
-	if !errors.As(err, &se) {
-		return pgError{}, false
-	}
-	e := pgError{code: se.SQLState(), message: err.Error()}
-	if v := reflect.Indirect(reflect.ValueOf(se)); v.Kind() == reflect.Struct {
-		field := func(name string) string {
-			if f := v.FieldByName(name); f.IsValid() && f.Kind() == reflect.String {
-				return f.String()
-			}
-			return ""
-		}
-		if m := field("Message"); m != "" {
-			e.message = m
-		}
-		e.detail, e.constraint = field("Detail"), field("Constraint")
-	}
-	return e, true
+	pe, ok := sqlerr.PgErrorOf(err)
+	return pgError{pe.Code, pe.Message, pe.Detail, pe.Constraint}, ok
 }
 
 // translate turns driver errors into this package's errors, so callers never

@@ -67,7 +67,7 @@ func translate(err error) error {
 }
 
 type dispatchQueries struct {
-	claim, complete, late, rescue, putBack, reap, purge, analyze, due string
+	claim, complete, late, rescue, putBack, reap, purge, trimInbox, analyze, due string
 }
 
 // windowPassed is the SQL condition "an effect that may have been performed
@@ -81,6 +81,7 @@ func windowPassed(maybe, w, m string) string {
 }
 
 func buildDispatchQueries(t string) dispatchQueries {
+	inboxTable := strings.TrimSuffix(t, ".side_effects") + ".sidefx_inbox"
 	return dispatchQueries{
 		// The idle probe: the first entry of side_effects_pending_idx at or
 		// before now, of a served kind. Reads one index page or a few, and
@@ -209,6 +210,12 @@ func buildDispatchQueries(t string) dispatchQueries {
 					AND updated_at < now() - $1 * interval '1 millisecond'
 				ORDER BY updated_at
 				LIMIT $2
+				FOR UPDATE SKIP LOCKED)`,
+		// The consumers' inbox records past their retention.
+		trimInbox: `DELETE FROM ` + inboxTable + ` WHERE (consumer, message_id) IN (
+				SELECT consumer, message_id FROM ` + inboxTable + `
+				WHERE expires_at < now()
+				LIMIT $1
 				FOR UPDATE SKIP LOCKED)`,
 		// Deleting tombstones frees their guard: only when configured.
 		purge: `DELETE FROM ` + t + ` WHERE id IN (
@@ -659,6 +666,17 @@ func (s *Engine) PurgeTombstones(ctx context.Context, retention time.Duration, l
 	tag, err := s.db.Exec(ctx, s.q.purge, retention.Milliseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge tombstones: %w", translate(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
+// TrimInbox deletes up to limit records of the consumers' inbox whose
+// retention has passed (package inbox): a redelivery of their message
+// afterwards is handled as a first delivery.
+func (s *Engine) TrimInbox(ctx context.Context, limit int) (int64, error) {
+	tag, err := s.db.Exec(ctx, s.q.trimInbox, limit)
+	if err != nil {
+		return 0, fmt.Errorf("trim the inbox: %w", translate(err))
 	}
 	return tag.RowsAffected(), nil
 }

@@ -464,3 +464,32 @@ func TestEngine_OutcomePlanIgnoresStaleStatistics(t *testing.T) {
 		}
 	}
 }
+
+// The reaper deletes the inbox records past their consumer's retention,
+// and only those.
+func TestEngine_TrimInbox(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO sidefx_inbox (consumer, message_id, payload_hash, expires_at) VALUES
+		('billing', 'old-1', sha256('a'), now() - interval '1 second'),
+		('billing', 'old-2', sha256('a'), now() - interval '1 day'),
+		('billing', 'young', sha256('a'), now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.eng.TrimInbox(b.ctx, 1); err != nil || n != 1 {
+		t.Fatalf("TrimInbox(limit 1) = %d, %v", n, err)
+	}
+	if n, err := b.eng.TrimInbox(b.ctx, 100); err != nil || n != 1 {
+		t.Fatalf("TrimInbox = %d, %v", n, err)
+	}
+	var left []string
+	rows, _ := b.pool.Query(b.ctx, `SELECT message_id FROM sidefx_inbox`)
+	for rows.Next() {
+		var id string
+		_ = rows.Scan(&id)
+		left = append(left, id)
+	}
+	if rows.Err() != nil || len(left) != 1 || left[0] != "young" {
+		t.Errorf("left %v, want [young]", left)
+	}
+}

@@ -1,0 +1,44 @@
+package driver
+
+import (
+	"errors"
+	"reflect"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// PgError is what sidefx reads of an error PostgreSQL raised, whichever
+// driver reported it.
+type PgError struct {
+	Code, Message, Detail, Constraint string
+}
+
+// PgErrorOf reads err as an error PostgreSQL raised: pgx's
+// *pgconn.PgError (pgx, and database/sql over pgx/stdlib), or any other
+// error with a SQLState() method, such as lib/pq's *pq.Error, whose
+// message, detail and constraint come from its Message, Detail and
+// Constraint fields (in every release: its Get method is deprecated).
+func PgErrorOf(err error) (PgError, bool) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return PgError{pe.Code, pe.Message, pe.Detail, pe.ConstraintName}, true
+	}
+	var se interface{ SQLState() string }
+	if !errors.As(err, &se) {
+		return PgError{}, false
+	}
+	e := PgError{Code: se.SQLState(), Message: err.Error()}
+	if v := reflect.Indirect(reflect.ValueOf(se)); v.Kind() == reflect.Struct {
+		field := func(name string) string {
+			if f := v.FieldByName(name); f.IsValid() && f.Kind() == reflect.String {
+				return f.String()
+			}
+			return ""
+		}
+		if m := field("Message"); m != "" {
+			e.Message = m
+		}
+		e.Detail, e.Constraint = field("Detail"), field("Constraint")
+	}
+	return e, true
+}
