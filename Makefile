@@ -12,6 +12,8 @@ test: deps fmt-check vet
 	cd internal/drivertest && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 # internal/invariant/netfault: its own module (Toxiproxy stays out of go.mod); the network-fault scenarios
 	cd internal/invariant/netfault && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+# examples/nats-consumer: its own module (the NATS server and client stay out of go.mod); a JetStream consumer crashed and killed mid-batch
+	cd examples/nats-consumer && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## vet-newest: build and vet every package and test of every module with the
 ## newest supported Go release (the go command fetches that toolchain, about
@@ -19,7 +21,7 @@ test: deps fmt-check vet
 ## `make test` runs everything with the Go on PATH, which CI keeps on the
 ## release line the go.mod's go line names (the oldest supported).
 NEWEST_GO ?= go1.27.3
-MODULES = . deploy/rulecheck internal/invariant/netfault internal/drivertest
+MODULES = . deploy/rulecheck internal/invariant/netfault internal/drivertest examples/nats-consumer
 vet-newest:
 	for m in $(MODULES); do (cd $$m && GOTOOLCHAIN=$(NEWEST_GO) $(GO) vet ./...) || exit 1; done
 
@@ -28,6 +30,7 @@ test-newest: deps vet-newest
 	cd deploy/rulecheck && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
 	cd internal/invariant/netfault && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
 	cd internal/drivertest && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
+	cd examples/nats-consumer && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
 
 deps:
 	./scripts/install-deps
