@@ -1156,7 +1156,10 @@ func (d *Dispatcher) reap(ctx context.Context) {
 	}, "compacted finished effects past retention into tombstones"}}
 	jobs = append(jobs, job{"inbox", func(s *store.Engine, ctx context.Context) (int64, error) {
 		return s.TrimInbox(ctx, maintenanceBatch)
-	}, "deleted inbox records past their consumer's retention"})
+	}, "deleted inbox records past their consumer's retention"},
+		job{"edge", func(s *store.Engine, ctx context.Context) (int64, error) {
+			return s.TrimEdge(ctx, maintenanceBatch)
+		}, "deleted the HTTP edge's idempotency keys past their retention"})
 	if d.cfg.TombstoneRetention > 0 {
 		jobs = append(jobs, job{"purge", func(s *store.Engine, ctx context.Context) (int64, error) {
 			return s.PurgeTombstones(ctx, d.cfg.TombstoneRetention, maintenanceBatch)
@@ -1180,7 +1183,7 @@ func (d *Dispatcher) reap(ctx context.Context) {
 			}
 			d.succeeded(opReap)
 			if n > 0 {
-				d.log.Info(j.done, "effects", n, "retention", d.cfg.Retention, "tombstone_retention", d.cfg.TombstoneRetention)
+				d.log.Info(j.done, "rows", n, "retention", d.cfg.Retention, "tombstone_retention", d.cfg.TombstoneRetention)
 				if j.name == "reap" {
 					d.cfg.Observer.Reaped(n)
 				}

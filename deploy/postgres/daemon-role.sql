@@ -7,7 +7,8 @@
 -- them into tombstones; deleting tombstones, only when configured, needs
 -- DELETE); records late answers in the effects' history; records its
 -- heartbeat and the kinds it serves in the registry; records drift runs;
--- deletes the consumers' inbox records past their retention; reads the
+-- deletes the consumers' inbox records and the HTTP edge's keys past their
+-- retention; reads the
 -- migration versions for /readyz. It never creates, alters or
 -- drops anything, never enqueues, and cannot read or write other tables.
 -- ANALYZE of side_effects at start needs the owner: without it the daemon
@@ -21,6 +22,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_dispatchers TO sidefx_daem
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_drift_runs TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.sidefx_drift_findings TO sidefx_daemon;
 GRANT SELECT, DELETE ON public.sidefx_inbox TO sidefx_daemon;
+GRANT SELECT, DELETE ON public.sidefx_edge_keys TO sidefx_daemon;
 
 -- Operators' commands (sidefx retry, resolve, cancel, inspect) and
 -- `sidefx enqueue` need more: run them as a role that also has

@@ -67,7 +67,7 @@ func translate(err error) error {
 }
 
 type dispatchQueries struct {
-	claim, complete, late, rescue, putBack, reap, purge, trimInbox, analyze, due string
+	claim, complete, late, rescue, putBack, reap, purge, trimInbox, trimEdge, analyze, due string
 }
 
 // windowPassed is the SQL condition "an effect that may have been performed
@@ -82,6 +82,7 @@ func windowPassed(maybe, w, m string) string {
 
 func buildDispatchQueries(t string) dispatchQueries {
 	inboxTable := strings.TrimSuffix(t, ".side_effects") + ".sidefx_inbox"
+	edgeTable := strings.TrimSuffix(t, ".side_effects") + ".sidefx_edge_keys"
 	return dispatchQueries{
 		// The idle probe: the first entry of side_effects_pending_idx at or
 		// before now, of a served kind. Reads one index page or a few, and
@@ -214,6 +215,12 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// The consumers' inbox records past their retention.
 		trimInbox: `DELETE FROM ` + inboxTable + ` WHERE (consumer, message_id) IN (
 				SELECT consumer, message_id FROM ` + inboxTable + `
+				WHERE expires_at < now()
+				LIMIT $1
+				FOR UPDATE SKIP LOCKED)`,
+		// The HTTP edge's keys past their retention.
+		trimEdge: `DELETE FROM ` + edgeTable + ` WHERE (scope, key) IN (
+				SELECT scope, key FROM ` + edgeTable + `
 				WHERE expires_at < now()
 				LIMIT $1
 				FOR UPDATE SKIP LOCKED)`,
@@ -677,6 +684,17 @@ func (s *Engine) TrimInbox(ctx context.Context, limit int) (int64, error) {
 	tag, err := s.db.Exec(ctx, s.q.trimInbox, limit)
 	if err != nil {
 		return 0, fmt.Errorf("trim the inbox: %w", translate(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
+// TrimEdge deletes up to limit of the HTTP edge's idempotency keys whose
+// retention has passed (package edge): a retry with one afterwards
+// executes again.
+func (s *Engine) TrimEdge(ctx context.Context, limit int) (int64, error) {
+	tag, err := s.db.Exec(ctx, s.q.trimEdge, limit)
+	if err != nil {
+		return 0, fmt.Errorf("trim the edge's keys: %w", translate(err))
 	}
 	return tag.RowsAffected(), nil
 }

@@ -493,3 +493,21 @@ func TestEngine_TrimInbox(t *testing.T) {
 		t.Errorf("left %v, want [young]", left)
 	}
 }
+
+// The reaper deletes the edge's keys past their retention, and only those.
+func TestEngine_TrimEdge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO sidefx_edge_keys (scope, key, fingerprint, expires_at) VALUES
+		('0: POST /orders', 'old', sha256('a'), now() - interval '1 second'),
+		('0: POST /orders', 'young', sha256('a'), now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.eng.TrimEdge(b.ctx, 100); err != nil || n != 1 {
+		t.Fatalf("TrimEdge = %d, %v", n, err)
+	}
+	var left string
+	if err := b.pool.QueryRow(b.ctx, `SELECT string_agg(key, ',') FROM sidefx_edge_keys`).Scan(&left); err != nil || left != "young" {
+		t.Errorf("left %q, %v", left, err)
+	}
+}

@@ -1,0 +1,44 @@
+// Package edge is an idempotency key store for HTTP APIs, with the
+// semantics of Stripe's and of the IETF Idempotency-Key draft: a client
+// that retries a request with the same Idempotency-Key gets the first
+// answer again, and the work is done once.
+//
+//	e, _ := edge.New(&edge.Config{Pool: pool, Tenant: accountOf})
+//	mux.Handle("POST /orders", e.Require(http.HandlerFunc(createOrder)))
+//
+//	func createOrder(w http.ResponseWriter, r *http.Request) {
+//		tx := edge.Tx(r.Context()) // the request's transaction
+//		id := e.DomainID(r)        // the same on every retry
+//		// business rows and outbox.Enqueue(ctx, tx, …) in tx
+//	}
+//
+// The handler writes its business rows and enqueues its effects in the
+// transaction the middleware opened (Tx); the key's record and the stored
+// answer commit in that same transaction, so no window exists between the
+// work and its record. The handler's answer is held until the commit.
+//
+//   - Key and fingerprint: the key comes from Idempotency-Key (at most 255
+//     characters), scoped by tenant (Config.Tenant), method and route (the
+//     mux pattern, so wrap each route's handler); the fingerprint covers
+//     method, path and body.
+//   - Same key, same fingerprint, finished: the stored status, the
+//     allow-listed headers (Config.StoreHeaders) and the body are replayed,
+//     with Idempotent-Replayed: true.
+//   - Same key, another fingerprint: 422, problem+json.
+//   - Same key in flight: 409 with Retry-After, at once: the key's lock is
+//     tried, never waited for.
+//   - A 5xx answer is not stored (unless Config.Store5xx): the transaction
+//     rolls back, the key's record with it, and a retry executes.
+//   - No key: the request passes through (Handler), in a transaction of
+//     its own all the same, or is refused with 400 (Require).
+//
+// Keys live for Config.Retention, default 72 hours, after which the
+// daemon's reaper deletes them; a retry after that executes again, so the
+// domain ids it derives (DomainID, deterministic in tenant and key) and the
+// effects' keys derived from them keep the work from happening twice
+// downstream.
+//
+// An Observer counts keyed requests, replays (the edge's replay rate: a
+// spike means clients retry heavily, usually a latency or availability
+// problem upstream), mismatches and conflicts.
+package edge

@@ -1,0 +1,366 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/internal/sqlname"
+)
+
+// Defaults of Config.
+const (
+	DefaultRetention  = 72 * time.Hour
+	DefaultMaxBody    = 1 << 20
+	DefaultRetryAfter = time.Second
+	// MaxKeyLength is the longest Idempotency-Key taken.
+	MaxKeyLength = 255
+)
+
+// HeaderKey is the request header that carries the client's key, and
+// HeaderReplayed the response header that marks a replayed answer.
+const (
+	HeaderKey      = "Idempotency-Key"
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// Observer is told of each keyed request and of what became of it: the
+// source of the edge's metrics. A replay rate that spikes means clients
+// retry heavily, usually a latency or availability problem upstream.
+type Observer interface {
+	// Keyed: a request carried a key (route is the mux pattern, or the
+	// path).
+	Keyed(route string)
+	// Replayed: it was answered from the stored answer.
+	Replayed(route string)
+	// Mismatched: the key was used before for another request (422).
+	Mismatched(route string)
+	// Conflicted: a request with the key was in flight (409).
+	Conflicted(route string)
+}
+
+// Config configures an Edge.
+type Config struct {
+	// Pool is the database: the middleware opens each request's
+	// transaction on it. Required.
+	Pool *pgxpool.Pool
+	// Schema holds sidefx's tables. Default "public".
+	Schema string
+	// Tenant returns the tenant a request acts for (from its
+	// authentication); keys are scoped by it. Default: one tenant, "".
+	Tenant func(*http.Request) string
+	// Retention is how long a key and its answer are kept. Default 72h.
+	Retention time.Duration
+	// StoreHeaders are the response headers stored and replayed with the
+	// answer. Default Content-Type and Location.
+	StoreHeaders []string
+	// Store5xx stores 5xx answers too. Default false: a 5xx answer rolls
+	// the transaction back, key record included, so a retry executes.
+	Store5xx bool
+	// MaxBody bounds the request body read for the fingerprint (a larger
+	// one is refused with 413). Default 1 MiB.
+	MaxBody int64
+	// RetryAfter is the Retry-After of a 409 for a key in flight. Default
+	// 1s.
+	RetryAfter time.Duration
+	// Observer, if set, is told of keyed requests.
+	Observer Observer
+}
+
+// Edge is the idempotency key store of an HTTP API.
+type Edge struct {
+	pool       *pgxpool.Pool
+	table      string
+	tenant     func(*http.Request) string
+	retention  time.Duration
+	headers    []string
+	store5xx   bool
+	maxBody    int64
+	retryAfter time.Duration
+	obs        Observer
+}
+
+// New returns an Edge for cfg.
+func New(cfg *Config) (*Edge, error) {
+	if cfg == nil || cfg.Pool == nil {
+		return nil, errors.New("edge: Config.Pool is required")
+	}
+	c := *cfg
+	schema, err := sqlname.Schema(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("edge: %w", err)
+	}
+	if c.Retention < 0 || c.MaxBody < 0 || c.RetryAfter < 0 {
+		return nil, errors.New("edge: retention, body bound and Retry-After must not be negative")
+	}
+	e := &Edge{pool: c.Pool, table: sqlname.Quote(schema) + ".sidefx_edge_keys", tenant: c.Tenant, retention: c.Retention,
+		headers: c.StoreHeaders, store5xx: c.Store5xx, maxBody: c.MaxBody, retryAfter: c.RetryAfter, obs: c.Observer}
+	if e.tenant == nil {
+		e.tenant = func(*http.Request) string { return "" }
+	}
+	if e.retention == 0 {
+		e.retention = DefaultRetention
+	}
+	if e.headers == nil {
+		e.headers = []string{"Content-Type", "Location"}
+	}
+	if e.maxBody == 0 {
+		e.maxBody = DefaultMaxBody
+	}
+	if e.retryAfter == 0 {
+		e.retryAfter = DefaultRetryAfter
+	}
+	return e, nil
+}
+
+type txKey struct{}
+
+// Tx returns the transaction the middleware opened for the request: the
+// handler writes its business rows and enqueues its effects in it, and the
+// key's record and answer commit with them. Nil outside the middleware.
+func Tx(ctx context.Context) pgx.Tx {
+	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
+	return tx
+}
+
+// DomainID returns the deterministic domain id of a keyed request: the
+// same for every retry of it (derive.DomainID of its tenant and key), so
+// the rows and effect keys it derives are the same. "" without a key.
+func (e *Edge) DomainID(r *http.Request) string {
+	key := r.Header.Get(HeaderKey)
+	if key == "" {
+		return ""
+	}
+	return derive.DomainID(e.tenant(r), key).String()
+}
+
+// Handler wraps next: a request with an Idempotency-Key is executed once
+// (see the package documentation); one without passes through, in a
+// transaction of its own all the same.
+func (e *Edge) Handler(next http.Handler) http.Handler { return e.wrap(next, false) }
+
+// Require is Handler for a route where a key is required: a request
+// without one is refused with 400.
+func (e *Edge) Require(next http.Handler) http.Handler { return e.wrap(next, true) }
+
+func (e *Edge) wrap(next http.Handler, require bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get(HeaderKey)
+		route := r.Pattern
+		if route == "" {
+			route = r.URL.Path
+		}
+		switch {
+		case key == "" && require:
+			problem(w, http.StatusBadRequest, "Idempotency-Key required", "this route takes an Idempotency-Key header", 0)
+			return
+		case key == "":
+			e.plain(w, r, next)
+			return
+		case len(key) > MaxKeyLength:
+			problem(w, http.StatusBadRequest, "Idempotency-Key too long", fmt.Sprintf("the key is %d characters, at most %d are taken", len(key), MaxKeyLength), 0)
+			return
+		}
+		if e.obs != nil {
+			e.obs.Keyed(route)
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, e.maxBody+1))
+		if err != nil {
+			problem(w, http.StatusBadRequest, "Unreadable body", "the request body could not be read", 0)
+			return
+		}
+		if int64(len(body)) > e.maxBody {
+			problem(w, http.StatusRequestEntityTooLarge, "Body too large", fmt.Sprintf("the body is over %d bytes", e.maxBody), 0)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		e.keyed(w, r, next, key, route, body)
+	})
+}
+
+// plain runs a request without a key in a transaction of its own.
+func (e *Edge) plain(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	ctx := r.Context()
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", e.retryAfter)
+		return
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // committed below
+	rec := newRecorder()
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
+	if rec.status < 500 {
+		if err := tx.Commit(ctx); err != nil {
+			problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
+			return
+		}
+	}
+	rec.writeTo(w, nil)
+}
+
+func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, key, route string, body []byte) {
+	ctx := r.Context()
+	tenant := e.tenant(r)
+	scope := strconv.Itoa(len(tenant)) + ":" + tenant + " " + r.Method + " " + route
+	fp := sha256.Sum256([]byte(r.Method + "\x00" + r.URL.Path + "\x00" + string(body)))
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", e.retryAfter)
+		return
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // committed below, or nothing to keep
+	// One statement: the key's lock, tried (a request in flight holds it:
+	// answer at once, never wait), then its record, inserted unless one
+	// that has not expired exists.
+	var locked, inserted bool
+	err = tx.QueryRow(ctx, `WITH l AS (SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ' ' || $2, 0)) AS got),
+		ins AS (
+			INSERT INTO `+e.table+` AS k (scope, key, fingerprint, expires_at)
+			SELECT $1, $2, $3, now() + $4 * interval '1 millisecond' FROM l WHERE l.got
+			ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, created_at = now(),
+				expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL, completed_at = NULL
+				WHERE k.expires_at < now()
+			RETURNING 1)
+		SELECT l.got, EXISTS (SELECT FROM ins) FROM l`, scope, key, fp[:], e.retention.Milliseconds()).Scan(&locked, &inserted)
+	if err != nil {
+		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the key could not be recorded", e.retryAfter)
+		return
+	}
+	if !locked {
+		e.conflict(w, route, "a request with this Idempotency-Key is in progress")
+		return
+	}
+	if !inserted {
+		e.stored(ctx, w, tx, scope, key, route, fp[:])
+		return
+	}
+	rec := newRecorder()
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
+	if rec.status >= 500 && !e.store5xx {
+		// Not stored: the work rolls back with the key, and a retry
+		// executes.
+		rec.writeTo(w, nil)
+		return
+	}
+	headers := map[string][]string{}
+	for _, h := range e.headers {
+		if v := rec.header.Values(h); len(v) > 0 {
+			headers[http.CanonicalHeaderKey(h)] = v
+		}
+	}
+	hj, _ := json.Marshal(headers)
+	if _, err := tx.Exec(ctx, `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now() WHERE scope = $1 AND key = $2`,
+		scope, key, rec.status, string(hj), rec.body.Bytes()); err != nil {
+		problem(w, http.StatusInternalServerError, "Not committed", "the answer could not be recorded; nothing was committed", 0)
+		return
+	}
+	if err := tx.Commit(ctx); err != nil {
+		problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
+		return
+	}
+	rec.writeTo(w, nil)
+}
+
+// stored answers a request whose key has a record: a replay, a mismatch,
+// or a conflict with a request whose answer is not known yet.
+func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, tx pgx.Tx, scope, key, route string, fp []byte) {
+	var stored []byte
+	var status *int32
+	var headers map[string][]string
+	var body []byte
+	err := tx.QueryRow(ctx, `SELECT fingerprint, status, headers, body FROM `+e.table+` WHERE scope = $1 AND key = $2`, scope, key).
+		Scan(&stored, &status, &headers, &body)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Expired and deleted since: ask the client to retry.
+		e.conflict(w, route, "the key's record just expired; retry")
+		return
+	case err != nil:
+		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the key's record could not be read", e.retryAfter)
+		return
+	case !bytes.Equal(stored, fp):
+		if e.obs != nil {
+			e.obs.Mismatched(route)
+		}
+		problem(w, http.StatusUnprocessableEntity, "Idempotency-Key reused",
+			"this Idempotency-Key was used for another request (method, path or body differ); use a new key for a new request", 0)
+		return
+	case status == nil:
+		e.conflict(w, route, "the request with this Idempotency-Key has not finished")
+		return
+	}
+	if e.obs != nil {
+		e.obs.Replayed(route)
+	}
+	for h, vs := range headers {
+		for _, v := range vs {
+			w.Header().Add(h, v)
+		}
+	}
+	w.Header().Set(HeaderReplayed, "true")
+	w.WriteHeader(int(*status))
+	w.Write(body) //nolint:errcheck // the client may be gone
+}
+
+func (e *Edge) conflict(w http.ResponseWriter, route, detail string) {
+	if e.obs != nil {
+		e.obs.Conflicted(route)
+	}
+	problem(w, http.StatusConflict, "Request in progress", detail, e.retryAfter)
+}
+
+// problem writes an RFC 9457 problem+json answer.
+func problem(w http.ResponseWriter, status int, title, detail string, retryAfter time.Duration) {
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int((retryAfter+time.Second-1)/time.Second))))
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
+	w.Write(b) //nolint:errcheck // the client may be gone
+}
+
+// recorder keeps a handler's answer until its transaction commits.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	wrote  bool
+}
+
+func newRecorder() *recorder { return &recorder{header: http.Header{}, status: http.StatusOK} }
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if !r.wrote {
+		r.status, r.wrote = status, true
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.body.Write(b)
+}
+
+func (r *recorder) writeTo(w http.ResponseWriter, extra http.Header) {
+	for h, vs := range r.header {
+		w.Header()[h] = vs
+	}
+	for h, vs := range extra {
+		w.Header()[h] = vs
+	}
+	w.WriteHeader(r.status)
+	w.Write(r.body.Bytes()) //nolint:errcheck // the client may be gone
+}

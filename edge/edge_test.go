@@ -1,0 +1,251 @@
+package edge_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/edge"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/outbox"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type counts struct {
+	mu                                    sync.Mutex
+	keyed, replayed, mismatched, conflict int
+}
+
+func (c *counts) Keyed(string)      { c.mu.Lock(); c.keyed++; c.mu.Unlock() }
+func (c *counts) Replayed(string)   { c.mu.Lock(); c.replayed++; c.mu.Unlock() }
+func (c *counts) Mismatched(string) { c.mu.Lock(); c.mismatched++; c.mu.Unlock() }
+func (c *counts) Conflicted(string) { c.mu.Lock(); c.conflict++; c.mu.Unlock() }
+
+// api is a service with POST /orders (a key required) and POST /notes (a
+// key optional), behind the edge.
+type api struct {
+	*httptest.Server
+	pool    *pgxpool.Pool
+	e       *edge.Edge
+	obs     *counts
+	calls   atomic.Int32
+	hold    chan struct{} // when set, the handler waits on it
+	entered chan struct{}
+	fail    atomic.Bool // answer 500 after writing
+}
+
+func newAPI(t *testing.T) *api {
+	t.Helper()
+	pool := pgtest.DB(t)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY, tenant text, item text)`); err != nil {
+		t.Fatal(err)
+	}
+	a := &api{pool: pool, obs: &counts{}}
+	e, err := edge.New(&edge.Config{Pool: pool, Observer: a.obs, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.e = e
+	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.calls.Add(1)
+		if a.hold != nil {
+			a.entered <- struct{}{}
+			<-a.hold
+		}
+		ctx := r.Context()
+		tx := edge.Tx(ctx)
+		var req struct{ Item string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		id := e.DomainID(r)
+		if id == "" {
+			id = fmt.Sprintf("anon-%d", a.calls.Load())
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, tenant, item) VALUES ($1, $2, $3)`, id, r.Header.Get("X-Tenant"), req.Item); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if _, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: id, Kind: "email.receipt", Payload: map[string]string{"item": req.Item}}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if a.fail.Load() {
+			http.Error(w, "upstream failed", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/orders/"+id)
+		w.Header().Set("X-Request-Time", time.Now().String())
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q,"call":%d}`, id, a.calls.Load())
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", e.Require(create))
+	mux.Handle("POST /notes", e.Handler(create))
+	a.Server = httptest.NewServer(mux)
+	t.Cleanup(a.Close)
+	return a
+}
+
+func (a *api) post(t *testing.T, path, key, tenant, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, a.URL+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set(edge.HeaderKey, key)
+	}
+	req.Header.Set("X-Tenant", tenant)
+	// A bound, so that a request that waits where it must not fails the
+	// test rather than hanging it.
+	resp, err := (&http.Client{Timeout: 15 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func (a *api) count(t *testing.T, q string) int {
+	t.Helper()
+	var n int
+	if err := a.pool.QueryRow(context.Background(), q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A retry with the key is answered from the record: the same status,
+// allow-listed headers and body, marked replayed; the work (a row and an
+// effect) was done once, in the transaction that recorded the answer.
+func TestEdge_ReplaysTheStoredAnswer(t *testing.T) {
+	a := newAPI(t)
+	first, body := a.post(t, "/orders", "k-1", "acme", `{"item":"mug"}`)
+	if first.StatusCode != 201 || first.Header.Get(edge.HeaderReplayed) != "" {
+		t.Fatalf("first: %d %s", first.StatusCode, body)
+	}
+	again, body2 := a.post(t, "/orders", "k-1", "acme", `{"item":"mug"}`)
+	if again.StatusCode != 201 || body2 != body || again.Header.Get(edge.HeaderReplayed) != "true" ||
+		again.Header.Get("Location") != first.Header.Get("Location") || again.Header.Get("Content-Type") != "application/json" ||
+		again.Header.Get("X-Request-Time") != "" {
+		t.Fatalf("replay: %d %v %s; first %s", again.StatusCode, again.Header, body2, body)
+	}
+	if a.calls.Load() != 1 || a.count(t, `SELECT count(*) FROM orders`) != 1 || a.count(t, `SELECT count(*) FROM side_effects`) != 1 {
+		t.Errorf("handler ran %d times; orders and effects not once", a.calls.Load())
+	}
+	// Another tenant's, or another route's, key of the same name is not this one.
+	if r, _ := a.post(t, "/orders", "k-1", "globex", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
+		t.Errorf("another tenant: %d replayed=%q", r.StatusCode, r.Header.Get(edge.HeaderReplayed))
+	}
+	if r, _ := a.post(t, "/notes", "k-1", "acme", `{"item":"mug"}`); r.StatusCode == 201 && r.Header.Get(edge.HeaderReplayed) != "" {
+		t.Errorf("another route replayed the first route's answer")
+	}
+	if a.obs.replayed != 1 || a.obs.keyed != 4 {
+		t.Errorf("observer: %+v", a.obs)
+	}
+}
+
+func TestEdge_AnotherRequestUnderTheKeyIs422(t *testing.T) {
+	a := newAPI(t)
+	a.post(t, "/orders", "k-2", "acme", `{"item":"mug"}`)
+	r, body := a.post(t, "/orders", "k-2", "acme", `{"item":"plate"}`)
+	var p map[string]any
+	if r.StatusCode != 422 || r.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal([]byte(body), &p) != nil || p["status"] != float64(422) {
+		t.Fatalf("another body: %d %s", r.StatusCode, body)
+	}
+	if a.calls.Load() != 1 || a.obs.mismatched != 1 {
+		t.Errorf("calls %d, mismatches %d", a.calls.Load(), a.obs.mismatched)
+	}
+}
+
+// A retry while the first request runs is answered 409 at once, with
+// Retry-After; once the first finishes, the retry gets its answer.
+func TestEdge_InFlightIs409AtOnce(t *testing.T) {
+	a := newAPI(t)
+	a.hold, a.entered = make(chan struct{}), make(chan struct{}, 1)
+	done := make(chan int, 1)
+	go func() {
+		r, _ := a.post(t, "/orders", "k-3", "acme", `{"item":"mug"}`)
+		done <- r.StatusCode
+	}()
+	select {
+	case <-a.entered:
+	case code := <-done:
+		t.Fatalf("the first request ended with %d before its handler ran", code)
+	}
+	start := time.Now()
+	r, body := a.post(t, "/orders", "k-3", "acme", `{"item":"mug"}`)
+	if r.StatusCode != 409 || r.Header.Get("Retry-After") == "" || !strings.Contains(body, "in progress") {
+		t.Fatalf("in flight: %d %s", r.StatusCode, body)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("the 409 took %s: it waited for the first request", waited)
+	}
+	close(a.hold)
+	if code := <-done; code != 201 {
+		t.Fatalf("first: %d", code)
+	}
+	a.hold = nil
+	if r, _ := a.post(t, "/orders", "k-3", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "true" {
+		t.Errorf("after: %d", r.StatusCode)
+	}
+	if a.calls.Load() != 1 || a.obs.conflict != 1 {
+		t.Errorf("calls %d conflicts %d", a.calls.Load(), a.obs.conflict)
+	}
+}
+
+// A 5xx is not stored: the work rolls back with the key, and a retry
+// executes.
+func TestEdge_5xxIsNotStored(t *testing.T) {
+	a := newAPI(t)
+	a.fail.Store(true)
+	if r, _ := a.post(t, "/orders", "k-4", "acme", `{"item":"mug"}`); r.StatusCode != 500 {
+		t.Fatalf("first: %d", r.StatusCode)
+	}
+	if n := a.count(t, `SELECT count(*) FROM orders`) + a.count(t, `SELECT count(*) FROM side_effects`) + a.count(t, `SELECT count(*) FROM sidefx_edge_keys`); n != 0 {
+		t.Fatalf("a 5xx left %d rows", n)
+	}
+	a.fail.Store(false)
+	if r, _ := a.post(t, "/orders", "k-4", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
+		t.Fatalf("retry: %d", r.StatusCode)
+	}
+	if a.calls.Load() != 2 || a.count(t, `SELECT count(*) FROM orders`) != 1 {
+		t.Errorf("calls %d", a.calls.Load())
+	}
+}
+
+func TestEdge_MissingOrBadKey(t *testing.T) {
+	a := newAPI(t)
+	if r, body := a.post(t, "/orders", "", "acme", `{}`); r.StatusCode != 400 || !strings.Contains(body, "Idempotency-Key required") {
+		t.Errorf("required route without a key: %d %s", r.StatusCode, body)
+	}
+	if r, _ := a.post(t, "/notes", "", "acme", `{"item":"note"}`); r.StatusCode != 201 || a.count(t, `SELECT count(*) FROM orders`) != 1 {
+		t.Errorf("optional route without a key: %d", r.StatusCode)
+	}
+	if r, body := a.post(t, "/orders", strings.Repeat("k", 256), "acme", `{}`); r.StatusCode != 400 || !strings.Contains(body, "too long") {
+		t.Errorf("a 256-character key: %d %s", r.StatusCode, body)
+	}
+}
+
+func TestEdge_DomainIDIsDeterministic(t *testing.T) {
+	a := newAPI(t)
+	req := func(key, tenant string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+		r.Header.Set(edge.HeaderKey, key)
+		r.Header.Set("X-Tenant", tenant)
+		return r
+	}
+	one, two, other := a.e.DomainID(req("k", "acme")), a.e.DomainID(req("k", "acme")), a.e.DomainID(req("k", "globex"))
+	if one == "" || one != two || one == other || a.e.DomainID(req("", "acme")) != "" {
+		t.Errorf("DomainID: %q %q %q", one, two, other)
+	}
+}
