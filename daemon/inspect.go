@@ -140,6 +140,9 @@ func printEffect(io *IO, e *effects.Effect, why string, history []effects.Event)
 	row("confirmed", when(e.ConfirmedAt))
 	row("updated", when(e.UpdatedAt))
 	row("provider ref", orDash(e.ProviderRef))
+	if e.Traceparent != "" {
+		row("traceparent", e.Traceparent)
+	}
 	row("last error", orDash(e.LastError))
 	row("maybe performed", evidence(e))
 	if e.Flag != "" {

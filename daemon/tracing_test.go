@@ -103,6 +103,14 @@ tracing:
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// inspect shows the trace the effect was enqueued in.
+	var inspectOut bytes.Buffer
+	if err := Run(ctx, []string{"inspect", "--source", "order-1", "--database-url", url}, &IO{Out: &inspectOut, Err: &bytes.Buffer{}, Getenv: func(string) string { return "" }}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; !strings.Contains(inspectOut.String(), want) {
+		t.Errorf("inspect does not show the traceparent %s:\n%s", want, inspectOut.String())
+	}
 	stop() // the shutdown flushes the spans
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v\n%s", err, logs.String())
