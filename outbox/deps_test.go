@@ -105,24 +105,31 @@ func importChain(deps map[string]goPackage, from, to string) string {
 // A service that links only outbox compiles the model and the enqueue, and
 // no provider, Prometheus, daemon or test-only code: the design's promise,
 // checked on what `go list -deps` says a program importing outbox builds.
+// The same holds for a consumer that links inbox and an API that links
+// edge (their Prometheus observers are packages of their own).
 func TestOutbox_CompilesNoProviderMetricsOrTestCode(t *testing.T) {
 	t.Parallel()
-	const pkg = "github.com/sidefx/sidefx/outbox"
-	deps := listDeps(t, pkg)
-	// The listing is the real one: outbox and what it must use are there.
-	for _, want := range []string{pkg, "github.com/sidefx/sidefx/effects", "github.com/sidefx/sidefx/derive", "github.com/jackc/pgx/v5"} {
-		if _, ok := deps[want]; !ok {
-			t.Fatalf("go list -deps %s lacks %s: the listing is not what this test expects (%d packages)", pkg, want, len(deps))
+	for pkg, needs := range map[string][]string{
+		"github.com/sidefx/sidefx/outbox": {"github.com/sidefx/sidefx/effects", "github.com/sidefx/sidefx/derive", "github.com/jackc/pgx/v5"},
+		"github.com/sidefx/sidefx/inbox":  {"github.com/sidefx/sidefx/internal/driver", "github.com/jackc/pgx/v5"},
+		"github.com/sidefx/sidefx/edge":   {"github.com/sidefx/sidefx/derive", "github.com/jackc/pgx/v5"},
+	} {
+		deps := listDeps(t, pkg)
+		// The listing is the real one: the package and what it must use are there.
+		for _, want := range append([]string{pkg}, needs...) {
+			if _, ok := deps[want]; !ok {
+				t.Fatalf("go list -deps %s lacks %s: the listing is not what this test expects (%d packages)", pkg, want, len(deps))
+			}
 		}
-	}
-	for _, p := range slices.Sorted(maps.Keys(deps)) {
-		d := deps[p]
-		if why, bad := forbidden[d.module]; bad {
-			t.Errorf("a program importing only outbox compiles %s, module %s (%s): %s", p, d.module, why, importChain(deps, pkg, p))
-		}
-		for prefix, why := range forbiddenPackages {
-			if p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/") {
-				t.Errorf("a program importing only outbox compiles %s (%s): %s", p, why, importChain(deps, pkg, p))
+		for _, p := range slices.Sorted(maps.Keys(deps)) {
+			d := deps[p]
+			if why, bad := forbidden[d.module]; bad {
+				t.Errorf("a program importing only %s compiles %s, module %s (%s): %s", pkg, p, d.module, why, importChain(deps, pkg, p))
+			}
+			for prefix, why := range forbiddenPackages {
+				if p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/") {
+					t.Errorf("a program importing only %s compiles %s (%s): %s", pkg, p, why, importChain(deps, pkg, p))
+				}
 			}
 		}
 	}
