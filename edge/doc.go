@@ -13,7 +13,8 @@
 //	}
 //
 // The handler writes its business rows and enqueues its effects in the
-// transaction the middleware opened (Tx); the key's record and the stored
+// transaction the middleware opened (Tx on pgx, SQLTx for an Edge on
+// database/sql, Config.DB); the key's record and the stored
 // answer commit in that same transaction, so no window exists between the
 // work and its record. The handler's answer is held until the commit.
 //

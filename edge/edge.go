@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/internal/driver"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
@@ -53,8 +55,11 @@ type Observer interface {
 // Config configures an Edge.
 type Config struct {
 	// Pool is the database: the middleware opens each request's
-	// transaction on it. Required.
+	// transaction on it (Tx). Pool or DB is required.
 	Pool *pgxpool.Pool
+	// DB is the database for a service on database/sql (pgx/stdlib,
+	// lib/pq): each request's transaction is a *sql.Tx (SQLTx).
+	DB *sql.DB
 	// Schema holds sidefx's tables. Default "public".
 	Schema string
 	// Tenant returns the tenant a request acts for (from its
@@ -81,6 +86,7 @@ type Config struct {
 // Edge is the idempotency key store of an HTTP API.
 type Edge struct {
 	pool       *pgxpool.Pool
+	sqlDB      *sql.DB
 	table      string
 	tenant     func(*http.Request) string
 	retention  time.Duration
@@ -93,8 +99,8 @@ type Edge struct {
 
 // New returns an Edge for cfg.
 func New(cfg *Config) (*Edge, error) {
-	if cfg == nil || cfg.Pool == nil {
-		return nil, errors.New("edge: Config.Pool is required")
+	if cfg == nil || (cfg.Pool == nil) == (cfg.DB == nil) {
+		return nil, errors.New("edge: give Config.Pool (pgx) or Config.DB (database/sql), one of them")
 	}
 	c := *cfg
 	schema, err := sqlname.Schema(c.Schema)
@@ -104,7 +110,7 @@ func New(cfg *Config) (*Edge, error) {
 	if c.Retention < 0 || c.MaxBody < 0 || c.RetryAfter < 0 {
 		return nil, errors.New("edge: retention, body bound and Retry-After must not be negative")
 	}
-	e := &Edge{pool: c.Pool, table: sqlname.Quote(schema) + ".sidefx_edge_keys", tenant: c.Tenant, retention: c.Retention,
+	e := &Edge{pool: c.Pool, sqlDB: c.DB, table: sqlname.Quote(schema) + ".sidefx_edge_keys", tenant: c.Tenant, retention: c.Retention,
 		headers: c.StoreHeaders, store5xx: c.Store5xx, maxBody: c.MaxBody, retryAfter: c.RetryAfter, obs: c.Observer}
 	if e.tenant == nil {
 		e.tenant = func(*http.Request) string { return "" }
@@ -128,10 +134,55 @@ type txKey struct{}
 
 // Tx returns the transaction the middleware opened for the request: the
 // handler writes its business rows and enqueues its effects in it, and the
-// key's record and answer commit with them. Nil outside the middleware.
+// key's record and answer commit with them. Nil outside the middleware, or
+// when the Edge runs on database/sql (SQLTx).
 func Tx(ctx context.Context) pgx.Tx {
 	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
 	return tx
+}
+
+// SQLTx is Tx for an Edge on database/sql (Config.DB).
+func SQLTx(ctx context.Context) *sql.Tx {
+	tx, _ := ctx.Value(txKey{}).(*sql.Tx)
+	return tx
+}
+
+// tx is a request's transaction, on pgx or database/sql.
+type tx interface {
+	driver.DB
+	commit(ctx context.Context) error
+	rollback(ctx context.Context)
+	handle() any // what Tx or SQLTx returns
+}
+
+type pgxTx struct{ pgx.Tx }
+
+func (t pgxTx) commit(ctx context.Context) error { return t.Commit(ctx) }
+func (t pgxTx) rollback(ctx context.Context)     { _ = t.Rollback(ctx) }
+func (t pgxTx) handle() any                      { return t.Tx }
+
+type sqlTx struct {
+	driver.DB
+	tx *sql.Tx
+}
+
+func (t sqlTx) commit(context.Context) error { return t.tx.Commit() }
+func (t sqlTx) rollback(context.Context)     { _ = t.tx.Rollback() }
+func (t sqlTx) handle() any                  { return t.tx }
+
+func (e *Edge) begin(ctx context.Context) (tx, error) {
+	if e.sqlDB != nil {
+		t, err := e.sqlDB.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		return sqlTx{DB: driver.SQL(t), tx: t}, nil
+	}
+	t, err := e.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgxTx{t}, nil
 }
 
 // DomainID returns the deterministic domain id of a keyed request: the
@@ -192,16 +243,16 @@ func (e *Edge) wrap(next http.Handler, require bool) http.Handler {
 // plain runs a request without a key in a transaction of its own.
 func (e *Edge) plain(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	ctx := r.Context()
-	tx, err := e.pool.Begin(ctx)
+	tx, err := e.begin(ctx)
 	if err != nil {
 		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", e.retryAfter)
 		return
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // committed below
+	defer tx.rollback(context.WithoutCancel(ctx)) // after a commit, nothing
 	rec := newRecorder()
-	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx.handle())))
 	if rec.status < 500 {
-		if err := tx.Commit(ctx); err != nil {
+		if err := tx.commit(ctx); err != nil {
 			problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
 			return
 		}
@@ -214,12 +265,12 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	tenant := e.tenant(r)
 	scope := strconv.Itoa(len(tenant)) + ":" + tenant + " " + r.Method + " " + route
 	fp := sha256.Sum256([]byte(r.Method + "\x00" + r.URL.Path + "\x00" + string(body)))
-	tx, err := e.pool.Begin(ctx)
+	tx, err := e.begin(ctx)
 	if err != nil {
 		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", e.retryAfter)
 		return
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // committed below, or nothing to keep
+	defer tx.rollback(context.WithoutCancel(ctx)) // after a commit, nothing
 	// One statement: the key's lock, tried (a request in flight holds it:
 	// answer at once, never wait), then its record, inserted unless one
 	// that has not expired exists.
@@ -246,7 +297,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	rec := newRecorder()
-	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx)))
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx.handle())))
 	if rec.status >= 500 && !e.store5xx {
 		// Not stored: the work rolls back with the key, and a retry
 		// executes.
@@ -265,7 +316,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		problem(w, http.StatusInternalServerError, "Not committed", "the answer could not be recorded; nothing was committed", 0)
 		return
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.commit(ctx); err != nil {
 		problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
 		return
 	}
@@ -274,15 +325,17 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 
 // stored answers a request whose key has a record: a replay, a mismatch,
 // or a conflict with a request whose answer is not known yet.
-func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, tx pgx.Tx, scope, key, route string, fp []byte) {
-	var stored []byte
-	var status *int32
+func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, tx tx, scope, key, route string, fp []byte) {
+	var stored, rawHeaders, body []byte
+	var status int32 // 0: the final answer is not known yet
+	err := tx.QueryRow(ctx, `SELECT fingerprint, coalesce(status, 0), coalesce(headers::text, '{}'), coalesce(body, '') FROM `+e.table+` WHERE scope = $1 AND key = $2`, scope, key).
+		Scan(&stored, &status, &rawHeaders, &body)
 	var headers map[string][]string
-	var body []byte
-	err := tx.QueryRow(ctx, `SELECT fingerprint, status, headers, body FROM `+e.table+` WHERE scope = $1 AND key = $2`, scope, key).
-		Scan(&stored, &status, &headers, &body)
+	if err == nil {
+		err = json.Unmarshal(rawHeaders, &headers)
+	}
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows):
 		// Expired and deleted since: ask the client to retry.
 		e.conflict(w, route, "the key's record just expired; retry")
 		return
@@ -296,7 +349,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, tx pgx.Tx, sco
 		problem(w, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 			"this Idempotency-Key was used for another request (method, path or body differ); use a new key for a new request", 0)
 		return
-	case status == nil:
+	case status == 0:
 		e.conflict(w, route, "the request with this Idempotency-Key has not finished")
 		return
 	}
@@ -309,7 +362,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, tx pgx.Tx, sco
 		}
 	}
 	w.Header().Set(HeaderReplayed, "true")
-	w.WriteHeader(int(*status))
+	w.WriteHeader(int(status))
 	w.Write(body) //nolint:errcheck // the client may be gone
 }
 

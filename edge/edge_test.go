@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/internal/pgtest"
@@ -45,14 +48,27 @@ type api struct {
 	fail    atomic.Bool // answer 500 after writing
 }
 
-func newAPI(t *testing.T) *api {
+// families runs f with an api on pgx and one on database/sql.
+func families(t *testing.T, f func(t *testing.T, a *api)) {
+	for _, useSQL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) { f(t, newAPI(t, useSQL)) })
+	}
+}
+
+func newAPI(t *testing.T, useSQL bool) *api {
 	t.Helper()
 	pool := pgtest.DB(t)
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY, tenant text, item text)`); err != nil {
 		t.Fatal(err)
 	}
 	a := &api{pool: pool, obs: &counts{}}
-	e, err := edge.New(&edge.Config{Pool: pool, Observer: a.obs, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }})
+	cfg := &edge.Config{Pool: pool, Observer: a.obs, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}
+	if useSQL {
+		db := stdlib.OpenDBFromPool(pool)
+		t.Cleanup(func() { db.Close() })
+		cfg.Pool, cfg.DB = nil, db
+	}
+	e, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,18 +80,25 @@ func newAPI(t *testing.T) *api {
 			<-a.hold
 		}
 		ctx := r.Context()
-		tx := edge.Tx(ctx)
+		// The request's transaction, as pgx's or database/sql's.
+		var tx interface {
+			Exec(context.Context, string, ...any) error
+		} = pgxExec{edge.Tx(ctx)}
+		var handle any = edge.Tx(ctx)
+		if useSQL {
+			tx, handle = sqlExec{edge.SQLTx(ctx)}, edge.SQLTx(ctx)
+		}
 		var req struct{ Item string }
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		id := e.DomainID(r)
 		if id == "" {
 			id = fmt.Sprintf("anon-%d", a.calls.Load())
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, tenant, item) VALUES ($1, $2, $3)`, id, r.Header.Get("X-Tenant"), req.Item); err != nil {
+		if err := tx.Exec(ctx, `INSERT INTO orders (id, tenant, item) VALUES ($1, $2, $3)`, id, r.Header.Get("X-Tenant"), req.Item); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		if _, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: id, Kind: "email.receipt", Payload: map[string]string{"item": req.Item}}); err != nil {
+		if _, err := outbox.Enqueue(ctx, handle, outbox.Effect{SourceID: id, Kind: "email.receipt", Payload: map[string]string{"item": req.Item}}); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -95,6 +118,20 @@ func newAPI(t *testing.T) *api {
 	a.Server = httptest.NewServer(mux)
 	t.Cleanup(a.Close)
 	return a
+}
+
+type pgxExec struct{ tx pgx.Tx }
+
+func (e pgxExec) Exec(ctx context.Context, q string, args ...any) error {
+	_, err := e.tx.Exec(ctx, q, args...)
+	return err
+}
+
+type sqlExec struct{ tx *sql.Tx }
+
+func (e sqlExec) Exec(ctx context.Context, q string, args ...any) error {
+	_, err := e.tx.ExecContext(ctx, q, args...)
+	return err
 }
 
 func (a *api) post(t *testing.T, path, key, tenant, body string) (*http.Response, string) {
@@ -128,124 +165,130 @@ func (a *api) count(t *testing.T, q string) int {
 // allow-listed headers and body, marked replayed; the work (a row and an
 // effect) was done once, in the transaction that recorded the answer.
 func TestEdge_ReplaysTheStoredAnswer(t *testing.T) {
-	a := newAPI(t)
-	first, body := a.post(t, "/orders", "k-1", "acme", `{"item":"mug"}`)
-	if first.StatusCode != 201 || first.Header.Get(edge.HeaderReplayed) != "" {
-		t.Fatalf("first: %d %s", first.StatusCode, body)
-	}
-	again, body2 := a.post(t, "/orders", "k-1", "acme", `{"item":"mug"}`)
-	if again.StatusCode != 201 || body2 != body || again.Header.Get(edge.HeaderReplayed) != "true" ||
-		again.Header.Get("Location") != first.Header.Get("Location") || again.Header.Get("Content-Type") != "application/json" ||
-		again.Header.Get("X-Request-Time") != "" {
-		t.Fatalf("replay: %d %v %s; first %s", again.StatusCode, again.Header, body2, body)
-	}
-	if a.calls.Load() != 1 || a.count(t, `SELECT count(*) FROM orders`) != 1 || a.count(t, `SELECT count(*) FROM side_effects`) != 1 {
-		t.Errorf("handler ran %d times; orders and effects not once", a.calls.Load())
-	}
-	// Another tenant's, or another route's, key of the same name is not this one.
-	if r, _ := a.post(t, "/orders", "k-1", "globex", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
-		t.Errorf("another tenant: %d replayed=%q", r.StatusCode, r.Header.Get(edge.HeaderReplayed))
-	}
-	if r, _ := a.post(t, "/notes", "k-1", "acme", `{"item":"mug"}`); r.StatusCode == 201 && r.Header.Get(edge.HeaderReplayed) != "" {
-		t.Errorf("another route replayed the first route's answer")
-	}
-	if a.obs.replayed != 1 || a.obs.keyed != 4 {
-		t.Errorf("observer: %+v", a.obs)
-	}
+	families(t, func(t *testing.T, a *api) {
+		first, body := a.post(t, "/orders", "k-1", "acme", `{"item":"mug"}`)
+		if first.StatusCode != 201 || first.Header.Get(edge.HeaderReplayed) != "" {
+			t.Fatalf("first: %d %s", first.StatusCode, body)
+		}
+		again, body2 := a.post(t, "/orders", "k-1", "acme", `{"item":"mug"}`)
+		if again.StatusCode != 201 || body2 != body || again.Header.Get(edge.HeaderReplayed) != "true" ||
+			again.Header.Get("Location") != first.Header.Get("Location") || again.Header.Get("Content-Type") != "application/json" ||
+			again.Header.Get("X-Request-Time") != "" {
+			t.Fatalf("replay: %d %v %s; first %s", again.StatusCode, again.Header, body2, body)
+		}
+		if a.calls.Load() != 1 || a.count(t, `SELECT count(*) FROM orders`) != 1 || a.count(t, `SELECT count(*) FROM side_effects`) != 1 {
+			t.Errorf("handler ran %d times; orders and effects not once", a.calls.Load())
+		}
+		// Another tenant's, or another route's, key of the same name is not this one.
+		if r, _ := a.post(t, "/orders", "k-1", "globex", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
+			t.Errorf("another tenant: %d replayed=%q", r.StatusCode, r.Header.Get(edge.HeaderReplayed))
+		}
+		if r, _ := a.post(t, "/notes", "k-1", "acme", `{"item":"mug"}`); r.StatusCode == 201 && r.Header.Get(edge.HeaderReplayed) != "" {
+			t.Errorf("another route replayed the first route's answer")
+		}
+		if a.obs.replayed != 1 || a.obs.keyed != 4 {
+			t.Errorf("observer: %+v", a.obs)
+		}
+	})
 }
 
 func TestEdge_AnotherRequestUnderTheKeyIs422(t *testing.T) {
-	a := newAPI(t)
-	a.post(t, "/orders", "k-2", "acme", `{"item":"mug"}`)
-	r, body := a.post(t, "/orders", "k-2", "acme", `{"item":"plate"}`)
-	var p map[string]any
-	if r.StatusCode != 422 || r.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal([]byte(body), &p) != nil || p["status"] != float64(422) {
-		t.Fatalf("another body: %d %s", r.StatusCode, body)
-	}
-	if a.calls.Load() != 1 || a.obs.mismatched != 1 {
-		t.Errorf("calls %d, mismatches %d", a.calls.Load(), a.obs.mismatched)
-	}
+	families(t, func(t *testing.T, a *api) {
+		a.post(t, "/orders", "k-2", "acme", `{"item":"mug"}`)
+		r, body := a.post(t, "/orders", "k-2", "acme", `{"item":"plate"}`)
+		var p map[string]any
+		if r.StatusCode != 422 || r.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal([]byte(body), &p) != nil || p["status"] != float64(422) {
+			t.Fatalf("another body: %d %s", r.StatusCode, body)
+		}
+		if a.calls.Load() != 1 || a.obs.mismatched != 1 {
+			t.Errorf("calls %d, mismatches %d", a.calls.Load(), a.obs.mismatched)
+		}
+	})
 }
 
 // A retry while the first request runs is answered 409 at once, with
 // Retry-After; once the first finishes, the retry gets its answer.
 func TestEdge_InFlightIs409AtOnce(t *testing.T) {
-	a := newAPI(t)
-	a.hold, a.entered = make(chan struct{}), make(chan struct{}, 1)
-	done := make(chan int, 1)
-	go func() {
-		r, _ := a.post(t, "/orders", "k-3", "acme", `{"item":"mug"}`)
-		done <- r.StatusCode
-	}()
-	select {
-	case <-a.entered:
-	case code := <-done:
-		t.Fatalf("the first request ended with %d before its handler ran", code)
-	}
-	start := time.Now()
-	r, body := a.post(t, "/orders", "k-3", "acme", `{"item":"mug"}`)
-	if r.StatusCode != 409 || r.Header.Get("Retry-After") == "" || !strings.Contains(body, "in progress") {
-		t.Fatalf("in flight: %d %s", r.StatusCode, body)
-	}
-	if waited := time.Since(start); waited > 5*time.Second {
-		t.Errorf("the 409 took %s: it waited for the first request", waited)
-	}
-	close(a.hold)
-	if code := <-done; code != 201 {
-		t.Fatalf("first: %d", code)
-	}
-	a.hold = nil
-	if r, _ := a.post(t, "/orders", "k-3", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "true" {
-		t.Errorf("after: %d", r.StatusCode)
-	}
-	if a.calls.Load() != 1 || a.obs.conflict != 1 {
-		t.Errorf("calls %d conflicts %d", a.calls.Load(), a.obs.conflict)
-	}
+	families(t, func(t *testing.T, a *api) {
+		a.hold, a.entered = make(chan struct{}), make(chan struct{}, 1)
+		done := make(chan int, 1)
+		go func() {
+			r, _ := a.post(t, "/orders", "k-3", "acme", `{"item":"mug"}`)
+			done <- r.StatusCode
+		}()
+		select {
+		case <-a.entered:
+		case code := <-done:
+			t.Fatalf("the first request ended with %d before its handler ran", code)
+		}
+		start := time.Now()
+		r, body := a.post(t, "/orders", "k-3", "acme", `{"item":"mug"}`)
+		if r.StatusCode != 409 || r.Header.Get("Retry-After") == "" || !strings.Contains(body, "in progress") {
+			t.Fatalf("in flight: %d %s", r.StatusCode, body)
+		}
+		if waited := time.Since(start); waited > 5*time.Second {
+			t.Errorf("the 409 took %s: it waited for the first request", waited)
+		}
+		close(a.hold)
+		if code := <-done; code != 201 {
+			t.Fatalf("first: %d", code)
+		}
+		a.hold = nil
+		if r, _ := a.post(t, "/orders", "k-3", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "true" {
+			t.Errorf("after: %d", r.StatusCode)
+		}
+		if a.calls.Load() != 1 || a.obs.conflict != 1 {
+			t.Errorf("calls %d conflicts %d", a.calls.Load(), a.obs.conflict)
+		}
+	})
 }
 
 // A 5xx is not stored: the work rolls back with the key, and a retry
 // executes.
 func TestEdge_5xxIsNotStored(t *testing.T) {
-	a := newAPI(t)
-	a.fail.Store(true)
-	if r, _ := a.post(t, "/orders", "k-4", "acme", `{"item":"mug"}`); r.StatusCode != 500 {
-		t.Fatalf("first: %d", r.StatusCode)
-	}
-	if n := a.count(t, `SELECT count(*) FROM orders`) + a.count(t, `SELECT count(*) FROM side_effects`) + a.count(t, `SELECT count(*) FROM sidefx_edge_keys`); n != 0 {
-		t.Fatalf("a 5xx left %d rows", n)
-	}
-	a.fail.Store(false)
-	if r, _ := a.post(t, "/orders", "k-4", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
-		t.Fatalf("retry: %d", r.StatusCode)
-	}
-	if a.calls.Load() != 2 || a.count(t, `SELECT count(*) FROM orders`) != 1 {
-		t.Errorf("calls %d", a.calls.Load())
-	}
+	families(t, func(t *testing.T, a *api) {
+		a.fail.Store(true)
+		if r, _ := a.post(t, "/orders", "k-4", "acme", `{"item":"mug"}`); r.StatusCode != 500 {
+			t.Fatalf("first: %d", r.StatusCode)
+		}
+		if n := a.count(t, `SELECT count(*) FROM orders`) + a.count(t, `SELECT count(*) FROM side_effects`) + a.count(t, `SELECT count(*) FROM sidefx_edge_keys`); n != 0 {
+			t.Fatalf("a 5xx left %d rows", n)
+		}
+		a.fail.Store(false)
+		if r, _ := a.post(t, "/orders", "k-4", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
+			t.Fatalf("retry: %d", r.StatusCode)
+		}
+		if a.calls.Load() != 2 || a.count(t, `SELECT count(*) FROM orders`) != 1 {
+			t.Errorf("calls %d", a.calls.Load())
+		}
+	})
 }
 
 func TestEdge_MissingOrBadKey(t *testing.T) {
-	a := newAPI(t)
-	if r, body := a.post(t, "/orders", "", "acme", `{}`); r.StatusCode != 400 || !strings.Contains(body, "Idempotency-Key required") {
-		t.Errorf("required route without a key: %d %s", r.StatusCode, body)
-	}
-	if r, _ := a.post(t, "/notes", "", "acme", `{"item":"note"}`); r.StatusCode != 201 || a.count(t, `SELECT count(*) FROM orders`) != 1 {
-		t.Errorf("optional route without a key: %d", r.StatusCode)
-	}
-	if r, body := a.post(t, "/orders", strings.Repeat("k", 256), "acme", `{}`); r.StatusCode != 400 || !strings.Contains(body, "too long") {
-		t.Errorf("a 256-character key: %d %s", r.StatusCode, body)
-	}
+	families(t, func(t *testing.T, a *api) {
+		if r, body := a.post(t, "/orders", "", "acme", `{}`); r.StatusCode != 400 || !strings.Contains(body, "Idempotency-Key required") {
+			t.Errorf("required route without a key: %d %s", r.StatusCode, body)
+		}
+		if r, _ := a.post(t, "/notes", "", "acme", `{"item":"note"}`); r.StatusCode != 201 || a.count(t, `SELECT count(*) FROM orders`) != 1 {
+			t.Errorf("optional route without a key: %d", r.StatusCode)
+		}
+		if r, body := a.post(t, "/orders", strings.Repeat("k", 256), "acme", `{}`); r.StatusCode != 400 || !strings.Contains(body, "too long") {
+			t.Errorf("a 256-character key: %d %s", r.StatusCode, body)
+		}
+	})
 }
 
 func TestEdge_DomainIDIsDeterministic(t *testing.T) {
-	a := newAPI(t)
-	req := func(key, tenant string) *http.Request {
-		r := httptest.NewRequest(http.MethodPost, "/orders", nil)
-		r.Header.Set(edge.HeaderKey, key)
-		r.Header.Set("X-Tenant", tenant)
-		return r
-	}
-	one, two, other := a.e.DomainID(req("k", "acme")), a.e.DomainID(req("k", "acme")), a.e.DomainID(req("k", "globex"))
-	if one == "" || one != two || one == other || a.e.DomainID(req("", "acme")) != "" {
-		t.Errorf("DomainID: %q %q %q", one, two, other)
-	}
+	families(t, func(t *testing.T, a *api) {
+		req := func(key, tenant string) *http.Request {
+			r := httptest.NewRequest(http.MethodPost, "/orders", nil)
+			r.Header.Set(edge.HeaderKey, key)
+			r.Header.Set("X-Tenant", tenant)
+			return r
+		}
+		one, two, other := a.e.DomainID(req("k", "acme")), a.e.DomainID(req("k", "acme")), a.e.DomainID(req("k", "globex"))
+		if one == "" || one != two || one == other || a.e.DomainID(req("", "acme")) != "" {
+			t.Errorf("DomainID: %q %q %q", one, two, other)
+		}
+	})
 }
