@@ -32,6 +32,11 @@
 //     rolls back, the key's record with it, and a retry executes.
 //   - No key: the request passes through (Handler), in a transaction of
 //     its own all the same, or is refused with 400 (Require).
+//   - A route whose answer is an effect's outcome (RequireOutcome): the
+//     work commits with the key, the middleware waits (bounded) for the
+//     effect to settle and stores the answer made from it; past the wait
+//     the client gets the handler's provisional answer, and a retry gets
+//     409 until the effect settles, then the stored outcome.
 //
 // Keys live for Config.Retention, default 72 hours, after which the
 // daemon's reaper deletes them; a retry after that executes again, so the

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/driver"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
@@ -87,6 +88,7 @@ type Config struct {
 type Edge struct {
 	pool       *pgxpool.Pool
 	sqlDB      *sql.DB
+	effects    *effects.Store // reads an awaited effect
 	table      string
 	tenant     func(*http.Request) string
 	retention  time.Duration
@@ -126,6 +128,13 @@ func New(cfg *Config) (*Edge, error) {
 	}
 	if e.retryAfter == 0 {
 		e.retryAfter = DefaultRetryAfter
+	}
+	var db effects.DB = e.pool
+	if e.sqlDB != nil {
+		db = driver.SQL(e.sqlDB)
+	}
+	if e.effects, err = effects.NewStore(db, &effects.Config{Schema: schema}); err != nil {
+		return nil, fmt.Errorf("edge: %w", err)
 	}
 	return e, nil
 }
@@ -199,13 +208,44 @@ func (e *Edge) DomainID(r *http.Request) string {
 // Handler wraps next: a request with an Idempotency-Key is executed once
 // (see the package documentation); one without passes through, in a
 // transaction of its own all the same.
-func (e *Edge) Handler(next http.Handler) http.Handler { return e.wrap(next, false) }
+func (e *Edge) Handler(next http.Handler) http.Handler { return e.wrap(next, false, nil) }
 
 // Require is Handler for a route where a key is required: a request
 // without one is refused with 400.
-func (e *Edge) Require(next http.Handler) http.Handler { return e.wrap(next, true) }
+func (e *Edge) Require(next http.Handler) http.Handler { return e.wrap(next, true, nil) }
 
-func (e *Edge) wrap(next http.Handler, require bool) http.Handler {
+// DefaultOutcomeWait is the default of Outcome.Wait.
+const DefaultOutcomeWait = 5 * time.Second
+
+// Outcome makes a route answer with the outcome of an effect its handler
+// enqueues (a charge's status): the effect of Kind whose source id is the
+// request's DomainID.
+type Outcome struct {
+	// Kind is the effect's kind. Required.
+	Kind string
+	// Wait bounds the wait for the outcome after the commit. Default 5s.
+	Wait time.Duration
+	// Answer writes the final answer from the effect, once it is
+	// confirmed, failed or cancelled. Required.
+	Answer func(w http.ResponseWriter, e *effects.Effect)
+}
+
+// RequireOutcome is Require for a route whose answer is an effect's
+// outcome. The handler's work commits with the key's record, its answer
+// not stored; then the middleware waits, up to o.Wait, for the effect to
+// be confirmed, failed or cancelled, and answers with o.Answer, stored for
+// retries. If the wait ends first, the client gets the handler's own
+// answer (a 202, say), unstored; a retry then gets 409 with Retry-After
+// while the effect is not settled, and the stored final answer once it
+// is: the first retry after the outcome stores it.
+func (e *Edge) RequireOutcome(next http.Handler, o Outcome) http.Handler {
+	if o.Wait <= 0 {
+		o.Wait = DefaultOutcomeWait
+	}
+	return e.wrap(next, true, &o)
+}
+
+func (e *Edge) wrap(next http.Handler, require bool, outcome *Outcome) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(HeaderKey)
 		route := r.Pattern
@@ -236,7 +276,7 @@ func (e *Edge) wrap(next http.Handler, require bool) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		e.keyed(w, r, next, key, route, body)
+		e.keyed(w, r, next, key, route, body, outcome)
 	})
 }
 
@@ -260,7 +300,7 @@ func (e *Edge) plain(w http.ResponseWriter, r *http.Request, next http.Handler) 
 	rec.writeTo(w, nil)
 }
 
-func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, key, route string, body []byte) {
+func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, key, route string, body []byte, outcome *Outcome) {
 	ctx := r.Context()
 	tenant := e.tenant(r)
 	scope := strconv.Itoa(len(tenant)) + ":" + tenant + " " + r.Method + " " + route
@@ -293,7 +333,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	if !inserted {
-		e.stored(ctx, w, tx, scope, key, route, fp[:])
+		e.stored(ctx, w, r, tx, scope, key, route, fp[:], outcome)
 		return
 	}
 	rec := newRecorder()
@@ -302,6 +342,22 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		// Not stored: the work rolls back with the key, and a retry
 		// executes.
 		rec.writeTo(w, nil)
+		return
+	}
+	if outcome != nil && rec.status < 400 {
+		// The work commits with the key, its answer unknown yet.
+		if err := tx.commit(ctx); err != nil {
+			problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
+			return
+		}
+		if final := e.awaitOutcome(ctx, r, outcome); final != nil {
+			// If this fails, the first retry stores it: the answer is a
+			// function of the settled effect.
+			_ = e.storeAnswer(ctx, e.db(), scope, key, final)
+			final.writeTo(w, nil)
+			return
+		}
+		rec.writeTo(w, nil) // the provisional answer, unstored
 		return
 	}
 	headers := map[string][]string{}
@@ -325,7 +381,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 
 // stored answers a request whose key has a record: a replay, a mismatch,
 // or a conflict with a request whose answer is not known yet.
-func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, tx tx, scope, key, route string, fp []byte) {
+func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Request, tx tx, scope, key, route string, fp []byte, outcome *Outcome) {
 	var stored, rawHeaders, body []byte
 	var status int32 // 0: the final answer is not known yet
 	err := tx.QueryRow(ctx, `SELECT fingerprint, coalesce(status, 0), coalesce(headers::text, '{}'), coalesce(body, '') FROM `+e.table+` WHERE scope = $1 AND key = $2`, scope, key).
@@ -349,6 +405,22 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, tx tx, scope, 
 		problem(w, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 			"this Idempotency-Key was used for another request (method, path or body differ); use a new key for a new request", 0)
 		return
+	case status == 0 && outcome != nil:
+		// Executed; its answer waits for the effect's outcome.
+		final := e.outcomeAnswer(ctx, r, outcome)
+		if final == nil {
+			e.conflict(w, route, "the request with this Idempotency-Key was executed; its outcome is not known yet")
+			return
+		}
+		// In this transaction: its insert attempt holds the record's row.
+		if e.storeAnswer(ctx, tx, scope, key, final) == nil {
+			_ = tx.commit(ctx) // if not stored, the next retry stores it
+		}
+		if e.obs != nil {
+			e.obs.Replayed(route)
+		}
+		final.writeTo(w, http.Header{HeaderReplayed: {"true"}})
+		return
 	case status == 0:
 		e.conflict(w, route, "the request with this Idempotency-Key has not finished")
 		return
@@ -364,6 +436,62 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, tx tx, scope, 
 	w.Header().Set(HeaderReplayed, "true")
 	w.WriteHeader(int(status))
 	w.Write(body) //nolint:errcheck // the client may be gone
+}
+
+// outcomeAnswer returns the final answer of a request whose effect is
+// settled (confirmed, failed or cancelled), or nil.
+func (e *Edge) outcomeAnswer(ctx context.Context, r *http.Request, o *Outcome) *recorder {
+	eff, err := e.effects.GetBySource(ctx, e.DomainID(r), o.Kind)
+	if err != nil || !eff.State.Terminal() {
+		return nil
+	}
+	rec := newRecorder()
+	o.Answer(rec, eff)
+	return rec
+}
+
+// awaitOutcome polls for the effect's outcome, backing off from 10ms to
+// 250ms, until o.Wait has passed.
+func (e *Edge) awaitOutcome(ctx context.Context, r *http.Request, o *Outcome) *recorder {
+	ctx, cancel := context.WithTimeout(ctx, o.Wait)
+	defer cancel()
+	delay := 10 * time.Millisecond
+	for {
+		if rec := e.outcomeAnswer(ctx, r, o); rec != nil {
+			return rec
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		delay = min(2*delay, 250*time.Millisecond)
+	}
+}
+
+// db returns the Edge's database as a driver.DB.
+func (e *Edge) db() driver.DB {
+	if e.sqlDB != nil {
+		return driver.SQL(e.sqlDB)
+	}
+	return e.pool
+}
+
+// storeAnswer stores, with db, the final answer of a request whose work
+// committed, unless one is stored already.
+func (e *Edge) storeAnswer(ctx context.Context, db driver.DB, scope, key string, rec *recorder) error {
+	headers := map[string][]string{}
+	for _, h := range e.headers {
+		if v := rec.header.Values(h); len(v) > 0 {
+			headers[http.CanonicalHeaderKey(h)] = v
+		}
+	}
+	hj, _ := json.Marshal(headers)
+	_, err := db.Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now()
+		WHERE scope = $1 AND key = $2 AND status IS NULL`, scope, key, rec.status, string(hj), rec.body.Bytes())
+	return err
 }
 
 func (e *Edge) conflict(w http.ResponseWriter, route, detail string) {

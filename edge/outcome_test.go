@@ -1,0 +1,165 @@
+package edge_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/edge"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/outbox"
+	"github.com/sidefx/sidefx/providers/providertest"
+)
+
+const chargeKind = "charge.create"
+
+// startDispatcher runs a dispatcher with a fake payment provider until the
+// returned stop is called.
+func startDispatcher(t *testing.T, pool *pgxpool.Pool) (stop func()) {
+	t.Helper()
+	d, err := dispatcher.New(pool, &dispatcher.Config{PollInterval: 10 * time.Millisecond, Kinds: map[string]dispatcher.Kind{
+		chargeKind: {Provider: providertest.New(providertest.Config{Name: "payments", Idempotent: true, Latency: 30 * time.Millisecond})},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("dispatcher: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// A route whose answer is a charge's outcome: the handler enqueues the
+// charge and says 202; the middleware answers with the outcome once the
+// charge is settled, and stores that. If the wait ends first, the client
+// gets the 202, a retry gets 409 until the charge settles, then the
+// outcome, stored for every later retry.
+func TestEdge_AnswersWithTheEffectsOutcome(t *testing.T) {
+	for _, useSQL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) {
+			pool := pgtest.DB(t)
+			cfg := &edge.Config{Pool: pool}
+			if useSQL {
+				db := stdlib.OpenDBFromPool(pool)
+				t.Cleanup(func() { db.Close() })
+				cfg.Pool, cfg.DB = nil, db
+			}
+			e, err := edge.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx := r.Context()
+				var tx any = edge.Tx(ctx)
+				if useSQL {
+					tx = edge.SQLTx(ctx)
+				}
+				if _, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: e.DomainID(r), Kind: chargeKind, Payload: map[string]int{"amount": 1200}}); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				w.WriteHeader(http.StatusAccepted)
+				fmt.Fprint(w, `{"status":"processing"}`)
+			})
+			answer := func(w http.ResponseWriter, eff *effects.Effect) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusCreated)
+				json.NewEncoder(w).Encode(map[string]string{"status": string(eff.State), "ref": eff.ProviderRef})
+			}
+			mux := http.NewServeMux()
+			mux.Handle("POST /charges", e.RequireOutcome(charge, edge.Outcome{Kind: chargeKind, Wait: 10 * time.Second, Answer: answer}))
+			mux.Handle("POST /slow-charges", e.RequireOutcome(charge, edge.Outcome{Kind: chargeKind, Wait: 100 * time.Millisecond, Answer: answer}))
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			post := func(path, key string) (int, string, string) {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{"amount":1200}`))
+				req.Header.Set(edge.HeaderKey, key)
+				resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var b strings.Builder
+				_, _ = fmt.Fprint(&b, readAll(resp))
+				return resp.StatusCode, strings.TrimSpace(b.String()), resp.Header.Get(edge.HeaderReplayed)
+			}
+
+			// Settled within the wait: the outcome, stored.
+			stop := startDispatcher(t, pool)
+			code, body, _ := post("/charges", "k-fast")
+			if code != 201 || !strings.Contains(body, `"status":"confirmed"`) || !strings.Contains(body, `"ref":"`) {
+				t.Fatalf("within the wait: %d %s", code, body)
+			}
+			if c, b, replayed := post("/charges", "k-fast"); c != 201 || b != body || replayed != "true" {
+				t.Errorf("a retry: %d %s replayed=%q, want the stored outcome", c, b, replayed)
+			}
+			stop()
+
+			// Not settled within the wait: the provisional answer, then
+			// 409 until the charge settles, then the outcome.
+			if c, b, _ := post("/slow-charges", "k-slow"); c != 202 || b != `{"status":"processing"}` {
+				t.Fatalf("past the wait: %d %s", c, b)
+			}
+			if c, b, _ := post("/slow-charges", "k-slow"); c != 409 || !strings.Contains(b, "not known yet") {
+				t.Fatalf("a retry while pending: %d %s", c, b)
+			}
+			startDispatcher(t, pool)
+			deadline := time.Now().Add(30 * time.Second)
+			var final string
+			for {
+				c, b, replayed := post("/slow-charges", "k-slow")
+				if c == 201 {
+					if replayed != "true" || !strings.Contains(b, `"status":"confirmed"`) {
+						t.Fatalf("the outcome after the wait: %s replayed=%q", b, replayed)
+					}
+					final = b
+					break
+				}
+				if c != 409 || time.Now().After(deadline) {
+					t.Fatalf("a retry: %d %s", c, b)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if c, b, _ := post("/slow-charges", "k-slow"); c != 201 || b != final {
+				t.Errorf("later: %d %s, want the stored %s", c, b, final)
+			}
+			var charges int
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM side_effects WHERE kind = $1`, chargeKind).Scan(&charges); err != nil || charges != 2 {
+				t.Errorf("%d charges, want 2 (one per key): %v", charges, err)
+			}
+		})
+	}
+}
+
+func readAll(resp *http.Response) string {
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+	}
+}
