@@ -340,6 +340,9 @@ func floorScript() (string, error) {
 		"$9::boolean[]", "array_fill(true, ARRAY[:n])",
 		"$10::bigint[]", "array_fill(0::bigint, ARRAY[:n])",
 		"$11::bigint[]", "array_fill(60000::bigint, ARRAY[:n])",
+		// Nobody awaits the outcome: no notification.
+		"$12::text", "'sidefx_outcome_public'",
+		"$13::boolean[]", "array_fill(false, ARRAY[:n])",
 	).Replace(complete)
 	if strings.Contains(claim+complete, "$") {
 		return "", fmt.Errorf("floor script: a parameter of sidefx's statements was not replaced:\n%s\n%s", claim, complete)

@@ -142,6 +142,7 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 			AtLeastOnce: k.AtLeastOnce,
 
 			OutlastKeyWindow: k.OutlastKeyWindow,
+			NotifyOutcome:    k.NotifyOutcome,
 		}
 		pc := c.Providers[k.Provider]
 		if pc.Concurrency != 0 || pc.RatePerSecond != 0 || pc.Burst != 0 {

@@ -377,6 +377,13 @@ type KindConfig struct {
 	// that may have been performed: it is left uncertain for an operator.
 	// Default false: such a policy is refused.
 	OutlastKeyWindow bool `yaml:"outlast_key_window"`
+
+	// NotifyOutcome announces each effect of the kind once it is settled,
+	// so that an API answering with its outcome (edge.RequireOutcome) is
+	// woken at once rather than polling. Default false: a notification
+	// serializes the commits of the transactions that send one, a cost
+	// only kinds whose outcome a request awaits should pay.
+	NotifyOutcome bool `yaml:"notify_outcome"`
 }
 
 // DriftConfig configures the drift checks, which compare what should have

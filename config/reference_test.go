@@ -64,7 +64,7 @@ providers:
       rejected: ["410"]
     reference: {header: Location}
 kinds:
-  charge.create: {provider: stripe, operation: charges.create, max_attempts: 20, outlast_key_window: false}
+  charge.create: {provider: stripe, operation: charges.create, max_attempts: 20, outlast_key_window: false, notify_outcome: false}
   email.receipt: {provider: mail, at_least_once: false}
   webhook.order_paid: {provider: partner}
   payment.authorise: {provider: payments, max_attempts: 12}

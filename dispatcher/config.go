@@ -191,6 +191,14 @@ type Kind struct {
 	// made for an effect that may have been performed: it is left uncertain.
 	// Default false: New refuses such a policy.
 	OutlastKeyWindow bool
+
+	// NotifyOutcome announces each effect of the kind on the outcome
+	// channel once it is settled (confirmed, failed or cancelled): an API
+	// that answers with the effect's outcome (edge.RequireOutcome) is woken
+	// at once instead of polling. Default false: NOTIFY serializes the
+	// commits of the transactions that send one, a cost only kinds whose
+	// outcome someone awaits should pay.
+	NotifyOutcome bool
 }
 
 // keyWindow is how long k's provider remembers a key: 0 for a provider that

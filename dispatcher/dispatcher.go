@@ -723,6 +723,7 @@ func decide(e *effects.Effect, k Kind, res providers.Result) store.Outcome {
 		Settles:        k.Provider.Idempotent() && (res.IsConfirmed() || res.IsRejected()),
 		KeyWindow:      k.keyWindow(),
 		CallTimeout:    k.Timeout,
+		Notify:         k.NotifyOutcome,
 	}
 	maxAttempts := k.MaxAttempts
 	if e.MaxAttempts > 0 {

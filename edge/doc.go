@@ -36,7 +36,9 @@
 //     work commits with the key, the middleware waits (bounded) for the
 //     effect to settle and stores the answer made from it; past the wait
 //     the client gets the handler's provisional answer, and a retry gets
-//     409 until the effect settles, then the stored outcome.
+//     409 until the effect settles, then the stored outcome. The wait is
+//     woken when the dispatcher announces the effect settled (the kind's
+//     notify_outcome, dispatcher.Kind.NotifyOutcome), and polls besides.
 //
 // Keys live for Config.Retention, default 72 hours, after which the
 // daemon's reaper deletes them; a retry after that executes again, so the

@@ -82,6 +82,13 @@ type Config struct {
 	RetryAfter time.Duration
 	// Observer, if set, is told of keyed requests.
 	Observer Observer
+	// ListenPool is where a route answering with an effect's outcome
+	// (RequireOutcome) LISTENs for the dispatcher's announcement that the
+	// effect settled (the kind's notify_outcome), on one connection held
+	// while requests wait. Default Pool; give a pool of session
+	// connections when Pool goes through a transaction pooler, which does
+	// not deliver notifications. Without it (DB alone), the wait polls.
+	ListenPool *pgxpool.Pool
 }
 
 // Edge is the idempotency key store of an HTTP API.
@@ -89,6 +96,8 @@ type Edge struct {
 	pool       *pgxpool.Pool
 	sqlDB      *sql.DB
 	effects    *effects.Store // reads an awaited effect
+	outcomes   *outcomeListener
+	polls      [3]time.Duration // pollFirst, pollMax, pollMaxListening
 	table      string
 	tenant     func(*http.Request) string
 	retention  time.Duration
@@ -136,6 +145,12 @@ func New(cfg *Config) (*Edge, error) {
 	if e.effects, err = effects.NewStore(db, &effects.Config{Schema: schema}); err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
+	listen := c.ListenPool
+	if listen == nil {
+		listen = c.Pool
+	}
+	e.outcomes = newOutcomeListener(listen, sqlname.OutcomeChannel(schema))
+	e.polls = [3]time.Duration{pollFirst, pollMax, pollMaxListening}
 	return e, nil
 }
 
@@ -407,7 +422,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		return
 	case status == 0 && outcome != nil:
 		// Executed; its answer waits for the effect's outcome.
-		final := e.outcomeAnswer(ctx, r, outcome)
+		final, _ := e.outcomeAnswer(ctx, r, outcome)
 		if final == nil {
 			e.conflict(w, route, "the request with this Idempotency-Key was executed; its outcome is not known yet")
 			return
@@ -439,37 +454,67 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 }
 
 // outcomeAnswer returns the final answer of a request whose effect is
-// settled (confirmed, failed or cancelled), or nil.
-func (e *Edge) outcomeAnswer(ctx context.Context, r *http.Request, o *Outcome) *recorder {
+// settled (confirmed, failed or cancelled), or nil and the effect's id (0
+// if it was not found).
+func (e *Edge) outcomeAnswer(ctx context.Context, r *http.Request, o *Outcome) (*recorder, int64) {
 	eff, err := e.effects.GetBySource(ctx, e.DomainID(r), o.Kind)
-	if err != nil || !eff.State.Terminal() {
-		return nil
+	if err != nil {
+		return nil, 0
+	}
+	if !eff.State.Terminal() {
+		return nil, eff.ID
 	}
 	rec := newRecorder()
 	o.Answer(rec, eff)
-	return rec
+	return rec, 0
 }
 
-// awaitOutcome polls for the effect's outcome, backing off from 10ms to
-// 250ms, until o.Wait has passed.
+// The outcome wait's polls back off from pollFirst to pollMax, or to
+// pollMaxListening while the dispatcher's announcements reach the edge.
+const (
+	pollFirst        = 10 * time.Millisecond
+	pollMax          = 250 * time.Millisecond
+	pollMaxListening = time.Second
+)
+
+// awaitOutcome waits until o.Wait has passed for the effect's outcome: woken
+// when the dispatcher announces it settled (its kind's NotifyOutcome), and
+// polling besides, for a kind that is not announced, an outcome an operator
+// recorded, or while the listener is down.
 func (e *Edge) awaitOutcome(ctx context.Context, r *http.Request, o *Outcome) *recorder {
 	ctx, cancel := context.WithTimeout(ctx, o.Wait)
 	defer cancel()
-	delay := 10 * time.Millisecond
+	w := e.outcomes.subscribe()
+	defer w.done()
+	delay := e.polls[0]
 	for {
-		if rec := e.outcomeAnswer(ctx, r, o); rec != nil {
+		rec, id := e.outcomeAnswer(ctx, r, o)
+		if rec != nil {
 			return rec
+		}
+		if id != 0 {
+			w.watch(id)
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
+		case <-w.wake:
+			t.Stop()
 		case <-t.C:
 		}
-		delay = min(2*delay, 250*time.Millisecond)
+		limit := e.polls[1]
+		if e.outcomes.listening() {
+			limit = e.polls[2]
+		}
+		delay = min(2*delay, limit)
 	}
 }
+
+// Close stops the listener of announced outcomes (RequireOutcome), if one
+// runs. Requests still waiting go on polling.
+func (e *Edge) Close() { e.outcomes.close() }
 
 // db returns the Edge's database as a driver.DB.
 func (e *Edge) db() driver.DB {

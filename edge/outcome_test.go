@@ -26,9 +26,15 @@ const chargeKind = "charge.create"
 // startDispatcher runs a dispatcher with a fake payment provider until the
 // returned stop is called.
 func startDispatcher(t *testing.T, pool *pgxpool.Pool) (stop func()) {
+	return startNotifying(t, pool, false)
+}
+
+// startNotifying is startDispatcher whose kind announces its outcomes, or
+// not.
+func startNotifying(t *testing.T, pool *pgxpool.Pool, notify bool) (stop func()) {
 	t.Helper()
 	d, err := dispatcher.New(pool, &dispatcher.Config{PollInterval: 10 * time.Millisecond, Kinds: map[string]dispatcher.Kind{
-		chargeKind: {Provider: providertest.New(providertest.Config{Name: "payments", Idempotent: true, Latency: 30 * time.Millisecond})},
+		chargeKind: {Provider: providertest.New(providertest.Config{Name: "payments", Idempotent: true, Latency: 30 * time.Millisecond}), NotifyOutcome: notify},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -161,5 +167,69 @@ func readAll(resp *http.Response) string {
 		if err != nil {
 			return b.String()
 		}
+	}
+}
+
+// The wait is woken by the dispatcher's announcement of the outcome
+// (notify_outcome), not by its polls: with polls an hour apart, an
+// announced outcome is the answer within the wait; an unannounced one is
+// not, and the client gets the provisional answer when the wait ends.
+func TestEdge_OutcomeWaitIsWokenByTheAnnouncement(t *testing.T) {
+	for _, name := range []string{"pgx", "database-sql-with-listen-pool"} {
+		t.Run(name, func(t *testing.T) {
+			pool := pgtest.DB(t)
+			cfg := &edge.Config{Pool: pool}
+			if name != "pgx" {
+				db := stdlib.OpenDBFromPool(pool)
+				t.Cleanup(func() { db.Close() })
+				cfg.Pool, cfg.DB, cfg.ListenPool = nil, db, pool
+			}
+			e, err := edge.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(e.Close)
+			edge.SetPolls(e, time.Hour, time.Hour, time.Hour)
+			charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var tx any = edge.Tx(r.Context())
+				if cfg.DB != nil {
+					tx = edge.SQLTx(r.Context())
+				}
+				if _, err := outbox.Enqueue(r.Context(), tx, outbox.Effect{SourceID: e.DomainID(r), Kind: chargeKind, Payload: map[string]int{"amount": 1200}}); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				w.WriteHeader(http.StatusAccepted)
+			})
+			answer := func(w http.ResponseWriter, eff *effects.Effect) {
+				w.WriteHeader(http.StatusCreated)
+				fmt.Fprint(w, eff.State)
+			}
+			mux := http.NewServeMux()
+			mux.Handle("POST /charges", e.RequireOutcome(charge, edge.Outcome{Kind: chargeKind, Wait: 20 * time.Second, Answer: answer}))
+			mux.Handle("POST /quick-charges", e.RequireOutcome(charge, edge.Outcome{Kind: chargeKind, Wait: time.Second, Answer: answer}))
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			post := func(path, key string) (int, string) {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{}`))
+				req.Header.Set(edge.HeaderKey, key)
+				resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				return resp.StatusCode, readAll(resp)
+			}
+
+			stop := startNotifying(t, pool, true)
+			if c, b := post("/charges", "k-announced"); c != 201 || b != "confirmed" {
+				t.Fatalf("an announced outcome: %d %q, want 201 confirmed", c, b)
+			}
+			stop()
+			startNotifying(t, pool, false)
+			if c, b := post("/quick-charges", "k-quiet"); c != 202 {
+				t.Fatalf("an unannounced outcome with polls an hour apart: %d %q, want the provisional 202", c, b)
+			}
+		})
 	}
 }

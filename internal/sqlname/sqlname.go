@@ -43,3 +43,11 @@ func Quote(schema string) string {
 func Channel(schema string) string {
 	return "sidefx_" + schema
 }
+
+// OutcomeChannel is the LISTEN/NOTIFY channel on which the dispatcher
+// announces the settled effects of kinds whose outcome is awaited
+// (dispatcher.Kind.NotifyOutcome), each notification's payload an effect's
+// id.
+func OutcomeChannel(schema string) string {
+	return "sidefx_outcome_" + schema
+}

@@ -30,6 +30,7 @@ type Engine struct {
 	db                      effects.DB
 	schema                  string
 	table, events, registry string
+	outcomes                string // the outcome channel
 	q                       *dispatchQueries
 }
 
@@ -43,7 +44,7 @@ func New(db effects.DB, schema string) (*Engine, error) {
 	q := sqlname.Quote(schema)
 	dq := buildDispatchQueries(q + ".side_effects")
 	return &Engine{db: db, schema: schema, table: q + ".side_effects", events: q + ".side_effect_events",
-		registry: q + ".sidefx_dispatchers", q: &dq}, nil
+		registry: q + ".sidefx_dispatchers", outcomes: sqlname.OutcomeChannel(schema), q: &dq}, nil
 }
 
 // WithDB returns an Engine with the same configuration that runs its
@@ -137,7 +138,13 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// or a confirmation. A failure with evidence left is uncertain, never
 		// failed; a retry that could not end inside the key window is
 		// uncertain too.
-		complete: `UPDATE ` + t + ` AS e
+		//
+		// An effect of a kind whose outcome is awaited (u.notify: an API
+		// answering with it, edge.RequireOutcome) is announced on the
+		// outcome channel ($12) once settled, its id the payload; other
+		// kinds notify nobody, as NOTIFY serializes the commits of the
+		// transactions that send one.
+		complete: `WITH done AS (UPDATE ` + t + ` AS e
 			SET state = CASE
 					WHEN u.state = 'failed' AND cardinality(` + newMaybe + `) > 0 THEN 'uncertain'
 					WHEN u.state = 'pending' AND ` + windowPassed(newMaybe, "u.window_ms", "(u.delay_ms + u.margin_ms)") + ` THEN 'uncertain'
@@ -157,10 +164,13 @@ func buildDispatchQueries(t string) dispatchQueries {
 				outcome_attempt = u.attempt,
 				updated_at = now()
 			FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
-					$8::boolean[], $9::boolean[], $10::bigint[], $11::bigint[])
-				AS u(id, attempt, state, ref, outcome_text, err, delay_ms, maybe, settles, window_ms, margin_ms)
+					$8::boolean[], $9::boolean[], $10::bigint[], $11::bigint[], $13::boolean[])
+				AS u(id, attempt, state, ref, outcome_text, err, delay_ms, maybe, settles, window_ms, margin_ms, notify)
 			WHERE e.id = u.id AND (e.attempts = u.attempt AND e.state = 'fired') IS TRUE
-			RETURNING e.id, u.attempt`,
+			RETURNING e.id, u.attempt, e.state, u.notify)
+			SELECT id, attempt FROM done
+			WHERE CASE WHEN notify AND state IN ('confirmed', 'failed', 'cancelled')
+				THEN pg_notify($12::text, id::text)::text = '' ELSE true END`,
 		// One outcome that the complete statement did not apply, with its
 		// effect locked: see Engine.late.
 		late: `SELECT e.state, e.attempts, e.maybe_attempts, coalesce(e.provider_ref, ''), e.outcome_attempt,
@@ -341,6 +351,9 @@ type Outcome struct {
 	// an effect that may have been performed becomes Uncertain when the next
 	// call could not end inside the window.
 	KeyWindow, CallTimeout time.Duration
+	// Notify announces the effect's id on the outcome channel
+	// (sqlname.OutcomeChannel) if this outcome settles it.
+	Notify bool
 }
 
 // Complete records outcomes in one statement. A detail that is not JSON
@@ -365,7 +378,7 @@ func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome
 	ids, attempts, states := make([]int64, n), make([]int32, n), make([]string, n)
 	refs, details, errs := make([]pgtype.Text, n), make([]pgtype.Text, n), make([]pgtype.Text, n)
 	delays, windows, margins := make([]int64, n), make([]int64, n), make([]int64, n)
-	maybe, settles := make([]bool, n), make([]bool, n)
+	maybe, settles, notify := make([]bool, n), make([]bool, n), make([]bool, n)
 	for i, o := range outs {
 		if !effects.CanTransition(effects.Fired, o.State) {
 			return nil, fmt.Errorf("complete effect %d: %s is not an outcome of a fired effect", o.ID, o.State)
@@ -381,9 +394,10 @@ func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome
 		delays[i] = max(o.RetryIn.Milliseconds(), 0)
 		maybe[i], settles[i] = o.MaybePerformed, o.Settles && !o.MaybePerformed
 		windows[i], margins[i] = max(o.KeyWindow.Milliseconds(), 0), max(o.CallTimeout.Milliseconds(), 0)
+		notify[i] = o.Notify
 	}
 	rows, err := s.db.Query(ctx, s.q.complete, ids, attempts, states, refs, details, errs, delays,
-		maybe, settles, windows, margins)
+		maybe, settles, windows, margins, s.outcomes, notify)
 	if err != nil {
 		return nil, fmt.Errorf("record outcomes: %w", translate(err))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -509,5 +510,72 @@ func TestEngine_TrimEdge(t *testing.T) {
 	var left string
 	if err := b.pool.QueryRow(b.ctx, `SELECT string_agg(key, ',') FROM sidefx_edge_keys`).Scan(&left); err != nil || left != "young" {
 		t.Errorf("left %q, %v", left, err)
+	}
+}
+
+// An outcome that settles an effect of an awaited kind (Outcome.Notify) is
+// announced on the outcome channel with the effect's id; one that does not
+// settle it, or of another kind, is not.
+func TestEngine_CompleteAnnouncesAwaitedOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert(t, b,
+		effects.NewEffect{SourceID: "settled", Kind: "k.awaited", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "again", Kind: "k.awaited", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "failed", Kind: "k.awaited", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "quiet", Kind: "k.quiet", Payload: json.RawMessage(`{}`)},
+	)
+	got := claim(t, b, "w", time.Minute, "k.awaited", "k.quiet")
+	if len(got) != 4 {
+		t.Fatalf("claimed %d", len(got))
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	channel := "sidefx_outcome_public"
+	if _, err := conn.Exec(b.ctx, "LISTEN "+channel); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "UNLISTEN *") //nolint:errcheck // released next
+	var outs []store.Outcome
+	want := map[string]bool{}
+	for _, e := range got {
+		o := store.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, Notify: e.Kind == "k.awaited"}
+		switch e.SourceID {
+		case "again":
+			o.State, o.RetryIn = effects.Pending, time.Hour
+		case "failed":
+			o.State = effects.Failed
+		}
+		if o.Notify && o.State != effects.Pending {
+			want[strconv.FormatInt(e.ID, 10)] = true
+		}
+		outs = append(outs, o)
+	}
+	if fenced, err := b.eng.Complete(b.ctx, outs); err != nil || len(fenced) != 0 {
+		t.Fatalf("complete = fenced %v, %v", fenced, err)
+	}
+	// A marker sent after the outcomes committed: every notification of
+	// theirs arrives before it.
+	if _, err := b.pool.Exec(b.ctx, "SELECT pg_notify($1, 'end')", channel); err != nil {
+		t.Fatal(err)
+	}
+	heard := map[string]bool{}
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		n, err := conn.Conn().WaitForNotification(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("waiting for notifications: %v (heard %v)", err, heard)
+		}
+		if n.Payload == "end" {
+			break
+		}
+		heard[n.Payload] = true
+	}
+	if !maps.Equal(heard, want) {
+		t.Fatalf("announced %v, want the settled awaited effects %v", heard, want)
 	}
 }
