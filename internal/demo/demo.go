@@ -23,6 +23,7 @@ import (
 	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/outbox"
+	"github.com/sidefx/sidefx/providers/providertest"
 )
 
 // The defaults of the command's flags.
@@ -219,9 +220,9 @@ type demo struct {
 	pool     *pgxpool.Pool
 	store    *effects.Store
 	outbox   *outbox.Outbox
-	stripe   *stripeServer
-	mail     *mailServer
-	partner  *receiver
+	stripe   *providertest.WireServer
+	mail     *providertest.WireServer
+	partner  *providertest.WireServer
 	secrets  map[string]string // environment variable → secret, for the child
 	config   string            // the child's configuration file
 	child    *child
@@ -410,21 +411,16 @@ func (d *demo) startProviders() error {
 		envMailKey:       mailKey,
 		envWebhookSecret: whSecret,
 	}
+	d.stripe, d.mail = startStripe(stripeKey, d.plan), startMail(mailKey, d.plan)
 	var err error
-	if d.stripe, err = startStripe(stripeKey, d.plan); err != nil {
-		return err
-	}
-	if d.mail, err = startMail(mailKey, d.plan); err != nil {
-		return err
-	}
 	if d.partner, err = startReceiver(whSecret, d.plan); err != nil {
 		return err
 	}
 	d.n.say("Local providers, inside this process:")
 	d.n.text(table("         ", [][]string{
-		{"stripe", d.stripe.url, "creates payment intents; performs each Idempotency-Key once, replays its answer to repeats"},
-		{"mail", d.mail.url, "SendGrid's mail send: 202 + X-Message-Id; no idempotency key, a repeat is a second email"},
-		{"partner", d.partner.url + receiverPath, "Standard Webhooks receiver: verifies signatures, dedupes on webhook-id"},
+		{"stripe", d.stripe.URL(), "creates payment intents; performs each Idempotency-Key once, replays its answer to repeats"},
+		{"mail", d.mail.URL(), "SendGrid's mail send: 202 + X-Message-Id; no idempotency key, a repeat is a second email"},
+		{"partner", d.partner.URL() + receiverPath, "Standard Webhooks receiver: verifies signatures, dedupes on webhook-id"},
 	}, false)...)
 	return nil
 }

@@ -64,9 +64,9 @@ providers:
     rate_per_second: %d
 kinds:
 `, d.schema, workers, lease, rescueInterval, pollInterval, shutdownGrace,
-		envStripeKey, q(d.stripe.url), callTimeout, rate,
-		envMailKey, q(d.mail.url), callTimeout, rate,
-		q(d.partner.url+receiverPath), envWebhookSecret, callTimeout, rate)
+		envStripeKey, q(d.stripe.URL()), callTimeout, rate,
+		envMailKey, q(d.mail.URL()), callTimeout, rate,
+		q(d.partner.URL()+receiverPath), envWebhookSecret, callTimeout, rate)
 	for _, k := range []struct{ kind, provider, extra string }{
 		{KindCharge, "stripe", "    operation: payment_intents.create\n"},
 		{KindReceipt, "sendgrid", "    at_least_once: false   # no idempotency key: an unknown outcome waits for an operator\n"},

@@ -23,7 +23,7 @@ func (d *demo) collect(ctx context.Context) error {
 			d.sum.States[k] = map[effects.State]int{}
 		}
 	}
-	d.sum.Stripe, d.sum.Mail, d.sum.Webhook = d.stripe.Counts(), d.mail.Counts(), d.partner.Counts()
+	d.sum.Stripe, d.sum.Mail, d.sum.Webhook = stripeCounts(d.stripe), mailCounts(d.mail), webhookCounts(d.partner)
 
 	uncertain, err := listAll(ctx, d.store, effects.Filter{States: []effects.State{effects.Uncertain}, Kinds: []string{KindReceipt}})
 	if err != nil {

@@ -1,21 +1,13 @@
 package demo
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
-	"fmt"
-	"io"
-	"maps"
-	"net"
-	"net/http"
-	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/providertest"
 )
 
 // fault is what a local provider does to the first request it gets for a
@@ -68,90 +60,55 @@ func (p plan) latency(server, key string, n int, lo, hi time.Duration) time.Dura
 	return lo + time.Duration(p.unit("latency", server, key, strconv.Itoa(n))*float64(hi-lo))
 }
 
-// maxHold bounds how long a lost answer is held when the client does not
-// give up: far past every timeout the demo's dispatcher uses.
-const maxHold = 30 * time.Second
+// The local providers' latencies: each request takes between lo and hi.
+const (
+	stripeLo, stripeHi   = 40 * time.Millisecond, 120 * time.Millisecond
+	mailLo, mailHi       = 20 * time.Millisecond, 60 * time.Millisecond
+	partnerLo, partnerHi = 10 * time.Millisecond, 40 * time.Millisecond
+)
 
-// server is one local provider: an HTTP server on a free port of
-// 127.0.0.1.
-// counted holds a local provider's counts, and the mutex that guards them
-// and the rest of its state.
-type counted[C any] struct {
-	mu sync.Mutex
-	c  C
-}
-
-// count changes the counts under the lock.
-func (t *counted[C]) count(f func(*C)) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	f(&t.c)
-}
-
-type server struct {
-	url     string
-	srv     *http.Server
-	closing chan struct{}
-	once    sync.Once
-}
-
-func startServer(h http.Handler) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("local provider: %w", err)
-	}
-	s := &server{url: "http://" + ln.Addr().String(), closing: make(chan struct{})}
-	s.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
-	return s, nil
-}
-
-// Close ends held answers, lets requests in flight finish for a moment and
-// closes every connection.
-func (s *server) Close() {
-	s.once.Do(func() {
-		close(s.closing)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if s.srv.Shutdown(ctx) != nil {
-			_ = s.srv.Close()
+// faults returns the fault plan of a local provider: every request takes
+// the plan's latency; the first for a key gets the plan's fault.
+func (p plan) faults(server string, lo, hi time.Duration) func(providers.Call, int) providertest.Fault {
+	return func(c providers.Call, n int) providertest.Fault {
+		f := providertest.Latency(p.latency(server, c.Key, n-1, lo, hi))
+		if n == 1 {
+			switch p.first(server, c.Key) {
+			case faultUnavailable:
+				f.Kind = providertest.KindRateLimited
+			case faultLostAnswer:
+				f.Kind = providertest.KindPerformedThenTimeout
+			}
 		}
-	})
-}
-
-// wait waits d, and reports false if the client or the server gave up
-// first.
-func (s *server) wait(r *http.Request, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-	case <-s.closing:
+		return f
 	}
-	return false
 }
 
-// hold keeps a request unanswered until the client gives up: the work is
-// done, the answer never leaves.
-func (s *server) hold(r *http.Request) { s.wait(r, maxHold) }
+// The local providers are providertest's fakes behind their vendors' wire
+// formats: the same fakes and servers the tests and benchmarks use.
 
-// writeAnswer writes a stored JSON answer, marked as a replay when it
-// answers a repeat of a request already performed for the same key.
-func writeAnswer(w http.ResponseWriter, answer []byte, replayed bool) {
-	if replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(answer)
+// startStripe starts the demo's Stripe: idempotent per Idempotency-Key, as
+// Stripe is.
+func startStripe(apiKey string, p plan) *providertest.WireServer {
+	return providertest.NewStripeServer(providertest.New(providertest.Config{Name: "stripe", Idempotent: true,
+		Faults: p.faults("stripe", stripeLo, stripeHi)}), apiKey)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+// startMail starts the demo's SendGrid: no idempotency key, as SendGrid
+// has none; a repeat is a second email.
+func startMail(apiKey string, p plan) *providertest.WireServer {
+	return providertest.NewMailServer(providertest.New(providertest.Config{Name: "mail",
+		Faults: p.faults("mail", mailLo, mailHi)}), apiKey)
+}
+
+// receiverPath is where the partner's receiver is called.
+const receiverPath = "/hooks/orders"
+
+// startReceiver starts the partner's Standard Webhooks receiver, which
+// dedupes on webhook-id as the specification tells receivers to.
+func startReceiver(secret string, p plan) (*providertest.WireServer, error) {
+	return providertest.NewWebhookReceiver(providertest.New(providertest.Config{Name: "partner", Idempotent: true,
+		Faults: p.faults("partner", partnerLo, partnerHi)}), secret)
 }
 
 // StripeCounts is what the local Stripe saw and did.
@@ -166,7 +123,7 @@ type StripeCounts struct {
 	// Unavailable counts the 429s injected, before performing anything.
 	Unavailable int
 	// LostAnswers counts the payment intents created whose answer was then
-	// held until the client gave up.
+	// lost: the connection dropped before it.
 	LostAnswers int
 	// Refused counts requests refused for a wrong API key or no
 	// Idempotency-Key; a correct run has none.
@@ -174,107 +131,6 @@ type StripeCounts struct {
 	// CreatedPerKey counts the payment intents created per
 	// Idempotency-Key; Stripe's promise is that none exceeds 1.
 	CreatedPerKey map[string]int
-}
-
-// stripeServer is the demo's Stripe: POST /v1/payment_intents, form
-// encoded, performed once per Idempotency-Key; a repeat is answered with
-// the stored answer and "Idempotent-Replayed: true", as Stripe does.
-type stripeServer struct {
-	*server
-	apiKey string
-	plan   plan
-
-	counted[StripeCounts]                   // its mu also guards seen and answers
-	seen                  map[string]int    // key → requests received
-	answers               map[string][]byte // key → the stored answer
-}
-
-func startStripe(apiKey string, p plan) (*stripeServer, error) {
-	s := &stripeServer{apiKey: apiKey, plan: p, seen: map[string]int{}, answers: map[string][]byte{},
-		counted: counted[StripeCounts]{c: StripeCounts{CreatedPerKey: map[string]int{}}}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/payment_intents", s.create)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, stripeError("invalid_request_error", "Unrecognized request URL: the demo's Stripe only creates payment intents."))
-	})
-	srv, err := startServer(mux)
-	if err != nil {
-		return nil, err
-	}
-	s.server = srv
-	return s, nil
-}
-
-func stripeError(typ, msg string) map[string]any {
-	return map[string]any{"error": map[string]string{"type": typ, "message": msg}}
-}
-
-func (s *stripeServer) create(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	key := r.Header.Get("Idempotency-Key")
-	s.mu.Lock()
-	s.c.Requests++
-	n := s.seen[key]
-	s.seen[key]++
-	s.mu.Unlock()
-	switch {
-	case r.Header.Get("Authorization") != "Bearer "+s.apiKey:
-		s.count(func(c *StripeCounts) { c.Refused++ })
-		writeJSON(w, http.StatusUnauthorized, stripeError("invalid_request_error", "Invalid API Key provided."))
-		return
-	case key == "":
-		s.count(func(c *StripeCounts) { c.Refused++ })
-		writeJSON(w, http.StatusBadRequest, stripeError("invalid_request_error", "The demo's Stripe wants an Idempotency-Key."))
-		return
-	}
-	if !s.wait(r, s.plan.latency("stripe", key, n, 40*time.Millisecond, 120*time.Millisecond)) {
-		return // the client gave up before anything was done
-	}
-	form, _ := url.ParseQuery(string(body))
-
-	s.mu.Lock()
-	if answer, ok := s.answers[key]; ok {
-		s.c.Replays++
-		s.mu.Unlock()
-		writeAnswer(w, answer, true)
-		return
-	}
-	f := faultNone
-	if n == 0 {
-		f = s.plan.first("stripe", key)
-	}
-	if f == faultUnavailable {
-		s.c.Unavailable++
-		s.mu.Unlock()
-		writeJSON(w, http.StatusTooManyRequests, stripeError("rate_limit_error", "Too many requests hit the demo's Stripe; nothing was done."))
-		return
-	}
-	s.c.Created++
-	s.c.CreatedPerKey[key]++
-	amount, _ := strconv.ParseInt(form.Get("amount"), 10, 64)
-	answer, _ := json.Marshal(map[string]any{
-		"id": fmt.Sprintf("pi_demo_%06d", s.c.Created), "object": "payment_intent",
-		"amount": amount, "currency": form.Get("currency"), "status": "succeeded", "livemode": false,
-		"metadata": map[string]string{"order_id": form.Get("metadata[order_id]"), "sidefx_key": form.Get("metadata[sidefx_key]")},
-	})
-	s.answers[key] = answer
-	if f == faultLostAnswer {
-		s.c.LostAnswers++
-		s.mu.Unlock()
-		s.hold(r) // charged, never heard back
-		return
-	}
-	s.mu.Unlock()
-	writeAnswer(w, answer, false)
-}
-
-// Counts returns a copy of the counts.
-func (s *stripeServer) Counts() StripeCounts {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.c
-	c.CreatedPerKey = maps.Clone(s.c.CreatedPerKey)
-	return c
 }
 
 // MailCounts is what the local mail API saw and did.
@@ -288,8 +144,7 @@ type MailCounts struct {
 	Duplicates int
 	// Unavailable counts the 429s injected, before accepting anything.
 	Unavailable int
-	// LostAnswers counts the messages accepted whose answer was then held
-	// until the client gave up.
+	// LostAnswers counts the messages accepted whose answer was then lost.
 	LostAnswers int
 	// Refused counts requests refused for a wrong API key or a body
 	// without the sidefx key; a correct run has none.
@@ -301,104 +156,6 @@ type MailCounts struct {
 	LostKeys []string
 	// MessageIDs maps each accepted key to the X-Message-Id it got.
 	MessageIDs map[string]string
-}
-
-// mailServer is the demo's SendGrid: POST /v3/mail/send, answered 202
-// with X-Message-Id. Like SendGrid it takes no idempotency key: every
-// request it accepts is one more email.
-type mailServer struct {
-	*server
-	apiKey string
-	plan   plan
-
-	counted[MailCounts]                // its mu also guards seen
-	seen                map[string]int // sidefx key → requests received
-}
-
-func startMail(apiKey string, p plan) (*mailServer, error) {
-	s := &mailServer{apiKey: apiKey, plan: p, seen: map[string]int{},
-		counted: counted[MailCounts]{c: MailCounts{AcceptedPerKey: map[string]int{}, MessageIDs: map[string]string{}}}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v3/mail/send", s.send)
-	srv, err := startServer(mux)
-	if err != nil {
-		return nil, err
-	}
-	s.server = srv
-	return s, nil
-}
-
-func mailError(msg string) map[string]any {
-	return map[string]any{"errors": []map[string]string{{"message": msg}}}
-}
-
-func (s *mailServer) send(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Personalizations []struct {
-			CustomArgs map[string]string `json:"custom_args"`
-		} `json:"personalizations"`
-	}
-	err := json.NewDecoder(r.Body).Decode(&body)
-	key := ""
-	if err == nil && len(body.Personalizations) > 0 {
-		key = body.Personalizations[0].CustomArgs["sidefx_key"]
-	}
-	s.mu.Lock()
-	s.c.Requests++
-	n := s.seen[key]
-	s.seen[key]++
-	s.mu.Unlock()
-	switch {
-	case r.Header.Get("Authorization") != "Bearer "+s.apiKey:
-		s.count(func(c *MailCounts) { c.Refused++ })
-		writeJSON(w, http.StatusUnauthorized, mailError("The provided authorization grant is invalid, expired, or revoked"))
-		return
-	case key == "":
-		s.count(func(c *MailCounts) { c.Refused++ })
-		writeJSON(w, http.StatusBadRequest, mailError("the demo's mail API wants custom_args.sidefx_key in each personalization"))
-		return
-	}
-	if !s.wait(r, s.plan.latency("mail", key, n, 20*time.Millisecond, 60*time.Millisecond)) {
-		return
-	}
-	f := faultNone
-	if n == 0 {
-		f = s.plan.first("mail", key)
-	}
-	if f == faultUnavailable {
-		s.count(func(c *MailCounts) { c.Unavailable++ })
-		writeJSON(w, http.StatusTooManyRequests, mailError("too many requests; nothing was sent"))
-		return
-	}
-	s.mu.Lock()
-	s.c.Accepted++
-	s.c.AcceptedPerKey[key]++
-	if s.c.AcceptedPerKey[key] > 1 {
-		s.c.Duplicates++
-	}
-	id := fmt.Sprintf("demo-msg-%06d", s.c.Accepted)
-	s.c.MessageIDs[key] = id
-	if f == faultLostAnswer {
-		s.c.LostAnswers++
-		s.c.LostKeys = append(s.c.LostKeys, key)
-		s.mu.Unlock()
-		s.hold(r) // sent, never heard back
-		return
-	}
-	s.mu.Unlock()
-	w.Header().Set("X-Message-Id", id)
-	w.WriteHeader(http.StatusAccepted)
-}
-
-// Counts returns a copy of the counts.
-func (s *mailServer) Counts() MailCounts {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.c
-	c.AcceptedPerKey = maps.Clone(s.c.AcceptedPerKey)
-	c.MessageIDs = maps.Clone(s.c.MessageIDs)
-	c.LostKeys = append([]string(nil), s.c.LostKeys...)
-	return c
 }
 
 // WebhookCounts is what the local webhook receiver saw and did.
@@ -413,7 +170,7 @@ type WebhookCounts struct {
 	// Unavailable counts the 429s injected, before processing anything.
 	Unavailable int
 	// LostAnswers counts the deliveries processed whose answer was then
-	// held until the client gave up.
+	// lost.
 	LostAnswers int
 	// BadSignatures counts deliveries that failed Standard Webhooks
 	// verification; a correct run has none.
@@ -423,91 +180,57 @@ type WebhookCounts struct {
 	ProcessedPerID map[string]int
 }
 
-// receiver is the demo's partner endpoint: it verifies each delivery's
-// Standard Webhooks signature with the reference library and dedupes on
-// webhook-id, as the spec tells receivers to.
-type receiver struct {
-	*server
-	wh   *standardwebhooks.Webhook
-	plan plan
-
-	counted[WebhookCounts]                   // its mu also guards seen and answers
-	seen                   map[string]int    // webhook-id → requests received
-	answers                map[string][]byte // webhook-id → the answer to its processing
+// tally is what a fake's call records add up to.
+type tally struct {
+	requests, performed, replays, unavailable, lost, duplicates int
+	performedPerKey                                             map[string]int
+	lostKeys                                                    []string
+	refs                                                        map[string]string // key → the ref of its last performance
 }
 
-// receiverPath is where the receiver listens.
-const receiverPath = "/hooks/orders"
-
-func startReceiver(secret string, p plan) (*receiver, error) {
-	wh, err := standardwebhooks.NewWebhook(secret)
-	if err != nil {
-		return nil, fmt.Errorf("webhook receiver: %w", err)
+func tallyOf(s *providertest.WireServer) tally {
+	t := tally{requests: s.Refused(), performedPerKey: map[string]int{}, refs: map[string]string{}}
+	for _, r := range s.Fake().AllCalls() {
+		t.requests++
+		switch {
+		case r.Replayed:
+			t.replays++
+		case r.Performed:
+			t.performed++
+			t.performedPerKey[r.Key]++
+			if t.performedPerKey[r.Key] > 1 {
+				t.duplicates++
+			}
+			t.refs[r.Key] = r.Ref
+		case r.Fault.Kind == providertest.KindRateLimited:
+			t.unavailable++
+		}
+		if r.Performed && r.Fault.Kind == providertest.KindPerformedThenTimeout {
+			t.lost++
+			t.lostKeys = append(t.lostKeys, r.Key)
+		}
 	}
-	s := &receiver{wh: wh, plan: p, seen: map[string]int{}, answers: map[string][]byte{},
-		counted: counted[WebhookCounts]{c: WebhookCounts{ProcessedPerID: map[string]int{}}}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+receiverPath, s.deliver)
-	srv, err := startServer(mux)
-	if err != nil {
-		return nil, err
-	}
-	s.server = srv
-	return s, nil
+	return t
 }
 
-func (s *receiver) deliver(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	id := r.Header.Get("webhook-id")
-	s.mu.Lock()
-	s.c.Requests++
-	n := s.seen[id]
-	s.seen[id]++
-	s.mu.Unlock()
-	if err := s.wh.Verify(body, r.Header); err != nil || id == "" {
-		s.count(func(c *WebhookCounts) { c.BadSignatures++ })
-		http.Error(w, "signature verification failed", http.StatusUnauthorized)
-		return
-	}
-	if !s.wait(r, s.plan.latency("partner", id, n, 10*time.Millisecond, 40*time.Millisecond)) {
-		return
-	}
-	s.mu.Lock()
-	if answer, ok := s.answers[id]; ok {
-		s.c.Duplicates++
-		s.mu.Unlock()
-		writeAnswer(w, answer, true)
-		return
-	}
-	f := faultNone
-	if n == 0 {
-		f = s.plan.first("partner", id)
-	}
-	if f == faultUnavailable {
-		s.c.Unavailable++
-		s.mu.Unlock()
-		http.Error(w, "too many requests, try again", http.StatusTooManyRequests)
-		return
-	}
-	s.c.Processed++
-	s.c.ProcessedPerID[id]++
-	answer, _ := json.Marshal(map[string]string{"id": fmt.Sprintf("rcv_%06d", s.c.Processed)})
-	s.answers[id] = answer
-	if f == faultLostAnswer {
-		s.c.LostAnswers++
-		s.mu.Unlock()
-		s.hold(r)
-		return
-	}
-	s.mu.Unlock()
-	writeAnswer(w, answer, false)
+func stripeCounts(s *providertest.WireServer) StripeCounts {
+	t := tallyOf(s)
+	return StripeCounts{Requests: t.requests, Created: t.performed, Replays: t.replays, Unavailable: t.unavailable,
+		LostAnswers: t.lost, Refused: s.Refused(), CreatedPerKey: t.performedPerKey}
 }
 
-// Counts returns a copy of the counts.
-func (s *receiver) Counts() WebhookCounts {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.c
-	c.ProcessedPerID = maps.Clone(s.c.ProcessedPerID)
-	return c
+func mailCounts(s *providertest.WireServer) MailCounts {
+	t := tallyOf(s)
+	ids := map[string]string{}
+	for k, ref := range t.refs {
+		ids[k] = "msg_" + ref
+	}
+	return MailCounts{Requests: t.requests, Accepted: t.performed, Duplicates: t.duplicates, Unavailable: t.unavailable,
+		LostAnswers: t.lost, Refused: s.Refused(), AcceptedPerKey: t.performedPerKey, LostKeys: t.lostKeys, MessageIDs: ids}
+}
+
+func webhookCounts(s *providertest.WireServer) WebhookCounts {
+	t := tallyOf(s)
+	return WebhookCounts{Requests: t.requests, Processed: t.performed, Duplicates: t.replays, Unavailable: t.unavailable,
+		LostAnswers: t.lost, BadSignatures: s.Refused(), ProcessedPerID: t.performedPerKey}
 }

@@ -442,7 +442,7 @@ func TestEngine_OutcomePlanIgnoresStaleStatistics(t *testing.T) {
 				return err
 			}
 			if _, err := tx.Exec(b.ctx, `PREPARE outcome_`+mode+`(bigint[], integer[], text[], text[], text[], text[], bigint[],
-				boolean[], boolean[], bigint[], bigint[]) AS `+complete); err != nil {
+				boolean[], boolean[], bigint[], bigint[], text, boolean[]) AS `+complete); err != nil {
 				return err
 			}
 			// EXPLAIN takes no parameters: the arguments are literals.
@@ -450,7 +450,7 @@ func TestEngine_OutcomePlanIgnoresStaleStatistics(t *testing.T) {
 				array_fill('confirmed'::text, ARRAY[%[4]d]), array_fill('ref'::text, ARRAY[%[4]d]),
 				array_fill(NULL::text, ARRAY[%[4]d]), array_fill(NULL::text, ARRAY[%[4]d]), array_fill(0::bigint, ARRAY[%[4]d]),
 				array_fill(false, ARRAY[%[4]d]), array_fill(true, ARRAY[%[4]d]), array_fill(0::bigint, ARRAY[%[4]d]),
-				array_fill(60000::bigint, ARRAY[%[4]d]))`, mode, ids, atts, n)).Scan(&plan)
+				array_fill(60000::bigint, ARRAY[%[4]d]), 'sidefx_outcome_public', array_fill(false, ARRAY[%[4]d]))`, mode, ids, atts, n)).Scan(&plan)
 		}()
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)
