@@ -7,10 +7,14 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sidefx/sidefx/edge/edgemetrics"
+	"github.com/sidefx/sidefx/inbox/inboxmetrics"
 	"github.com/sidefx/sidefx/internal/metrics"
 )
 
@@ -21,10 +25,102 @@ var histograms = []string{
 	"sidefx_provider_call_seconds",
 }
 
-// exported returns every metric family the daemon exports under the sidefx_
-// prefix: the dispatcher's, the table's and the drift job's.
+// exported returns every metric family the dashboard and the rules may
+// name: the daemon's (the dispatcher's, the table's and the drift job's)
+// and those a user's service exports through inboxmetrics and edgemetrics.
 func exported() []string {
-	return metrics.Names()
+	names, _ := serviceMetrics()
+	return append(metrics.Names(), names...)
+}
+
+// serviceMetrics returns the metric families inbox/inboxmetrics and
+// edge/edgemetrics export, as those packages name them: both observers are
+// registered on a fresh registry, every observer method is called once so
+// that every counter has a series, and the registry is gathered. It fails
+// if a registered metric is not gathered (a method added to an observer and
+// not called here).
+var serviceMetrics = sync.OnceValues(func() ([]string, error) {
+	reg := prometheus.NewRegistry()
+	rec := &recordingRegisterer{Registerer: reg}
+	in, err := inboxmetrics.New(rec)
+	if err != nil {
+		return nil, err
+	}
+	ed, err := edgemetrics.New(rec)
+	if err != nil {
+		return nil, err
+	}
+	in.Delivered("billing", true)
+	in.Delivered("billing", false)
+	in.Mismatched("billing")
+	ed.Keyed("POST /orders")
+	ed.Replayed("POST /orders")
+	ed.Mismatched("POST /orders")
+	ed.Conflicted("POST /orders")
+
+	return gathered(reg, rec)
+})
+
+// gathered returns the names of the metric families reg gathers, and an
+// error unless they are all those registered through rec: a vector without
+// a series is not gathered.
+func gathered(reg prometheus.Gatherer, rec *recordingRegisterer) ([]string, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	if described := rec.described(); len(names) != described {
+		return names, fmt.Errorf("gathered %d metric families %v, registered %d: call every observer method", len(names), names, described)
+	}
+	return names, nil
+}
+
+// recordingRegisterer keeps the collectors registered through it.
+type recordingRegisterer struct {
+	prometheus.Registerer
+	collectors []prometheus.Collector
+}
+
+func (r *recordingRegisterer) Register(c prometheus.Collector) error {
+	r.collectors = append(r.collectors, c)
+	return r.Registerer.Register(c)
+}
+
+// described returns how many metrics the registered collectors describe.
+func (r *recordingRegisterer) described() int {
+	n := 0
+	for _, c := range r.collectors {
+		ch := make(chan *prometheus.Desc)
+		go func() { c.Describe(ch); close(ch) }()
+		for range ch {
+			n++
+		}
+	}
+	return n
+}
+
+// selector is a metric name with its label matchers, and jobMatcher a
+// matcher on job. The service's metrics come from its own scrape job, not
+// the daemon's: their selectors must not filter by job.
+var (
+	selector   = regexp.MustCompile(`\b(sidefx_[a-z_]+)\s*\{([^}]*)\}`)
+	jobMatcher = regexp.MustCompile(`\bjob\s*(=~|!~|!=|=)`)
+)
+
+// filtersServiceByJob reports whether expr selects a metric of the service
+// (inboxmetrics, edgemetrics) with a matcher on job.
+func filtersServiceByJob(expr string) bool {
+	service, _ := serviceMetrics()
+	for _, m := range selector.FindAllStringSubmatch(expr, -1) {
+		if slices.Contains(service, m[1]) && jobMatcher.MatchString(m[2]) {
+			return true
+		}
+	}
+	return false
 }
 
 // metricRef is a sidefx metric name in an expression.
@@ -166,6 +262,9 @@ func checkDashboard(data []byte) (problems, names []string) {
 				for _, n := range unknown(refs) {
 					bad("panel %q target %s: unknown metric %s in %q", p.Title, t.RefID, n, t.Expr)
 				}
+				if filtersServiceByJob(t.Expr) {
+					bad("panel %q target %s: filters a service's metric by job in %q", p.Title, t.RefID, t.Expr)
+				}
 				names = append(names, refs...)
 			}
 		}
@@ -208,6 +307,9 @@ func checkRules(data []byte) (problems, names []string) {
 			for _, u := range unknown(refs) {
 				problems = append(problems, fmt.Sprintf("rule %q: unknown metric %s in %q", name, u, r.Expr))
 			}
+			if filtersServiceByJob(r.Expr) {
+				problems = append(problems, fmt.Sprintf("rule %q: filters a service's metric by job in %q", name, r.Expr))
+			}
 			names = append(names, refs...)
 		}
 	}
@@ -231,14 +333,16 @@ func TestDashboard(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("grafana/sidefx.json: %s", p)
 	}
-	// The dashboard covers everything the daemon exports: throughput,
-	// states, latency, replays, rescues, drift.
+	// The dashboard covers everything the daemon exports (throughput,
+	// states, latency, replays, rescues, drift) and the service's inbox and
+	// edge metrics.
 	for _, m := range notShown(names) {
 		t.Errorf("grafana/sidefx.json shows no %s", m)
 	}
 }
 
-// notShown returns the exported metric families missing from names.
+// notShown returns the exported metric families, the daemon's and the
+// service's, missing from names.
 func notShown(names []string) []string {
 	var out []string
 	for _, m := range exported() {
@@ -299,9 +403,37 @@ func TestUnknownMetricsFail(t *testing.T) {
 		t.Error("a panel bound to one data source passes")
 	}
 
+	for _, m := range []string{"sidefx_inbox_duplicates_total", "sidefx_edge_conflicts_total"} {
+		if !slices.Contains(notShown(names), m) {
+			t.Errorf("a dashboard of one latency panel shows %s", m)
+		}
+	}
+	if problems, names := checkDashboard(dash(`sum by (route) (increase(sidefx_edge_conflicts_total[5m])) + on () group_left max(sidefx_build_info{job="sidefx"})`)); len(problems) > 0 || slices.Contains(notShown(names), "sidefx_edge_conflicts_total") {
+		t.Errorf("a panel on an edge metric: problems %v, not shown %v", problems, notShown(names))
+	}
+	for expr, want := range map[string]string{
+		`rate(sidefx_inbox_delivery_total[5m])`:                                     "unknown metric sidefx_inbox_delivery_total",
+		`rate(sidefx_edge_replay_total[5m])`:                                        "unknown metric sidefx_edge_replay_total",
+		`sum by (consumer) (rate(sidefx_inbox_deliveries_total{job="sidefx"}[5m]))`: "filters a service's metric by job",
+		`sum(rate(sidefx_edge_replays_total{job=~"orders-.*"}[5m]))`:                "filters a service's metric by job",
+	} {
+		problems, _ := checkDashboard(dash(expr))
+		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, want) }) {
+			t.Errorf("dashboard with %q: problems %v, want %q", expr, problems, want)
+		}
+	}
+
 	rules := "groups:\n  - name: sidefx\n    rules:\n      - alert: SidefxX\n        expr: sidefx_oldest_pending_secs > 900\n"
 	if problems, _ := checkRules([]byte(rules)); len(problems) != 1 || !strings.Contains(problems[0], "unknown metric sidefx_oldest_pending_secs") {
 		t.Errorf("rules with an unknown metric: problems %v", problems)
+	}
+
+	rules = "groups:\n  - name: sidefx-service\n    rules:\n      - alert: SidefxX\n        expr: sum by (job, route) (increase(sidefx_edge_mismatches_total%s[15m])) > 0\n"
+	if problems, names := checkRules(fmt.Appendf(nil, rules, "")); len(problems) > 0 || !slices.Equal(names, []string{"sidefx_edge_mismatches_total"}) {
+		t.Errorf("rules on an edge metric: problems %v, names %v", problems, names)
+	}
+	if problems, _ := checkRules(fmt.Appendf(nil, rules, `{job="sidefx"}`)); len(problems) != 1 || !strings.Contains(problems[0], "filters a service's metric by job") {
+		t.Errorf("rules filtering an edge metric by job: problems %v", problems)
 	}
 }
 
@@ -315,5 +447,46 @@ func TestReferenced(t *testing.T) {
 		if !slices.Contains(metrics.Names(), h) {
 			t.Errorf("histogram %s is not in metrics.Names()", h)
 		}
+	}
+}
+
+// TestServiceMetrics: the inbox and edge metrics are taken from
+// inboxmetrics and edgemetrics, all of them.
+func TestServiceMetrics(t *testing.T) {
+	names, err := serviceMetrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inbox, edge int
+	for _, n := range names {
+		switch {
+		case strings.HasPrefix(n, "sidefx_inbox_"):
+			inbox++
+		case strings.HasPrefix(n, "sidefx_edge_"):
+			edge++
+		default:
+			t.Errorf("%s: not an inbox or edge metric", n)
+		}
+		if slices.Contains(metrics.Names(), n) {
+			t.Errorf("%s is also the daemon's", n)
+		}
+	}
+	if inbox == 0 || edge == 0 {
+		t.Errorf("service metrics %v: want inbox and edge ones", names)
+	}
+
+	// A counter registered and never counted is not gathered: that must
+	// fail, not leave the metric out.
+	reg := prometheus.NewRegistry()
+	rec := &recordingRegisterer{Registerer: reg}
+	counted := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sidefx_x_total", Help: "x"}, []string{"l"})
+	for _, c := range []prometheus.Collector{counted, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sidefx_y_total", Help: "y"}, []string{"l"})} {
+		if err := rec.Register(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counted.WithLabelValues("a").Inc()
+	if names, err := gathered(reg, rec); err == nil {
+		t.Errorf("a counter never counted: gathered %v and no error", names)
 	}
 }

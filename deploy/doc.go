@@ -8,7 +8,9 @@
 //     that Prometheus stays out of the main module's go.mod.
 //
 // This package's test checks that the dashboard and the rules name only
-// metrics the daemon exports (internal/metrics and the drift job), and
-// that the dashboard shows every one of them. README.md says how to import
+// metrics the daemon exports (internal/metrics and the drift job) or a
+// user's service exports through inbox/inboxmetrics and edge/edgemetrics,
+// that the dashboard shows every one of them, and that no expression
+// filters the service's metrics by job. README.md says how to import
 // the dashboard and load the rules, and what to do when an alert fires.
 package deploy

@@ -16,7 +16,7 @@ func TestShippedFiles(t *testing.T) {
 		t.Fatalf("rulecheck exited %d:\n%s%s", code, out.String(), errb.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"11 alerting rules", "alert checks", "expressions"} {
+	for _, want := range []string{"15 alerting rules", "alert checks", "expressions"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -183,6 +183,15 @@ func TestUnitTestsCatchRuleChanges(t *testing.T) {
 			`sum by (job, kind) (increase(sidefx_effect_transitions_total{state="failed"}[15m])) > 0`,
 			`sum by (job, kind) (sidefx_effect_transitions_total{state="failed"}) > 0`,
 			"SidefxFailedEffects at 10m"},
+		{"no volume guard: a consumer with few deliveries fires",
+			"\n          and sum by (job, consumer) (increase(sidefx_inbox_deliveries_total[5m])) >= 100", "",
+			"SidefxInboxDuplicateRateHigh at 20m"},
+		{"no check for a new series: a consumer's first mismatch is not noticed",
+			"\n          or sum by (job, consumer) (sidefx_inbox_mismatches_total unless sidefx_inbox_mismatches_total offset 15m)", "",
+			"SidefxInboxPayloadMismatch at 22m"},
+		{"the service's series filtered by the daemon's job: never fires",
+			"rate(sidefx_edge_replays_total[5m])", `rate(sidefx_edge_replays_total{job="sidefx"}[5m])`,
+			"SidefxEdgeReplayRateHigh at 23m"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
