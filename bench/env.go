@@ -79,11 +79,17 @@ func (e *env) templates(ctx context.Context) error {
 }
 
 func (e *env) pool(ctx context.Context, db string) (*pgxpool.Pool, error) {
+	return e.poolN(ctx, db, maxConns)
+}
+
+// poolN is pool with n connections at most: the edge's, where every
+// concurrent request holds one for its handler's whole work.
+func (e *env) poolN(ctx context.Context, db string, n int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(e.c.ConnString(db))
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = maxConns
+	cfg.MaxConns = n
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 

@@ -2,7 +2,9 @@
 // PostgreSQL server and prints a Markdown table of the medians: enqueue in a
 // business transaction, drain, enqueue-to-confirmed latency, the same with a
 // large history of finished rows, and a floor of the same SQL shapes driven
-// by pgbench. docs/benchmarks.md explains the method.
+// by pgbench; then sidefx's own features: the HTTP edge's idempotency keys
+// against no middleware, and the consumers' inbox next to enqueue.
+// docs/benchmarks.md explains the method.
 //
 //	cd bench && go run . --out ../docs/benchmarks-latest.md
 package main
@@ -41,6 +43,8 @@ type options struct {
 	history        int
 	tune           bool
 	historySyncOff bool
+	edgeSeconds    int
+	edgeSyncOff    bool
 	only           string
 	cpuProfile     string
 	statements     string
@@ -49,7 +53,7 @@ type options struct {
 func main() {
 	var o options
 	flag.IntVar(&o.runs, "runs", 3, "runs of each measurement; the table holds their medians")
-	flag.BoolVar(&o.quick, "quick", false, "small sizes for a smoke run (1 run, 5,000 drained, 3 s latency, 20,000 history)")
+	flag.BoolVar(&o.quick, "quick", false, "small sizes for a smoke run (1 run, 5,000 drained, 3 s latency, 20,000 history, 3 s edge)")
 	flag.BoolVar(&o.syncOffToo, "sync-off-too", true, "after the durable pass, run again with synchronous_commit=off (separate table)")
 	flag.StringVar(&o.out, "out", "../docs/benchmarks-latest.md", "file the tables are written to, besides stdout; empty: stdout only")
 	flag.IntVar(&o.drainN, "drain-n", 100000, "pending items per drain")
@@ -58,7 +62,9 @@ func main() {
 	flag.Float64Var(&o.enqueueSeconds, "enqueue-seconds", 3, "duration of each enqueue measurement")
 	flag.IntVar(&o.history, "history", 1000000, "terminal rows preloaded for the history workloads (0 skips them)")
 	flag.BoolVar(&o.historySyncOff, "history-sync-off", false, "also run the history workloads in the synchronous_commit=off pass")
-	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run (enqueue, drain, latency, history); empty: all")
+	flag.IntVar(&o.edgeSeconds, "edge-seconds", 10, "duration of each edge measurement (no middleware, edge, replays)")
+	flag.BoolVar(&o.edgeSyncOff, "edge-inbox-sync-off", false, "also run the edge and inbox workloads in the synchronous_commit=off pass")
+	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run ("+strings.Join(workloads, ", ")+"); empty: all")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (dispatchers and River clients run in it) to the file")
 	flag.StringVar(&o.statements, "statements", "", "load pg_stat_statements in the bench's cluster and write, per pass and workload, the statements that took the server's time to the file (markdown)")
 	flag.BoolVar(&o.tune, "tune", false, "also drain with each candidate tuning and report every one (slow)")
@@ -70,7 +76,7 @@ func main() {
 	if o.quick { // smaller sizes, except where a flag sets one
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]string{"runs": "1", "drain-n": "5000", "latency-seconds": "3", "history": "20000", "enqueue-seconds": "1"} {
+		for name, v := range map[string]string{"runs": "1", "drain-n": "5000", "latency-seconds": "3", "history": "20000", "enqueue-seconds": "1", "edge-seconds": "3"} {
 			if !set[name] {
 				flag.Set(name, v) //nolint:errcheck // the names and values above are valid
 			}
@@ -100,21 +106,32 @@ func run(ctx context.Context, o *options) error {
 	began := time.Now()
 	type pass struct {
 		name, settings string
-		history        bool
+		skip           []string // workloads this pass leaves out
 	}
-	passes := []pass{{"durable (fsync=on, synchronous_commit=on)", durable, true}}
+	passes := []pass{{"durable (fsync=on, synchronous_commit=on)", durable, nil}}
 	if o.syncOffToo {
-		passes = append(passes, pass{"synchronous_commit=off (fsync=on)", durable + "synchronous_commit = off\n", o.historySyncOff})
+		var skip []string
+		if !o.historySyncOff {
+			skip = append(skip, "history")
+		}
+		if !o.edgeSyncOff {
+			skip = append(skip, "edge", "inbox")
+		}
+		passes = append(passes, pass{"synchronous_commit=off (fsync=on)", durable + "synchronous_commit = off\n", skip})
 	}
 	host, _ := os.Hostname()
 	var doc strings.Builder
-	fmt.Fprintf(&doc, "Measured %s on %s: %d CPUs (%s/%s), %s. Medians of %d runs; drain %d items, latency %d/s for %d s, enqueue %.0f s per cell, history %d rows.\n",
+	fmt.Fprintf(&doc, "Measured %s on %s: %d CPUs (%s/%s), %s. Medians of %d runs; drain %d items, latency %d/s for %d s, enqueue %.0f s per cell, history %d rows, edge %d s per variant.\n",
 		began.UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(),
-		o.runs, o.drainN, o.latencyRate, o.latencySeconds, o.enqueueSeconds, o.history)
+		o.runs, o.drainN, o.latencyRate, o.latencySeconds, o.enqueueSeconds, o.history, o.edgeSeconds)
 	var stmts strings.Builder
 	for _, p := range passes {
+		if !slices.ContainsFunc(workloads, func(w string) bool { return o.selected(w) && !slices.Contains(p.skip, w) }) {
+			logf("pass: %s: no selected workload runs in it; skipped", p.name)
+			continue
+		}
 		logf("pass: %s", p.name)
-		t, err := runPass(ctx, o, p.settings, p.history, &stmts, p.name)
+		t, err := runPass(ctx, o, p.settings, p.skip, &stmts, p.name)
 		if err != nil {
 			return fmt.Errorf("pass %s: %w", p.name, err)
 		}
@@ -137,7 +154,7 @@ func run(ctx context.Context, o *options) error {
 	return nil
 }
 
-func runPass(ctx context.Context, o *options, settings string, history bool, stmts *strings.Builder, pass string) (*table, error) {
+func runPass(ctx context.Context, o *options, settings string, skip []string, stmts *strings.Builder, pass string) (*table, error) {
 	// SIDEFX_BENCH_SETTINGS adds server settings for a profiling run (for
 	// example auto_explain's); SIDEFX_BENCH_LOG names a file the server's
 	// log is copied to before the cluster is removed.
@@ -174,9 +191,10 @@ func runPass(ctx context.Context, o *options, settings string, history bool, stm
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"enqueue", e.enqueueAll}, {"drain", e.drainAll}, {"latency", e.latencyAll}, {"history", e.historyAll}}
+	}{{"enqueue", e.enqueueAll}, {"drain", e.drainAll}, {"latency", e.latencyAll}, {"history", e.historyAll},
+		{"edge", e.edgeAll}, {"inbox", e.inboxAll}}
 	for _, s := range steps {
-		if !o.selected(s.name) || (s.name == "history" && !history) {
+		if !o.selected(s.name) || slices.Contains(skip, s.name) {
 			continue
 		}
 		began := time.Now()
@@ -217,7 +235,7 @@ func cpuModel() string {
 	return "unknown CPU"
 }
 
-var workloads = []string{"enqueue", "drain", "latency", "history"}
+var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox"}
 
 // checkOnly refuses an --only naming no workload.
 func (o *options) checkOnly() error {

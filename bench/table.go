@@ -29,19 +29,37 @@ type row struct {
 
 type table struct {
 	rows []*row
+	// notes explain workloads whose columns mean something else than
+	// the contenders' (edge, inbox), printed under the table.
+	notes []string
+}
+
+// note adds a paragraph under the table, once.
+func (t *table) note(s string) {
+	if !slices.Contains(t.notes, s) {
+		t.notes = append(t.notes, s)
+	}
 }
 
 func newTable() *table { return &table{} }
 
 func (t *table) row(workload, variant, unit string) *row {
+	if r := t.find(workload, variant, unit); r != nil {
+		return r
+	}
+	r := &row{workload: workload, variant: variant, unit: unit, cells: map[string][]float64{}}
+	t.rows = append(t.rows, r)
+	return r
+}
+
+// find returns the row, or nil.
+func (t *table) find(workload, variant, unit string) *row {
 	for _, r := range t.rows {
 		if r.workload == workload && r.variant == variant && r.unit == unit {
 			return r
 		}
 	}
-	r := &row{workload: workload, variant: variant, unit: unit, cells: map[string][]float64{}}
-	t.rows = append(t.rows, r)
-	return r
+	return nil
 }
 
 func (t *table) add(workload, variant, unit, column string, v float64) {
@@ -99,6 +117,9 @@ func (t *table) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.workload, r.variant, r.unit, num(s), num(rv), num(ru), num(f),
 			ratio(s, rv), ratio(s, ru), ratio(s, f), extra)
+	}
+	for _, n := range t.notes {
+		b.WriteString("\n" + n + "\n")
 	}
 	return b.String()
 }

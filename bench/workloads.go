@@ -43,33 +43,37 @@ func insertOrders(ctx context.Context, tx pgx.Tx, batch int) error {
 
 func sourceID(producer, seq, i int) string { return fmt.Sprintf("p%d-%d-%d", producer, seq, i) }
 
+// baselineEnqueuer writes the business rows alone.
+func baselineEnqueuer(ctx context.Context, tx pgx.Tx, _, _, batch int) error {
+	return insertOrders(ctx, tx, batch)
+}
+
+// sidefxEnqueuer writes the business rows and enqueues one effect for each.
+func sidefxEnqueuer(ctx context.Context, tx pgx.Tx, p, seq, batch int) error {
+	if err := insertOrders(ctx, tx, batch); err != nil {
+		return err
+	}
+	if batch == 1 {
+		id := sourceID(p, seq, 0)
+		_, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: id, Kind: kind, Payload: payload{SourceID: id, Amount: 4200, Currency: "eur"}})
+		return err
+	}
+	es := make([]outbox.Effect, batch)
+	for i := range es {
+		id := sourceID(p, seq, i)
+		es[i] = outbox.Effect{SourceID: id, Kind: kind, Payload: payload{SourceID: id, Amount: 4200, Currency: "eur"}}
+	}
+	_, err := outbox.EnqueueMany(ctx, tx, es)
+	return err
+}
+
 func (e *env) enqueueAll(ctx context.Context) error {
 	type contender struct {
 		col, tmpl string
 		fn        func(pool *pgxpool.Pool) (enqueuer, error)
 	}
-	baseline := func(*pgxpool.Pool) (enqueuer, error) {
-		return func(ctx context.Context, tx pgx.Tx, _, _, batch int) error { return insertOrders(ctx, tx, batch) }, nil
-	}
-	sfx := func(*pgxpool.Pool) (enqueuer, error) {
-		return func(ctx context.Context, tx pgx.Tx, p, seq, batch int) error {
-			if err := insertOrders(ctx, tx, batch); err != nil {
-				return err
-			}
-			if batch == 1 {
-				id := sourceID(p, seq, 0)
-				_, err := outbox.Enqueue(ctx, tx, outbox.Effect{SourceID: id, Kind: kind, Payload: payload{SourceID: id, Amount: 4200, Currency: "eur"}})
-				return err
-			}
-			es := make([]outbox.Effect, batch)
-			for i := range es {
-				id := sourceID(p, seq, i)
-				es[i] = outbox.Effect{SourceID: id, Kind: kind, Payload: payload{SourceID: id, Amount: 4200, Currency: "eur"}}
-			}
-			_, err := outbox.EnqueueMany(ctx, tx, es)
-			return err
-		}, nil
-	}
+	baseline := func(*pgxpool.Pool) (enqueuer, error) { return baselineEnqueuer, nil }
+	sfx := func(*pgxpool.Pool) (enqueuer, error) { return sidefxEnqueuer, nil }
 	riv := func(unique bool) func(pool *pgxpool.Pool) (enqueuer, error) {
 		return func(pool *pgxpool.Pool) (enqueuer, error) {
 			client, err := riverClient(pool, nil)
@@ -109,7 +113,7 @@ func (e *env) enqueueAll(ctx context.Context) error {
 	dur := time.Duration(e.o.enqueueSeconds * float64(time.Second))
 	for run := 1; run <= e.o.runs; run++ {
 		for _, sh := range shapes {
-			variant := fmt.Sprintf("%d producer(s), 1 effect per tx", sh.producers)
+			variant := enqueueVariant(sh.producers)
 			unit := "tx/s"
 			if sh.batch > 1 {
 				variant = fmt.Sprintf("%d producer(s), %d rows + %d effects per tx", sh.producers, sh.batch, sh.batch)
@@ -141,6 +145,11 @@ func (e *env) enqueueAll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// enqueueVariant names workload 1's row of one effect per transaction.
+func enqueueVariant(producers int) string {
+	return fmt.Sprintf("%d producer(s), 1 effect per tx", producers)
 }
 
 // enqueueRate runs producers loops of business transactions for dur and
