@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/drift"
+	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgcluster"
 	"github.com/sidefx/sidefx/internal/sqlname"
@@ -39,14 +41,17 @@ type Options struct {
 	// Orders is the number of orders paid. 0: DefaultOrders.
 	Orders int
 
-	// Replays is how many times every order event is delivered again
-	// after the first time: each redelivery runs the business transaction
-	// again. 0: none (the command's default is DefaultReplays).
+	// Replays is how many times every order.paid is delivered again to
+	// billing after its first delivery (its ack lost after the commit):
+	// the inbox absorbs each. 0: none (the command's default is
+	// DefaultReplays).
 	Replays int
 
 	// TimeoutRate is the fraction of first requests (per provider and key)
-	// that are performed and then not answered until the client gives up.
-	// 0: none (the command's default is DefaultTimeoutRate).
+	// that are performed and then not answered: the connection drops. The
+	// same share of the client's first POST /orders answers is dropped, and
+	// of the relay's first publish acknowledgements lost. 0: none (the
+	// command's default is DefaultTimeoutRate).
 	TimeoutRate float64
 
 	// ErrorRate is the fraction of first requests answered 429 before
@@ -63,6 +68,11 @@ type Options struct {
 	// throwaway one. The demo creates a fresh schema sidefx_demo_<random>
 	// there and drops it at the end. The role needs CREATE on the database.
 	DatabaseURL string
+
+	// NATSURL is an existing NATS server with JetStream to use instead of
+	// starting nats-server. The demo creates a stream SIDEFX_DEMO_<random>
+	// there and deletes it at the end.
+	NATSURL string
 
 	// Binary is the sidefx executable run as the dispatcher (`sidefx run
 	// --config FILE`). Default: this process's executable (os.Executable).
@@ -101,11 +111,14 @@ type Summary struct {
 	// sidefx_demo_<random> with Options.DatabaseURL.
 	Schema string
 
-	// Enqueued counts the effects the business transactions inserted
-	// (Inserted true): 3 per order.
+	// Path is what the API's edge, the broker and the inbox absorbed.
+	Path PathCounts
+
+	// Enqueued counts the effects the consumers inserted (Inserted true):
+	// 3 per order.
 	Enqueued int
-	// EnqueueDuplicates counts the enqueues of the replayed events that
-	// were absorbed (Inserted false): Replays × 3 × Orders.
+	// EnqueueDuplicates counts the enqueues absorbed (Inserted false): 3
+	// per order, when billing-v2 handles the stream again.
 	EnqueueDuplicates int
 
 	// States counts the effects by kind and state once drained, before
@@ -136,6 +149,7 @@ type Summary struct {
 
 	// What Run started, all stopped or removed when it returns.
 	DispatcherPIDs []int
+	BrokerPID      int    // the nats-server the demo started, or 0
 	ClusterDir     string // "" with DatabaseURL
 	ClusterPort    int
 	TempDir        string
@@ -213,20 +227,25 @@ type demo struct {
 	sum  *Summary
 	plan plan
 
-	tmp      string
-	cluster  *pgcluster.Cluster
-	dbURL    string
-	schema   string
-	pool     *pgxpool.Pool
-	store    *effects.Store
-	outbox   *outbox.Outbox
-	stripe   *providertest.WireServer
-	mail     *providertest.WireServer
-	partner  *providertest.WireServer
-	secrets  map[string]string // environment variable → secret, for the child
-	config   string            // the child's configuration file
-	child    *child
-	children int
+	tmp        string
+	cluster    *pgcluster.Cluster
+	dbURL      string
+	schema     string
+	pool       *pgxpool.Pool
+	store      *effects.Store
+	outbox     *outbox.Outbox
+	stripe     *providertest.WireServer
+	mail       *providertest.WireServer
+	partner    *providertest.WireServer
+	broker     *broker
+	edge       *edge.Edge
+	edgeCounts edgeCounter
+	api        *http.Server
+	apiURL     string
+	secrets    map[string]string // environment variable → secret, for the child
+	config     string            // the child's configuration file
+	child      *child
+	children   int
 }
 
 // Run tells the story on out and returns what it counted. It stops
@@ -303,8 +322,9 @@ func (o Options) withDefaults() (Options, error) {
 func (d *demo) run(ctx context.Context) error {
 	o := d.opts
 	d.n.text(
-		fmt.Sprintf("sidefx demo: %d orders paid, each charging a card, emailing a receipt and calling a partner's webhook.", o.Orders),
-		fmt.Sprintf("Faults at the providers: %s of first requests are done but never answered, %s get a 429 (rate limited, nothing done) (seed %d).",
+		fmt.Sprintf("sidefx demo: %d orders placed through an API, their order.paid events sent through NATS JetStream, and", o.Orders),
+		"each event charging a card, emailing a receipt and calling a partner's webhook, once.",
+		fmt.Sprintf("Faults: %s of first requests are done and their answer lost (API, broker, providers); %s of the providers' get a 429 (nothing done) (seed %d).",
 			percent(o.TimeoutRate), percent(o.ErrorRate), o.Seed),
 		"")
 	tmp, err := os.MkdirTemp("", "sidefx-demo-")
@@ -322,7 +342,19 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.startProviders(); err != nil {
 		return err
 	}
-	if err := d.payOrders(ctx); err != nil {
+	if err := d.startBroker(ctx); err != nil {
+		return err
+	}
+	if err := d.startAPI(); err != nil {
+		return err
+	}
+	if err := d.placeOrders(ctx); err != nil {
+		return err
+	}
+	if err := d.publish(ctx); err != nil {
+		return err
+	}
+	if err := d.consumeAll(ctx); err != nil {
 		return err
 	}
 	if err := d.dispatch(ctx); err != nil {
@@ -443,6 +475,23 @@ func (d *demo) teardown(runCtx context.Context, runErr error) error {
 			errs = append(errs, err)
 		}
 		done = append(done, fmt.Sprintf("dispatcher (pid %d) stopped", d.child.pid))
+	}
+	if d.api != nil {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = d.api.Shutdown(sctx)
+		cancel()
+		d.edge.Close()
+		done = append(done, "the shop's API stopped")
+	}
+	if d.broker != nil {
+		if err := d.broker.stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		if d.broker.own {
+			done = append(done, "nats-server stopped")
+		} else if d.broker.js != nil {
+			done = append(done, "stream "+d.broker.stream+" deleted")
+		}
 	}
 	closed := false
 	if d.stripe != nil {

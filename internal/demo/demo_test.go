@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/sidefx/sidefx/derive"
@@ -94,7 +96,7 @@ func TestRun_ThrowawayCluster(t *testing.T) {
 		t.Fatalf("no cluster recorded: %q %d", sum.ClusterDir, sum.ClusterPort)
 	}
 	checkNothingLeft(t, sum)
-	for _, want := range []string{"kill -9", "The leases expired and the new dispatcher rescued", "Cards charged: 150, not 600", "sidefx resolve", "1 missing [" + sum.DeletedReceipt + "]"} {
+	for _, want := range []string{"kill -9", "The leases expired and the new dispatcher rescued", "Cards charged: 150, one per order", "Duplicates absorbed, layer by layer", "sidefx resolve", "1 missing [" + sum.DeletedReceipt + "]"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the output lacks %q", want)
 		}
@@ -102,9 +104,43 @@ func TestRun_ThrowawayCluster(t *testing.T) {
 	goleak.VerifyNone(t, ignore)
 }
 
+// startNATS starts a nats-server with JetStream of the test's own, as a
+// user's server given with --nats-url.
+func startNATS(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("SIDEFX_NATS_SERVER")
+	if bin == "" {
+		bin = "nats-server"
+		if _, err := exec.LookPath(bin); err != nil {
+			bin = "/usr/sbin/nats-server"
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-sd", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting nats-server (make deps installs it): %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	waitUntil(t, func() error {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			nc.Close()
+		}
+		return err
+	})
+	return url
+}
+
 func TestRun_DatabaseURL(t *testing.T) {
 	url := pgtest.URL(t)
-	opts := demo.Options{Orders: 60, Replays: 1, TimeoutRate: 0.1, ErrorRate: 0.1, Seed: 99, Binary: binary(t), DatabaseURL: url, Quiet: true}
+	natsURL := startNATS(t)
+	opts := demo.Options{Orders: 60, Replays: 1, TimeoutRate: 0.1, ErrorRate: 0.1, Seed: 99, Binary: binary(t), DatabaseURL: url, NATSURL: natsURL, Quiet: true}
 	ignore := goleak.IgnoreCurrent()
 	out := &syncBuffer{}
 	sum := run(t, opts, out)
@@ -136,6 +172,27 @@ func TestRun_DatabaseURL(t *testing.T) {
 	if schemas != 0 || orders != 0 {
 		t.Fatalf("left in the database: %d demo schemas, %d orders tables", schemas, orders)
 	}
+	if sum.BrokerPID != 0 {
+		t.Errorf("a nats-server was started (pid %d) although a NATS URL was given", sum.BrokerPID)
+	}
+	func() {
+		nc, err := nats.Connect(natsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := js.StreamNames(ctx)
+		for name := range names.Name() {
+			t.Errorf("stream %s left on the user's NATS server", name)
+		}
+		if err := names.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}()
 	_ = conn.Close(ctx)
 	goleak.VerifyNone(t, ignore)
 }
@@ -193,9 +250,25 @@ func checkSummary(t *testing.T, s *demo.Summary, o demo.Options) {
 		t.Errorf("the demo's own checks failed: %v", s.Problems)
 	}
 
-	// Enqueue: 3 effects per order, every replayed one absorbed.
-	if s.Enqueued != 3*n || s.EnqueueDuplicates != o.Replays*3*n {
-		t.Errorf("enqueued %d, absorbed %d; want %d and %d", s.Enqueued, s.EnqueueDuplicates, 3*n, o.Replays*3*n)
+	// The edge: every order placed once; every dropped answer's retry
+	// replayed; faults did happen.
+	p := s.Path
+	if p.Orders != n || p.AnswersDropped == 0 || p.EdgeReplays != p.AnswersDropped || p.Requests != n+p.AnswersDropped {
+		t.Errorf("the API: %+v, want %d orders and a replay per dropped answer", p, n)
+	}
+	// The broker: one event per order; lost acknowledgements absorbed by
+	// Nats-Msg-Id.
+	if p.Published != n || p.AcksLost == 0 || p.PublishReplays != p.AcksLost {
+		t.Errorf("the broker: %+v, want %d events and a duplicate per lost acknowledgement", p, n)
+	}
+	// The inbox: each event handled once by billing, every redelivery
+	// absorbed; billing-v2 handled each again.
+	if p.Deliveries != (1+o.Replays)*n || p.InboxDuplicates != o.Replays*n || p.Redeployed != n {
+		t.Errorf("the consumers: %+v, want %d deliveries, %d absorbed, %d to billing-v2", p, (1+o.Replays)*n, o.Replays*n, n)
+	}
+	// Enqueue: 3 effects per order, billing-v2's all absorbed.
+	if s.Enqueued != 3*n || s.EnqueueDuplicates != 3*n {
+		t.Errorf("enqueued %d, absorbed %d; want %d and %d", s.Enqueued, s.EnqueueDuplicates, 3*n, 3*n)
 	}
 
 	// Every effect finished; every charge and webhook confirmed.
@@ -321,6 +394,11 @@ func checkNothingRunning(t *testing.T, s *demo.Summary) {
 	for _, pid := range s.DispatcherPIDs {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("dispatcher pid %d: kill -0 says %v, want no such process", pid, err)
+		}
+	}
+	if pid := s.BrokerPID; pid != 0 {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("nats-server pid %d: kill -0 says %v, want no such process", pid, err)
 		}
 	}
 	if s.ClusterDir == "" {

@@ -223,6 +223,9 @@ func (d *demo) snapshot(ctx context.Context) (snapshot, error) {
 	}
 	s := snapshot{byKind: map[string]map[effects.State]int{}, byState: map[effects.State]int{}}
 	for _, ks := range stats {
+		if !slices.Contains(Kinds, ks.Kind) {
+			continue // the order.paid events, published before
+		}
 		m := map[effects.State]int{}
 		for st, n := range ks.ByState {
 			m[st] = int(n)

@@ -70,8 +70,18 @@ func (d *demo) problem(format string, args ...any) {
 // check compares the numbers with what sidefx promises.
 func (d *demo) check() {
 	s, n := d.sum, d.opts.Orders
-	if s.Enqueued != 3*n || s.EnqueueDuplicates != d.opts.Replays*3*n {
-		d.problem("enqueued %d effects and absorbed %d duplicates; want %d and %d", s.Enqueued, s.EnqueueDuplicates, 3*n, d.opts.Replays*3*n)
+	p := s.Path
+	if p.Orders != n || p.EdgeReplays != p.AnswersDropped {
+		d.problem("the API took %d orders (want %d) and replayed %d answers for %d dropped", p.Orders, n, p.EdgeReplays, p.AnswersDropped)
+	}
+	if p.Published != n || p.PublishReplays != p.AcksLost {
+		d.problem("the stream holds %d events (want %d); JetStream absorbed %d duplicate publishes for %d lost acknowledgements", p.Published, n, p.PublishReplays, p.AcksLost)
+	}
+	if p.Deliveries-p.InboxDuplicates != n || p.InboxDuplicates < d.opts.Replays*n || p.Redeployed != n {
+		d.problem("billing handled %d of %d deliveries (want %d; at least %d absorbed by the inbox), billing-v2 got %d", p.Deliveries-p.InboxDuplicates, p.Deliveries, n, d.opts.Replays*n, p.Redeployed)
+	}
+	if s.Enqueued != 3*n || s.EnqueueDuplicates != 3*n {
+		d.problem("enqueued %d effects and absorbed %d duplicates; want %d and %d", s.Enqueued, s.EnqueueDuplicates, 3*n, 3*n)
 	}
 	if s.Stripe.Created != n || len(s.Stripe.CreatedPerKey) != n {
 		d.problem("stripe created %d payment intents for %d keys; want %d", s.Stripe.Created, len(s.Stripe.CreatedPerKey), n)
@@ -133,17 +143,17 @@ func (d *demo) report() {
 		{"failed", st(KindCharge, effects.Failed), st(KindReceipt, effects.Failed), st(KindWebhook, effects.Failed)},
 	}, true)...)
 	d.n.text("")
-	if r := d.opts.Replays; r > 0 {
-		d.n.text(
-			fmt.Sprintf("  Orders paid: %d, each order event delivered %d times. Cards charged: %d, not %d:", n, 1+r, s.Stripe.Created, n*(1+r)),
-			fmt.Sprintf("    %d duplicate enqueues were absorbed at enqueue (UNIQUE (source_id, kind): %d replays x 3 effects x %d orders),", s.EnqueueDuplicates, r, n),
-			fmt.Sprintf("    and %d repeated charge requests (after lost answers and the kill) were absorbed by Stripe's Idempotency-Key.", s.Stripe.Replays))
-	} else {
-		d.n.text(
-			fmt.Sprintf("  Orders paid: %d. Cards charged: %d; %d repeated charge requests (after lost answers and the kill)", n, s.Stripe.Created, s.Stripe.Replays),
-			"    were absorbed by Stripe's Idempotency-Key.")
-	}
-	d.n.text(
+	p := s.Path
+	d.n.say("Duplicates absorbed, layer by layer, for %d orders:", n)
+	d.n.text(table("  ", [][]string{
+		{"the API's edge (Idempotency-Key)", itoa(p.EdgeReplays), "retries after a dropped answer, answered from the key's record"},
+		{"the broker (Nats-Msg-Id)", itoa(p.PublishReplays), "publishes repeated after a lost acknowledgement"},
+		{"billing's inbox (event id)", itoa(p.InboxDuplicates), "redeliveries after a lost ack, found committed"},
+		{"the outbox (UNIQUE (source_id, kind))", itoa(s.EnqueueDuplicates), "billing-v2's effects, enqueued again"},
+		{"the providers (sidefx's derived keys)", itoa(s.Stripe.Replays + s.Webhook.Duplicates), fmt.Sprintf("%d at Stripe, %d at the partner: repeats after lost answers and the kill", s.Stripe.Replays, s.Webhook.Duplicates)},
+	}, false)...)
+	d.n.text("",
+		fmt.Sprintf("  Orders placed: %d, with %d requests. Cards charged: %d, one per order.", p.Orders, p.Requests, s.Stripe.Created),
 		fmt.Sprintf("  Webhooks: %d processed by the partner, %d duplicate deliveries absorbed by its dedupe on webhook-id.", s.Webhook.Processed, s.Webhook.Duplicates),
 		fmt.Sprintf("  Emails: %d sent, %d of them twice.", s.Mail.Accepted, s.Mail.Duplicates),
 	)

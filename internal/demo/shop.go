@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sidefx/sidefx/drift"
@@ -17,15 +15,13 @@ import (
 // shopDDL is the demo shop's one table.
 const shopDDL = `CREATE TABLE orders (id text PRIMARY KEY, customer text, amount int, paid_at timestamptz)`
 
-// payOrder is the business transaction's row: a consumer's handler is
-// idempotent too, so a redelivered event inserts nothing.
+// payOrder is the business transaction's row, inserted by the API's
+// handler in the edge's transaction.
 const payOrder = `INSERT INTO orders (id, customer, amount, paid_at) VALUES ($1, $2, $3, now()) ON CONFLICT (id) DO NOTHING`
 
-// enqueueWorkers is how many business transactions run at once.
+// enqueueWorkers is how many requests, and deliveries, are handled at
+// once.
 const enqueueWorkers = 8
-
-// OrderID returns the id of the i-th order, from 0.
-func OrderID(i int) string { return fmt.Sprintf("order-%05d", i+1) }
 
 type order struct {
 	id       string
@@ -65,101 +61,6 @@ func (d *demo) createShop(ctx context.Context) error {
 	}
 	d.n.say("The shop: %s", shopDDL)
 	return nil
-}
-
-// payOrders pays every order in its own business transaction, then
-// delivers every order event again Replays times.
-func (d *demo) payOrders(ctx context.Context) error {
-	o := d.opts
-	d.n.say("Paying %d orders. Each is one transaction: INSERT the order, enqueue %s, %s and %s, COMMIT.", o.Orders, KindCharge, KindReceipt, KindWebhook)
-	start := time.Now()
-	inserted, absorbed, err := d.payAll(ctx)
-	if err != nil {
-		return err
-	}
-	d.sum.Enqueued += inserted
-	d.sum.EnqueueDuplicates += absorbed
-	d.n.say("%d orders committed, %d effects enqueued, in %.1fs.", o.Orders, inserted, time.Since(start).Seconds())
-	if o.Replays == 0 {
-		return nil
-	}
-
-	d.n.say("A consumer rebalance: every order event is delivered %d more times, and each delivery runs the same transaction…", o.Replays)
-	start = time.Now()
-	for range o.Replays {
-		inserted, absorbed, err := d.payAll(ctx)
-		if err != nil {
-			return err
-		}
-		d.sum.Enqueued += inserted
-		d.sum.EnqueueDuplicates += absorbed
-	}
-	counts, err := d.store.StateCounts(ctx)
-	if err != nil {
-		return err
-	}
-	rows := 0
-	for _, n := range counts {
-		rows += n
-	}
-	d.n.say("%d enqueues in %.1fs: %d absorbed (Inserted == false), %d new. side_effects holds %d rows: 3 per order.",
-		o.Replays*3*o.Orders, time.Since(start).Seconds(), d.sum.EnqueueDuplicates, d.sum.Enqueued-3*o.Orders, rows)
-	return nil
-}
-
-// payAll runs the business transaction of every order, enqueueWorkers at a
-// time, and counts the effects inserted and those absorbed as duplicates.
-func (d *demo) payAll(ctx context.Context) (inserted, absorbed int, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var next, ins, abs atomic.Int64
-	var first error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range enqueueWorkers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= d.opts.Orders || ctx.Err() != nil {
-					return
-				}
-				res, err := d.pay(ctx, newOrder(i))
-				if err != nil {
-					once.Do(func() { first = err; cancel() })
-					return
-				}
-				for _, r := range res {
-					if r.Inserted {
-						ins.Add(1)
-					} else {
-						abs.Add(1)
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return int(ins.Load()), int(abs.Load()), first
-}
-
-// pay is one order's business transaction.
-func (d *demo) pay(ctx context.Context, o order) ([]outbox.Enqueued, error) {
-	tx, err := d.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("demo: pay %s: %w", o.id, err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, payOrder, o.id, o.customer, o.amount); err != nil {
-		return nil, fmt.Errorf("demo: pay %s: %w", o.id, err)
-	}
-	res, err := d.outbox.EnqueueMany(ctx, tx, o.effects())
-	if err != nil {
-		return nil, fmt.Errorf("demo: pay %s: %w", o.id, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("demo: pay %s: %w", o.id, err)
-	}
-	return res, nil
 }
 
 // receiptRule is the drift rule the demo runs: every paid order has one
