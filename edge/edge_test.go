@@ -62,9 +62,17 @@ func newAPI(t *testing.T, useSQL bool) *api {
 		t.Fatal(err)
 	}
 	a := &api{pool: pool, obs: &counts{}}
-	cfg := &edge.Config{Pool: pool, Observer: a.obs, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}
+	// The edge's own pool, wide enough for 32 requests at once.
+	pc := pool.Config().Copy()
+	pc.MaxConns = 40
+	wide, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wide.Close)
+	cfg := &edge.Config{Pool: wide, Observer: a.obs, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}
 	if useSQL {
-		db := stdlib.OpenDBFromPool(pool)
+		db := stdlib.OpenDBFromPool(wide)
 		t.Cleanup(func() { db.Close() })
 		cfg.Pool, cfg.DB = nil, db
 	}
@@ -239,6 +247,82 @@ func TestEdge_InFlightIs409AtOnce(t *testing.T) {
 		}
 		if a.calls.Load() != 1 || a.obs.conflict != 1 {
 			t.Errorf("calls %d conflicts %d", a.calls.Load(), a.obs.conflict)
+		}
+	})
+}
+
+// 32 requests with one key at once: the work is done once; each other
+// request is answered 409 at once (the first in flight) or with the replay
+// of its answer; retried, every one gets that same answer.
+func TestEdge_32ConcurrentRequestsWithOneKey(t *testing.T) {
+	families(t, func(t *testing.T, a *api) {
+		const n = 32
+		type answer struct {
+			code     int
+			body     string
+			replayed bool
+			retry    string
+			err      error
+		}
+		post := func() answer {
+			req, _ := http.NewRequest(http.MethodPost, a.URL+"/orders", strings.NewReader(`{"item":"lamp"}`))
+			req.Header.Set(edge.HeaderKey, "k-32")
+			req.Header.Set("X-Tenant", "acme")
+			resp, err := (&http.Client{Timeout: 15 * time.Second}).Do(req)
+			if err != nil {
+				return answer{err: err}
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			return answer{resp.StatusCode, string(b), resp.Header.Get(edge.HeaderReplayed) == "true", resp.Header.Get("Retry-After"), err}
+		}
+		answers := make([]answer, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				answers[i] = post()
+			})
+		}
+		close(start)
+		wg.Wait()
+		executed, conflicts := "", 0
+		for i, ans := range answers {
+			switch {
+			case ans.err != nil:
+				t.Fatalf("request %d: %v", i, ans.err)
+			case ans.code == 201 && !ans.replayed:
+				if executed != "" {
+					t.Fatalf("two requests executed: %s and %s", executed, ans.body)
+				}
+				executed = ans.body
+			case ans.code == 409 && ans.retry != "":
+				conflicts++
+			case ans.code == 201 && ans.replayed:
+			default:
+				t.Fatalf("request %d: %d %s", i, ans.code, ans.body)
+			}
+		}
+		if executed == "" {
+			t.Fatal("no request executed")
+		}
+		for i, ans := range answers {
+			if ans.code == 201 && ans.body != executed {
+				t.Errorf("request %d: %s, want the executed answer %s", i, ans.body, executed)
+			}
+		}
+		for i := range conflicts {
+			if ans := post(); ans.code != 201 || !ans.replayed || ans.body != executed {
+				t.Errorf("retry %d of a 409: %d %s replayed=%t, want the replay of %s", i, ans.code, ans.body, ans.replayed, executed)
+			}
+		}
+		if a.calls.Load() != 1 || a.count(t, `SELECT count(*) FROM orders`) != 1 || a.count(t, `SELECT count(*) FROM side_effects`) != 1 {
+			t.Errorf("the handler ran %d times: %d orders, %d effects; want 1 of each",
+				a.calls.Load(), a.count(t, `SELECT count(*) FROM orders`), a.count(t, `SELECT count(*) FROM side_effects`))
+		}
+		if a.obs.conflict != conflicts {
+			t.Errorf("observed %d conflicts, answered %d", a.obs.conflict, conflicts)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -177,6 +178,8 @@ func TestOnce_ConcurrentDeliveriesWaitForTheFirst(t *testing.T) {
 				}()
 				// The second waits on the first's row lock.
 				deadline := time.Now().Add(10 * time.Second)
+				tick := time.NewTicker(5 * time.Millisecond)
+				defer tick.Stop()
 				for {
 					var waiting bool
 					if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%sidefx_inbox_once%')`).Scan(&waiting); err != nil {
@@ -193,7 +196,7 @@ func TestOnce_ConcurrentDeliveriesWaitForTheFirst(t *testing.T) {
 					if time.Now().After(deadline) {
 						t.Fatal("the second delivery never waited")
 					}
-					time.Sleep(5 * time.Millisecond)
+					<-tick.C
 				}
 				if commit {
 					if err := first.commit(); err != nil {
@@ -208,6 +211,97 @@ func TestOnce_ConcurrentDeliveriesWaitForTheFirst(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// 32 deliveries of one message at once (a rebalance that hands it to every
+// member), each in its own transaction on its own connection: one is first
+// and does the work; the other 31 are redeliveries that return its
+// recorded result. The work is done once.
+func TestOnce_32ConcurrentDeliveries(t *testing.T) {
+	base := pgtest.DB(t)
+	ctx := context.Background()
+	if _, err := base.Exec(ctx, `CREATE TABLE invoices (message_id text PRIMARY KEY, worker int)`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := base.Config().Copy()
+	cfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for name, begin := range families(t, pool) {
+		t.Run(name, func(t *testing.T) {
+			obs := newCounter()
+			in, err := inbox.New(&inbox.Config{Observer: obs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := inbox.Message{Consumer: "billing", ID: "evt-" + name, Payload: []byte(`{"order":"o-1"}`)}
+			const n = 32
+			type out struct {
+				r   inbox.Receipt
+				err error
+			}
+			outs := make([]out, n)
+			start := make(chan struct{})
+			var ready, wg sync.WaitGroup
+			for i := range n {
+				ready.Add(1)
+				wg.Go(func() {
+					x := begin() // a connection each, before the start
+					defer x.rollback()
+					ready.Done()
+					<-start
+					r, err := in.Once(ctx, x.handle(), msg)
+					if err == nil && r.First {
+						switch h := x.handle().(type) {
+						case pgx.Tx:
+							_, err = h.Exec(ctx, `INSERT INTO invoices VALUES ($1, $2)`, msg.ID, i)
+						case *sql.Tx:
+							_, err = h.ExecContext(ctx, `INSERT INTO invoices VALUES ($1, $2)`, msg.ID, i)
+						}
+						if err == nil {
+							err = r.Record(ctx, x.handle(), map[string]int{"worker": i})
+						}
+					}
+					if err == nil {
+						err = x.commit()
+					}
+					outs[i] = out{r, err}
+				})
+			}
+			ready.Wait()
+			close(start)
+			wg.Wait()
+			firsts, worker := 0, -1
+			for i, o := range outs {
+				if o.err != nil {
+					t.Fatalf("delivery %d: %v", i, o.err)
+				}
+				if o.r.First {
+					firsts++
+					worker = i
+				}
+			}
+			if firsts != 1 {
+				t.Fatalf("%d deliveries were first, want 1", firsts)
+			}
+			want := fmt.Sprintf(`{"worker": %d}`, worker)
+			for i, o := range outs {
+				if !o.r.First && string(o.r.Result) != want {
+					t.Errorf("redelivery %d: result %s, want the first's %s", i, o.r.Result, want)
+				}
+			}
+			var rows int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM invoices WHERE message_id = $1`, msg.ID).Scan(&rows); err != nil || rows != 1 {
+				t.Fatalf("invoices for the message: %d, %v; want 1", rows, err)
+			}
+			if obs.firsts["billing"] != 1 || obs.duplicates["billing"] != n-1 {
+				t.Errorf("observed %d first and %d duplicates, want 1 and %d", obs.firsts["billing"], obs.duplicates["billing"], n-1)
+			}
+		})
 	}
 }
 
