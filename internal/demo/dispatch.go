@@ -85,6 +85,7 @@ kinds:
 // child is one dispatcher process.
 type child struct {
 	pid  int
+	app  string // its sessions' application_name
 	log  string
 	cmd  *exec.Cmd
 	done chan struct{} // closed once the process has exited and been waited for
@@ -105,7 +106,8 @@ func (d *demo) startChild() (*child, error) {
 	c.cmd.Dir = d.tmp
 	c.cmd.Stdin = nil
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
-	c.cmd.Env = d.childEnv()
+	c.app = fmt.Sprintf("sidefx-demo-dispatcher-%d", d.children)
+	c.cmd.Env = append(d.childEnv(), "PGAPPNAME="+c.app)
 	c.cmd.SysProcAttr = childAttr()
 
 	// The parent-death signal fires when the thread that started the child
@@ -135,7 +137,7 @@ func (d *demo) startChild() (*child, error) {
 // point the dispatcher elsewhere, with the database URL and the secrets.
 func (d *demo) childEnv() []string {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		for _, v := range []string{"SIDEFX_DATABASE_URL", "SIDEFX_HTTP_LISTEN", "SIDEFX_LOG_LEVEL", "SIDEFX_LOG_FORMAT"} {
+		for _, v := range []string{"SIDEFX_DATABASE_URL", "SIDEFX_HTTP_LISTEN", "SIDEFX_LOG_LEVEL", "SIDEFX_LOG_FORMAT", "PGAPPNAME"} {
 			if strings.HasPrefix(kv, v+"=") {
 				return true
 			}
@@ -353,10 +355,23 @@ func (d *demo) dispatch(ctx context.Context) error {
 // killAndRestart kills the running dispatcher with SIGKILL, records what
 // it held, and starts another.
 func (d *demo) killAndRestart(ctx context.Context, confirmed, total int) error {
-	pid := d.child.pid
+	pid, app := d.child.pid, d.child.app
+	var sessions int
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&sessions); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	if sessions == 0 {
+		d.problem("the dispatcher's sessions are not named %s (PGAPPNAME): the kill cannot wait for them", app)
+	}
 	d.child.kill()
 	k := &d.sum.Kill
 	k.Done, k.PID, k.Confirmed = true, pid, confirmed
+	// A statement the killed process had sent still runs to its end (an
+	// outcome it was recording commits): what it held is read once its
+	// sessions are gone.
+	if err := d.waitSessionsGone(ctx, app); err != nil {
+		return err
+	}
 	k.InFlight = map[int64]InFlight{}
 	fired, err := listAll(ctx, d.store, effects.Filter{States: []effects.State{effects.Fired}})
 	if err != nil {
@@ -379,6 +394,30 @@ func (d *demo) killAndRestart(ctx context.Context, confirmed, total int) error {
 	}
 	d.n.say("A new dispatcher starts (pid %d); log: %s", c.pid, c.log)
 	return nil
+}
+
+// waitSessionsGone waits until no session of application app is left.
+func (d *demo) waitSessionsGone(ctx context.Context, app string) error {
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-deadline.C:
+			return fmt.Errorf("demo: %d sessions of the killed dispatcher still open after 30 s", n)
+		case <-tick.C:
+		}
+	}
 }
 
 // checkRescue looks at the effects the killed dispatcher held, and tells
