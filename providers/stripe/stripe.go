@@ -1,6 +1,7 @@
 package stripe
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 
 	stripego "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
+	"golang.org/x/time/rate"
 
 	"github.com/sidefx/sidefx/providers"
 )
@@ -78,6 +80,15 @@ type Config struct {
 	// one of Operations(). A kind not in the map uses DefaultOperation: its
 	// last two dot-separated words. Nil is an empty map.
 	Operations map[string]string
+	// ConsistencyDelay is how long after its first fire an effect whose
+	// object a lookup does not find is taken to be absent. Default
+	// DefaultConsistencyDelay (5m); negative is an error.
+	ConsistencyDelay time.Duration
+	// LookupRate bounds the list requests of lookups and reconciliation,
+	// per second. Default DefaultLookupRate (10); negative is an error.
+	LookupRate float64
+	// Now is the lookups' clock. Default time.Now.
+	Now func() time.Time
 }
 
 // Provider performs effects as Stripe API calls, each with the effect's
@@ -91,6 +102,10 @@ type Provider struct {
 	timeout time.Duration
 	ops     map[string]string
 	api     *client.API
+
+	consistency time.Duration
+	limiter     *rate.Limiter
+	now         func() time.Time
 }
 
 var (
@@ -118,7 +133,14 @@ func newProvider(cfg *Config, logger stripego.LeveledLoggerInterface) (*Provider
 		return nil, errors.New("stripe: new provider: APIKey holds whitespace")
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("stripe: new provider: Timeout %s is negative", cfg.Timeout)
+	case cfg.ConsistencyDelay < 0 || cfg.LookupRate < 0:
+		return nil, errors.New("stripe: new provider: ConsistencyDelay and LookupRate must not be negative")
 	}
+	p.consistency, p.now = cmp.Or(cfg.ConsistencyDelay, DefaultConsistencyDelay), cfg.Now
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.limiter = rate.NewLimiter(rate.Limit(cmp.Or(cfg.LookupRate, DefaultLookupRate)), 1)
 	if p.name == "" {
 		p.name = "stripe"
 	}

@@ -1,0 +1,106 @@
+package providers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Verdict is what a provider's records say of an effect.
+type Verdict int
+
+// The verdicts of a lookup.
+const (
+	// NotKnown: the lookup could not tell (the provider cannot be asked for
+	// this kind, the question came too early, the listing failed).
+	NotKnown Verdict = iota
+	// Found: the provider holds an object made under the effect's key.
+	Found
+	// Absent: the provider holds no such object, and the provider's
+	// consistency delay has passed since the effect was first fired: it
+	// never arrived.
+	Absent
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case NotKnown:
+		return "not_known"
+	case Found:
+		return "found"
+	case Absent:
+		return "absent"
+	}
+	return fmt.Sprintf("verdict(%d)", int(v))
+}
+
+// Query names the effect a lookup asks about.
+type Query struct {
+	EffectID int64
+	SourceID string
+	Kind     string
+	Key      string
+	// FirstFiredAt is when the effect was first sent: the provider's
+	// object, if any, was made at or after it (clock skew aside).
+	FirstFiredAt time.Time
+}
+
+// Evidence is what a provider said of an effect, kept with the effect and
+// shown to operators.
+type Evidence struct {
+	Verdict Verdict
+	// Ref is the object's reference (ch_…, a message id), when found.
+	Ref string
+	// Succeeded: the object says the effect was performed (a charge that
+	// succeeded, an email processed or delivered). False for one that
+	// exists and failed (a declined charge, a dropped email).
+	Succeeded bool
+	// Status is the provider's own word for the object's state
+	// ("succeeded", "delivered", "bounce").
+	Status string
+	// At is when the provider made or observed it; zero if not said.
+	At time.Time
+	// Source says where the evidence comes from ("stripe list
+	// /v1/charges", "sendgrid event webhook").
+	Source string
+	// Detail is more of the provider's answer, JSON; no secret.
+	Detail json.RawMessage
+}
+
+// Looker is implemented by a provider that can look up what its peer holds
+// for an effect, so that the reconciler settles uncertain effects and finds
+// what the peer holds without an effect behind it. The dispatcher never
+// calls it.
+type Looker interface {
+	// Lookup says whether the peer holds an object made under q.Key. It
+	// answers Absent only once the peer's consistency delay has passed
+	// since q.FirstFiredAt, and NotKnown (with a nil error or not) when it
+	// cannot tell.
+	Lookup(ctx context.Context, q Query) (Evidence, error)
+	// ConsistencyDelay is how long after an object is made the peer's
+	// listing is sure to show it.
+	ConsistencyDelay() time.Duration
+}
+
+// Object is one object a Lister found at the peer, carrying sidefx's key.
+type Object struct {
+	Ref       string
+	Key       string // the effect's key, from the object's metadata
+	SourceID  string // the effect's source id, if the object carries it
+	Kind      string // the effect's kind, if the object carries it
+	Status    string
+	Succeeded bool
+	Created   time.Time
+}
+
+// Lister is implemented by a provider that can list the objects its peer
+// made for sidefx (those carrying a sidefx key) in a span of creation
+// time, so that the reconciler finds duplicates and orphans at the peer,
+// and confirmed effects whose object the peer does not have.
+type Lister interface {
+	// List calls fn for every object of kind's operation created in [from,
+	// to) that carries a sidefx key, oldest first or in any order, and
+	// stops at fn's first error.
+	List(ctx context.Context, kind string, from, to time.Time, fn func(Object) error) error
+}

@@ -1,0 +1,212 @@
+package stripe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/sidefx/sidefx/providers"
+)
+
+// DefaultConsistencyDelay is Config.ConsistencyDelay's default: how long
+// after an object is made a list endpoint is taken to show it. Stripe's
+// list endpoints read what was written (its Search API may lag up to an
+// hour, which is why lookups list instead of searching); the delay covers
+// clock skew and a request still in flight at Stripe.
+const DefaultConsistencyDelay = 5 * time.Minute
+
+// DefaultLookupRate is Config.LookupRate's default: list requests per
+// second, well under Stripe's read limit (100/s live, 25/s in test mode),
+// so that reconciling never starves the dispatcher's calls.
+const DefaultLookupRate = 10
+
+// lookupSkew widens a lookup's span before the first fire: the two clocks
+// (the database's and Stripe's) may differ.
+const lookupSkew = 10 * time.Minute
+
+// listPage is the page size of a listing, Stripe's maximum.
+var listPage int64 = 100
+
+// lister lists one object type created in a span, a page at a time.
+type lister func(api *client.API, params stripego.ListParams, span *stripego.RangeQueryParams) (page []providers.Object, last string, more bool, err error)
+
+var listers = map[string]lister{
+	"charges": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+		it := api.Charges.List(&stripego.ChargeListParams{ListParams: lp, CreatedRange: span})
+		var out []providers.Object
+		last := ""
+		for it.Next() {
+			c := it.Charge()
+			last = c.ID
+			out = append(out, object4(c.ID, c.Metadata, string(c.Status), c.Status == stripego.ChargeStatusSucceeded || c.Status == stripego.ChargeStatusPending, c.Created))
+		}
+		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+	},
+	"payment_intents": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+		it := api.PaymentIntents.List(&stripego.PaymentIntentListParams{ListParams: lp, CreatedRange: span})
+		var out []providers.Object
+		last := ""
+		for it.Next() {
+			pi := it.PaymentIntent()
+			last = pi.ID
+			// Created is what the create call did: an intent that needs no
+			// more of the caller (succeeded, processing, or authorised for
+			// a later capture) performed the effect; one still waiting for
+			// a payment method or an action, or canceled, did not.
+			ok := pi.Status == stripego.PaymentIntentStatusSucceeded || pi.Status == stripego.PaymentIntentStatusProcessing ||
+				pi.Status == stripego.PaymentIntentStatusRequiresCapture
+			out = append(out, object4(pi.ID, pi.Metadata, string(pi.Status), ok, pi.Created))
+		}
+		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+	},
+	"refunds": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+		it := api.Refunds.List(&stripego.RefundListParams{ListParams: lp, CreatedRange: span})
+		var out []providers.Object
+		last := ""
+		for it.Next() {
+			r := it.Refund()
+			last = r.ID
+			ok := r.Status == stripego.RefundStatusSucceeded || r.Status == stripego.RefundStatusPending || r.Status == stripego.RefundStatusRequiresAction
+			out = append(out, object4(r.ID, r.Metadata, string(r.Status), ok, r.Created))
+		}
+		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+	},
+	"customers": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+		it := api.Customers.List(&stripego.CustomerListParams{ListParams: lp, CreatedRange: span})
+		var out []providers.Object
+		last := ""
+		for it.Next() {
+			c := it.Customer()
+			last = c.ID
+			out = append(out, object4(c.ID, c.Metadata, "created", true, c.Created))
+		}
+		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+	},
+	"transfers": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+		it := api.Transfers.List(&stripego.TransferListParams{ListParams: lp, CreatedRange: span})
+		var out []providers.Object
+		last := ""
+		for it.Next() {
+			t := it.Transfer()
+			last = t.ID
+			status := "paid"
+			if t.Reversed {
+				status = "reversed"
+			}
+			out = append(out, object4(t.ID, t.Metadata, status, true, t.Created))
+		}
+		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+	},
+}
+
+func object4(id string, md map[string]string, status string, ok bool, created int64) providers.Object {
+	return providers.Object{Ref: id, Key: md[MetadataKey], SourceID: md[MetadataSourceID], Kind: md[MetadataKind],
+		Status: status, Succeeded: ok, Created: time.Unix(created, 0).UTC()}
+}
+
+var (
+	_ providers.Looker = (*Provider)(nil)
+	_ providers.Lister = (*Provider)(nil)
+)
+
+// ErrNotListable is returned by List for a kind whose operation makes no
+// object of its own (a capture, a cancel) or none Stripe lists.
+var ErrNotListable = errors.New("the kind's Stripe operation has no object to list")
+
+// objects returns the object type a kind's operation creates, if it can be
+// listed: "charges" for charges.create.
+func (p *Provider) objects(kind string) (string, bool) {
+	op, ok := p.Operation(kind)
+	if !ok {
+		return "", false
+	}
+	o, ok := operations[op]
+	if !ok || o.target || !o.metadata {
+		return "", false
+	}
+	objects := op[:len(op)-len(".create")]
+	_, ok = listers[objects]
+	return objects, ok
+}
+
+// ConsistencyDelay returns Config.ConsistencyDelay.
+func (p *Provider) ConsistencyDelay() time.Duration { return p.consistency }
+
+// List calls fn for every object kind's operation made in [from, to) that
+// carries a sidefx key (metadata sidefx_key), newest first: Stripe's list
+// endpoint for the object (GET /v1/charges…), created[gte] and created[lt]
+// set, a page of 100 at a time, at most Config.LookupRate pages a second.
+// Objects outside the span are skipped here too, for an endpoint that
+// ignores the filter.
+func (p *Provider) List(ctx context.Context, kind string, from, to time.Time, fn func(providers.Object) error) error {
+	objects, ok := p.objects(kind)
+	if !ok {
+		return fmt.Errorf("stripe: list %s: %w", kind, ErrNotListable)
+	}
+	span := &stripego.RangeQueryParams{GreaterThanOrEqual: from.Unix(), LesserThan: to.Unix() + 1}
+	after := ""
+	for {
+		if err := p.limiter.Wait(ctx); err != nil {
+			return fmt.Errorf("stripe: list %s: %w", objects, err)
+		}
+		lp := stripego.ListParams{Context: ctx, Limit: stripego.Int64(listPage), Single: true}
+		if after != "" {
+			lp.StartingAfter = stripego.String(after)
+		}
+		page, last, more, err := listers[objects](p.api, lp, span)
+		if err != nil {
+			return fmt.Errorf("stripe: list %s: %s", objects, p.redact.String(err.Error()))
+		}
+		for _, o := range page {
+			if o.Key == "" || o.Created.Before(from.Truncate(time.Second)) || !o.Created.Before(to) {
+				continue
+			}
+			if err := fn(o); err != nil {
+				return err
+			}
+		}
+		if !more || last == "" {
+			return nil
+		}
+		after = last
+	}
+}
+
+// errFound stops a lookup's listing at the object it looked for.
+var errFound = errors.New("found")
+
+// Lookup lists the objects kind's operation made since q.FirstFiredAt (less
+// a skew) and finds the one whose metadata sidefx_key is q.Key: Found, with
+// its id and status. None: Absent once ConsistencyDelay has passed since
+// the first fire, NotKnown before. A kind whose operation cannot be listed
+// is NotKnown, with no error.
+func (p *Provider) Lookup(ctx context.Context, q providers.Query) (providers.Evidence, error) {
+	objects, ok := p.objects(q.Kind)
+	if !ok {
+		return providers.Evidence{Verdict: providers.NotKnown, Source: "stripe: the kind's operation cannot be listed"}, nil
+	}
+	source := "stripe list /v1/" + objects
+	now := p.now()
+	var found providers.Object
+	err := p.List(ctx, q.Kind, q.FirstFiredAt.Add(-lookupSkew), now.Add(time.Minute), func(o providers.Object) error {
+		if o.Key == q.Key {
+			found = o
+			return errFound
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errFound):
+		return providers.Evidence{Verdict: providers.Found, Ref: found.Ref, Succeeded: found.Succeeded, Status: found.Status,
+			At: found.Created, Source: source}, nil
+	case err != nil:
+		return providers.Evidence{Verdict: providers.NotKnown, Source: source}, err
+	case now.Sub(q.FirstFiredAt) < p.consistency:
+		return providers.Evidence{Verdict: providers.NotKnown, Source: source + ": too early to say absent"}, nil
+	}
+	return providers.Evidence{Verdict: providers.Absent, Source: source}, nil
+}
