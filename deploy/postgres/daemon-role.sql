@@ -8,7 +8,8 @@
 -- DELETE); records late answers in the effects' history; records its
 -- heartbeat and the kinds it serves in the registry; records drift runs;
 -- deletes the consumers' inbox records and the HTTP edge's keys past their
--- retention; reads the
+-- retention; records the providers' evidence and reconciliation runs
+-- (settling uncertain effects as an operator would); reads the
 -- migration versions for /readyz. It never creates, alters or
 -- drops anything, never enqueues, and cannot read or write other tables.
 -- ANALYZE of side_effects at start needs the owner: without it the daemon
@@ -23,6 +24,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_drift_runs TO sidefx_daemo
 GRANT SELECT, INSERT ON public.sidefx_drift_findings TO sidefx_daemon;
 GRANT SELECT, DELETE ON public.sidefx_inbox TO sidefx_daemon;
 GRANT SELECT, DELETE ON public.sidefx_edge_keys TO sidefx_daemon;
+GRANT SELECT, INSERT ON public.sidefx_evidence TO sidefx_daemon;
+GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_reconcile_runs TO sidefx_daemon;
+GRANT SELECT, INSERT ON public.sidefx_reconcile_findings TO sidefx_daemon;
 
 -- Operators' commands (sidefx retry, resolve, cancel, inspect) and
 -- `sidefx enqueue` need more: run them as a role that also has

@@ -1,0 +1,33 @@
+// Package reconcile compares what sidefx recorded with what the providers
+// hold, and settles what it can.
+//
+// Even with derived keys a window remains between a provider's commit and
+// sidefx's: an answer lost after the provider acted leaves the effect
+// uncertain when the provider takes no key (an email), or when its key
+// window has passed. A Reconciler, run on a schedule once across replicas
+// (like drift) or by hand (sidefx reconcile run), settles them and checks
+// the providers:
+//
+//   - Each uncertain effect of a reconciled kind is looked at: first the
+//     provider's events stored as evidence (Record: SendGrid's Event
+//     Webhook, Stripe's webhooks), then a lookup where the provider can
+//     look up (providers.Looker: Stripe lists its objects and matches the
+//     sidefx_key metadata). Found and performed: the effect is confirmed
+//     with the provider's reference, recorded in its history with the
+//     reconciler as actor (Settled). Absent once the provider's
+//     consistency delay has passed: the kind's policy applies, by default
+//     leaving it to an operator with the evidence (Absent), or, with
+//     Kind.RefireWhenAbsentAfter, sending it again (Refired). Not known:
+//     nothing changes.
+//   - Where the provider can list (providers.Lister), the objects it made
+//     in the window are compared with the effects: an object whose effect
+//     is missing, confirmed with another reference, or failed or cancelled
+//     although the object says performed, is an Extra (a duplicate, or an
+//     orphan); a confirmed effect first fired in the window whose
+//     reference the provider does not list is Missing.
+//
+// Runs and their findings are stored (sidefx_reconcile_runs,
+// sidefx_reconcile_findings; Runs reads them), logged, and reported to an
+// Observer for metrics. Evidence is stored in sidefx_evidence, by key, and
+// shown by sidefx inspect (Evidence).
+package reconcile

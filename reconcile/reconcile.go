@@ -1,0 +1,433 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/robfig/cron/v3"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/providers"
+)
+
+// FindingKind is what a run found about one effect or object.
+type FindingKind string
+
+// The kinds of finding.
+const (
+	// Settled: an uncertain effect the provider has performed, confirmed
+	// with its reference (history: action resolve, actor Actor).
+	Settled FindingKind = "settled"
+	// Refired: an uncertain effect the provider never got, sent again by
+	// its kind's policy (Kind.RefireWhenAbsentAfter).
+	Refired FindingKind = "refired"
+	// Absent: an uncertain effect the provider never got, left to an
+	// operator with the evidence.
+	Absent FindingKind = "absent"
+	// Extra: an object at the provider carrying a sidefx key whose effect
+	// is not confirmed with it: a duplicate, or an orphan.
+	Extra FindingKind = "extra"
+	// Missing: a confirmed effect whose object the provider does not have.
+	Missing FindingKind = "missing"
+	// Error: a lookup, a listing or a settlement failed.
+	Error FindingKind = "error"
+)
+
+// FindingKinds lists the kinds of finding, in the order reports show them.
+var FindingKinds = []FindingKind{Settled, Refired, Absent, Extra, Missing, Error}
+
+// Finding is one thing a run found.
+type Finding struct {
+	Finding  FindingKind
+	Kind     string // the effect kind
+	Provider string
+	EffectID int64 // 0 for an object no effect has
+	Key      string
+	Ref      string // the provider's object
+	Detail   string
+}
+
+// Report is one run's findings.
+type Report struct {
+	RunID    int64
+	Started  time.Time
+	Finished time.Time
+	Findings []Finding
+	// Looked counts the uncertain effects looked up, by kind.
+	Looked map[string]int
+}
+
+// Count returns the number of findings of kind f.
+func (r *Report) Count(f FindingKind) int {
+	n := 0
+	for _, x := range r.Findings {
+		if x.Finding == f {
+			n++
+		}
+	}
+	return n
+}
+
+// Kind is one effect kind's reconciliation.
+type Kind struct {
+	// Provider performs the kind's effects. It is looked up when it
+	// implements providers.Looker, listed when it implements
+	// providers.Lister; evidence its events brought (Record) settles its
+	// effects either way.
+	Provider providers.Provider
+	// RefireWhenAbsentAfter, when positive, sends again an uncertain effect
+	// the provider never got (Absent) once this long has passed since its
+	// first fire: for kinds whose provider takes no key, so that a lost
+	// email is sent rather than left to an operator. Zero: an absent
+	// effect is left to an operator, with the evidence.
+	RefireWhenAbsentAfter time.Duration
+}
+
+// Observer hears each run's report.
+type Observer interface {
+	Reported(Report)
+}
+
+// Config configures a Reconciler.
+type Config struct {
+	// Schema holds sidefx's tables. Default "public".
+	Schema string
+	// Kinds are the kinds reconciled. Required.
+	Kinds map[string]Kind
+	// Schedule is a cron spec (robfig/cron, 5 fields) or "@every 10m".
+	// Default "@every 10m".
+	Schedule string
+	// Window is how far back a run lists the providers' objects, for
+	// extras and missing objects. Default 24h.
+	Window time.Duration
+	// Limit bounds the uncertain effects looked up per kind and run.
+	// Default 500.
+	Limit int
+	// Retention is how long runs and their findings are kept. Default 30
+	// days.
+	Retention time.Duration
+	// Runner names this replica in the runs it stores. Default the host.
+	Runner string
+	// Actor is who the settlements are recorded as. Default "sidefx
+	// reconciler".
+	Actor string
+	// Observer, if set, hears every report.
+	Observer Observer
+	// Logger receives the findings. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Defaults of Config.
+const (
+	DefaultSchedule  = "@every 10m"
+	DefaultWindow    = 24 * time.Hour
+	DefaultLimit     = 500
+	DefaultRetention = 30 * 24 * time.Hour
+	DefaultActor     = "sidefx reconciler"
+)
+
+// Reconciler runs reconciliation on a schedule, once per tick across
+// replicas, and on demand.
+type Reconciler struct {
+	pool     *pgxpool.Pool
+	cfg      Config
+	schema   string
+	store    *effects.Store
+	schedule cron.Schedule
+	log      *slog.Logger
+	mu       sync.Mutex // one run at a time in this process
+}
+
+// New returns a Reconciler for cfg.
+func New(pool *pgxpool.Pool, cfg *Config) (*Reconciler, error) {
+	if cfg == nil || len(cfg.Kinds) == 0 {
+		return nil, errors.New("reconcile: no kinds to reconcile")
+	}
+	c := *cfg
+	schema, err := sqlname.Schema(c.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	for kind, k := range c.Kinds {
+		if k.Provider == nil {
+			return nil, fmt.Errorf("reconcile: kind %q has no provider", kind)
+		}
+		if k.RefireWhenAbsentAfter < 0 {
+			return nil, fmt.Errorf("reconcile: kind %q: refire_when_absent_after %s is negative", kind, k.RefireWhenAbsentAfter)
+		}
+	}
+	if c.Window < 0 || c.Limit < 0 || c.Retention < 0 {
+		return nil, errors.New("reconcile: window, limit and retention must not be negative")
+	}
+	c.Schedule = cmp.Or(c.Schedule, DefaultSchedule)
+	c.Window = cmp.Or(c.Window, DefaultWindow)
+	c.Limit = cmp.Or(c.Limit, DefaultLimit)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.Actor = cmp.Or(c.Actor, DefaultActor)
+	if c.Runner == "" {
+		c.Runner = "sidefx"
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	r := &Reconciler{pool: pool, cfg: c, schema: schema, log: cmp.Or(c.Logger, slog.Default())}
+	if r.schedule, err = ParseSchedule(c.Schedule); err != nil {
+		return nil, fmt.Errorf("reconcile: schedule %q: %w", c.Schedule, err)
+	}
+	if r.store, err = effects.NewStore(pool, &effects.Config{Schema: schema}); err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	return r, nil
+}
+
+// ParseSchedule parses a 5-field cron spec or a descriptor (@every 10m,
+// @hourly).
+func ParseSchedule(spec string) (cron.Schedule, error) {
+	return cron.ParseStandard(spec)
+}
+
+// Start runs the schedule until ctx ends; the returned function stops it
+// and waits for a run in progress.
+func (r *Reconciler) Start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		next := r.schedule.Next(time.Now())
+		for {
+			t := time.NewTimer(time.Until(next))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			tick := next
+			next = r.schedule.Next(time.Now())
+			if _, ran, err := r.run(ctx, tick); err != nil && ctx.Err() == nil {
+				r.log.Error("reconciliation run failed", "tick", tick, "err", err)
+			} else if !ran {
+				r.log.Debug("reconciliation tick taken by another replica", "tick", tick)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// RunNow runs once, now, whatever the schedule, and stores the run like a
+// scheduled one.
+func (r *Reconciler) RunNow(ctx context.Context) (Report, error) {
+	rep, _, err := r.run(ctx, time.Time{})
+	return rep, err
+}
+
+// lockKey is the session advisory lock that makes one run at a time
+// across replicas.
+func (r *Reconciler) lockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("sidefx reconcile " + r.schema))
+	return int64(h.Sum64())
+}
+
+// run claims tick (zero: a run by hand), reconciles every kind, stores and
+// reports the findings. ran is false when another replica has the tick or
+// is running.
+func (r *Reconciler) run(ctx context.Context, tick time.Time) (rep Report, ran bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return rep, false, fmt.Errorf("reconcile: %w", err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", r.lockKey()).Scan(&locked); err != nil {
+		return rep, false, fmt.Errorf("reconcile lock: %w", err)
+	}
+	if !locked {
+		return rep, false, nil
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", r.lockKey()) //nolint:errcheck // released with the session anyway
+	id, ok, err := claimTick(ctx, r.pool, r.schema, tick, r.cfg.Runner)
+	if err != nil || !ok {
+		return rep, false, err
+	}
+	rep = Report{RunID: id, Started: r.cfg.Now(), Looked: map[string]int{}}
+	kinds := make([]string, 0, len(r.cfg.Kinds))
+	for kind := range r.cfg.Kinds {
+		kinds = append(kinds, kind)
+	}
+	slices.Sort(kinds)
+	for _, kind := range kinds {
+		r.settle(ctx, kind, &rep)
+	}
+	for _, kind := range kinds {
+		r.compare(ctx, kind, &rep)
+	}
+	rep.Finished = r.cfg.Now()
+	if err := save(ctx, r.pool, r.schema, &rep); err != nil {
+		return rep, true, err
+	}
+	r.logReport(rep)
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.Reported(rep)
+	}
+	if err := prune(ctx, r.pool, r.schema, time.Now().Add(-r.cfg.Retention)); err != nil {
+		r.log.Warn("pruning old reconciliation runs failed", "err", err)
+	}
+	return rep, true, nil
+}
+
+// settle looks at kind's uncertain effects: the provider's events first,
+// then a lookup where the provider can look up.
+func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
+	k := r.cfg.Kinds[kind]
+	prov := k.Provider.Name()
+	us, err := uncertainOf(ctx, r.pool, r.schema, kind, r.cfg.Limit)
+	if err != nil {
+		rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: prov, Detail: err.Error()})
+		return
+	}
+	looker, _ := k.Provider.(providers.Looker)
+	for _, u := range us {
+		if ctx.Err() != nil {
+			return
+		}
+		rep.Looked[kind]++
+		f := Finding{Kind: kind, Provider: prov, EffectID: u.id, Key: u.key}
+		var ev providers.Evidence
+		switch {
+		case u.eventFound && u.eventSucceeded:
+			ev = providers.Evidence{Verdict: providers.Found, Ref: u.eventRef, Succeeded: true, Status: u.eventStatus, At: u.eventAt, Source: "the provider's events"}
+		case looker != nil:
+			var lerr error
+			ev, lerr = looker.Lookup(ctx, providers.Query{EffectID: u.id, SourceID: u.sourceID, Kind: kind, Key: u.key, FirstFiredAt: u.firstFiredAt})
+			if lerr != nil {
+				f.Finding, f.Detail = Error, "lookup: "+lerr.Error()
+				rep.Findings = append(rep.Findings, f)
+				continue
+			}
+			if ev.Verdict != providers.NotKnown {
+				if _, err := Record(ctx, r.pool, r.schema, u.id, u.key, prov, "lookup", "", ev); err != nil {
+					f.Finding, f.Detail = Error, err.Error()
+					rep.Findings = append(rep.Findings, f)
+					continue
+				}
+			}
+		default:
+			continue // nothing to go by yet
+		}
+		switch {
+		case ev.Verdict == providers.Found && ev.Succeeded:
+			note := fmt.Sprintf("the provider has it: %s %s (%s)", ev.Ref, ev.Status, ev.Source)
+			if _, err := r.store.Resolve(ctx, u.id, effects.Confirmed, ev.Ref, effects.Action{Actor: r.cfg.Actor, Note: note}); err != nil {
+				f.Finding, f.Detail = Error, "settle: "+err.Error()
+			} else {
+				f.Finding, f.Ref, f.Detail = Settled, ev.Ref, note
+			}
+		case ev.Verdict == providers.Absent:
+			f.Finding, f.Detail = Absent, "the provider never got it ("+ev.Source+")"
+			if after := k.RefireWhenAbsentAfter; after > 0 && r.cfg.Now().Sub(u.firstFiredAt) >= after {
+				note := fmt.Sprintf("the provider never got it (%s); refire_when_absent_after %s", ev.Source, after)
+				if _, err := r.store.Refire(ctx, u.id, 1, effects.RefireOptions{}, effects.Action{Actor: r.cfg.Actor, Note: note}); err != nil {
+					f.Finding, f.Detail = Error, "refire: "+err.Error()
+				} else {
+					f.Finding, f.Detail = Refired, note
+				}
+			}
+		default:
+			continue // found and not performed, or not known: the evidence is kept
+		}
+		rep.Findings = append(rep.Findings, f)
+	}
+}
+
+// compare lists what kind's provider made in the window and compares it
+// with the effects: extras at the provider, and confirmed effects it does
+// not have.
+func (r *Reconciler) compare(ctx context.Context, kind string, rep *Report) {
+	k := r.cfg.Kinds[kind]
+	lister, ok := k.Provider.(providers.Lister)
+	if !ok {
+		return
+	}
+	prov := k.Provider.Name()
+	var delay time.Duration
+	if l, ok := k.Provider.(providers.Looker); ok {
+		delay = l.ConsistencyDelay()
+	}
+	now := r.cfg.Now()
+	from, to := now.Add(-r.cfg.Window), now
+	var objects []providers.Object
+	if err := lister.List(ctx, kind, from, to, func(o providers.Object) error {
+		objects = append(objects, o)
+		return nil
+	}); err != nil {
+		rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: prov, Detail: "list: " + err.Error()})
+		return
+	}
+	byKey, err := effectsOf(ctx, r.pool, r.schema, kind, objects)
+	if err != nil {
+		rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: prov, Detail: err.Error()})
+		return
+	}
+	refs := map[string]bool{}
+	for _, o := range objects {
+		refs[o.Ref] = true
+		e, ok := byKey[o.Key]
+		f := Finding{Finding: Extra, Kind: kind, Provider: prov, EffectID: e.id, Key: o.Key, Ref: o.Ref}
+		switch {
+		case !ok:
+			f.Detail = "no effect has this key: an object made outside sidefx's effects, or whose effect is gone"
+		case e.state == effects.Confirmed && e.ref != o.Ref:
+			f.Detail = fmt.Sprintf("a duplicate: the effect is confirmed with %s", e.ref)
+		case (e.state == effects.Failed || e.state == effects.Cancelled) && o.Succeeded:
+			f.Detail = fmt.Sprintf("performed (%s), although the effect is %s", o.Status, e.state)
+		default:
+			continue // its own object, or one still being settled
+		}
+		rep.Findings = append(rep.Findings, f)
+	}
+	// The confirmed effects first fired well inside the span, past the
+	// provider's consistency delay: their objects must be listed.
+	confirmed, err := confirmedIn(ctx, r.pool, r.schema, kind, from.Add(listSkew), to.Add(-delay))
+	if err != nil {
+		rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: prov, Detail: err.Error()})
+		return
+	}
+	for _, c := range confirmed {
+		if c.ref == "" || refs[c.ref] {
+			continue
+		}
+		rep.Findings = append(rep.Findings, Finding{Finding: Missing, Kind: kind, Provider: prov, EffectID: c.id, Key: c.key, Ref: c.ref,
+			Detail: "confirmed with " + c.ref + ", which the provider does not list"})
+	}
+}
+
+// listSkew keeps the effects checked for missing objects away from the
+// listing's start: a clock difference between the database and the
+// provider could put their objects just before it.
+const listSkew = 10 * time.Minute
+
+func (r *Reconciler) logReport(rep Report) {
+	for _, f := range rep.Findings {
+		attrs := []any{"run", rep.RunID, "finding", f.Finding, "kind", f.Kind, "provider", f.Provider, "effect", f.EffectID, "ref", f.Ref, "detail", f.Detail}
+		switch f.Finding {
+		case Extra, Missing, Error:
+			r.log.Warn("reconciliation finding", attrs...)
+		default:
+			r.log.Info("reconciliation finding", attrs...)
+		}
+	}
+}

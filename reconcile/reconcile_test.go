@@ -1,0 +1,365 @@
+package reconcile_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/peers"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/outbox"
+	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/providertest"
+	"github.com/sidefx/sidefx/providers/stripe"
+	"github.com/sidefx/sidefx/reconcile"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const chargeKind = "charge.create"
+
+// dropAnswers is a transport that delivers each request and loses the
+// answer of those it is told to: the charge is made, the caller never
+// hears of it.
+type dropAnswers struct {
+	drop atomic.Bool
+}
+
+func (d *dropAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !d.drop.Load() || req.Method != http.MethodPost {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil, errors.New("connection reset by peer (the answer was dropped)")
+}
+
+func newStripe(t *testing.T, baseURL string, tr http.RoundTripper) *stripe.Provider {
+	t.Helper()
+	cfg := &stripe.Config{APIKey: peers.StripeStatefulAPIKey, BaseURL: baseURL, Timeout: 10 * time.Second,
+		Operations: map[string]string{chargeKind: "charges.create"}, ConsistencyDelay: time.Millisecond, LookupRate: 1000}
+	if tr != nil {
+		cfg.HTTPClient = &http.Client{Transport: tr}
+	}
+	p, err := stripe.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// drain runs a dispatcher with one attempt per effect until no effect of
+// the kind is pending or fired.
+func drain(t *testing.T, pool *pgxpool.Pool, p providers.Provider) {
+	t.Helper()
+	d, err := dispatcher.New(pool, &dispatcher.Config{PollInterval: 10 * time.Millisecond, Kinds: map[string]dispatcher.Kind{
+		chargeKind: {Provider: p, MaxAttempts: 1, Timeout: 10 * time.Second},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dispatcher: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var busy int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM side_effects WHERE state IN ('pending', 'fired')`).Scan(&busy); err != nil {
+			t.Fatal(err)
+		}
+		if busy == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d effects still pending or fired after 30 s", busy)
+		}
+		<-tick.C
+	}
+}
+
+func enqueue(t *testing.T, pool *pgxpool.Pool, sources ...string) {
+	t.Helper()
+	for _, s := range sources {
+		if _, err := outbox.Enqueue(context.Background(), pool, outbox.Effect{SourceID: s, Kind: chargeKind,
+			Payload: map[string]any{"amount": 1200, "currency": "eur", "source": "tok_visa"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func newReconciler(t *testing.T, pool *pgxpool.Pool, p providers.Provider) *reconcile.Reconciler {
+	t.Helper()
+	r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: p}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func findings(rep reconcile.Report, kind reconcile.FindingKind) []reconcile.Finding {
+	var out []reconcile.Finding
+	for _, f := range rep.Findings {
+		if f.Finding == kind {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// A charge made whose answer was lost, on the last attempt: uncertain. The
+// reconciler finds it at Stripe by its key and confirms it with its id,
+// recorded in the history with the reconciler as actor.
+func TestReconcile_LostAnswerIsSettledWithTheRightReference(t *testing.T) {
+	t.Parallel()
+	stateful := peers.StartStripeStateful(t)
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	tr := &dropAnswers{}
+	tr.drop.Store(true)
+	p := newStripe(t, stateful.URL, tr)
+	enqueue(t, pool, "order-lost")
+	drain(t, pool, p)
+	st, _ := effects.NewStore(pool, nil)
+	e, err := st.GetBySource(ctx, "order-lost", chargeKind)
+	if err != nil || e.State != effects.Uncertain {
+		t.Fatalf("after the lost answer: %+v, %v; want uncertain", e, err)
+	}
+	charges, err := stateful.Charges(ctx, peers.StripeStatefulAPIKey)
+	if err != nil || len(charges) != 1 || charges[0].Metadata[stripe.MetadataKey] != e.Key {
+		t.Fatalf("Stripe holds %+v, %v; want the one charge, with the effect's key", charges, err)
+	}
+
+	rep, err := newReconciler(t, pool, newStripe(t, stateful.URL, nil)).RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := findings(rep, reconcile.Settled)
+	if len(settled) != 1 || settled[0].EffectID != e.ID || settled[0].Ref != charges[0].ID || len(rep.Findings) != 1 {
+		t.Fatalf("findings %+v; want the effect settled with %s", rep.Findings, charges[0].ID)
+	}
+	e, _ = st.Get(ctx, e.ID)
+	if e.State != effects.Confirmed || e.ProviderRef != charges[0].ID {
+		t.Fatalf("the effect: %s %s, want confirmed with %s", e.State, e.ProviderRef, charges[0].ID)
+	}
+	h, err := st.History(ctx, e.ID)
+	if err != nil || len(h) != 1 || h[0].Actor != reconcile.DefaultActor || h[0].Action != "resolve" || h[0].To != effects.Confirmed {
+		t.Fatalf("history %+v, %v; want one resolve by the reconciler", h, err)
+	}
+	ev, err := reconcile.Evidence(ctx, pool, "", e.ID, e.Key)
+	if err != nil || len(ev) != 1 || ev[0].Evidence.Verdict != providers.Found || ev[0].Evidence.Ref != charges[0].ID || ev[0].Source != "lookup" {
+		t.Fatalf("evidence %+v, %v", ev, err)
+	}
+	runs, err := reconcile.Runs(ctx, pool, "", 10, 10)
+	if err != nil || len(runs) != 1 || runs[0].Counts[reconcile.Settled] != 1 || runs[0].Finished.IsZero() || len(runs[0].Findings) != 1 {
+		t.Fatalf("runs %+v, %v", runs, err)
+	}
+	// A second run finds nothing: the effect is confirmed, its charge its
+	// own.
+	if rep, err := newReconciler(t, pool, newStripe(t, stateful.URL, nil)).RunNow(ctx); err != nil || len(rep.Findings) != 0 {
+		t.Fatalf("second run: %+v, %v", rep.Findings, err)
+	}
+}
+
+// A charge made at Stripe with a confirmed effect's key by another path (a
+// manual retry after the key window): an extra finding naming it.
+func TestReconcile_DuplicateMadeOutsideSidefxIsAnExtra(t *testing.T) {
+	t.Parallel()
+	stateful := peers.StartStripeStateful(t)
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	p := newStripe(t, stateful.URL, nil)
+	enqueue(t, pool, "order-1", "order-2")
+	drain(t, pool, p)
+	st, _ := effects.NewStore(pool, nil)
+	e, err := st.GetBySource(ctx, "order-1", chargeKind)
+	if err != nil || e.State != effects.Confirmed {
+		t.Fatalf("%+v, %v", e, err)
+	}
+	// Another charge, under another Idempotency-Key, with the effect's
+	// metadata: what a retry by hand would make.
+	form := url.Values{"amount": {"1200"}, "currency": {"eur"}, "source": {"tok_visa"},
+		"metadata[" + stripe.MetadataKey + "]": {e.Key}, "metadata[" + stripe.MetadataSourceID + "]": {"order-1"}, "metadata[" + stripe.MetadataKind + "]": {chargeKind}}
+	req, _ := http.NewRequest(http.MethodPost, stateful.URL+"/v1/charges", strings.NewReader(form.Encode()))
+	req.Header.Set("Authorization", "Bearer "+peers.StripeStatefulAPIKey)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Idempotency-Key", "manual-retry-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dup struct{ ID string }
+	err = json.NewDecoder(resp.Body).Decode(&dup)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || dup.ID == e.ProviderRef {
+		t.Fatalf("the duplicate charge: %d %+v %v", resp.StatusCode, dup, err)
+	}
+
+	rep, err := newReconciler(t, pool, p).RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := findings(rep, reconcile.Extra)
+	if len(extra) != 1 || extra[0].Ref != dup.ID || extra[0].EffectID != e.ID || !strings.Contains(extra[0].Detail, e.ProviderRef) || len(rep.Findings) != 1 {
+		t.Fatalf("findings %+v; want one extra, %s, the duplicate of effect %d", rep.Findings, dup.ID, e.ID)
+	}
+}
+
+// A confirmed effect whose object the provider does not have (here, a
+// provider that lost its state: a fresh emulator): a missing finding for
+// each, and none for the objects it does hold.
+func TestReconcile_ConfirmedEffectTheProviderLacksIsMissing(t *testing.T) {
+	t.Parallel()
+	first := peers.StartStripeStateful(t)
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	enqueue(t, pool, "order-gone")
+	drain(t, pool, newStripe(t, first.URL, nil))
+	// The provider now answering holds other charges, made by sidefx too,
+	// but not order-gone's.
+	second := peers.StartStripeStateful(t)
+	enqueue(t, pool, "order-kept")
+	drain(t, pool, newStripe(t, second.URL, nil))
+	st, _ := effects.NewStore(pool, nil)
+	gone, _ := st.GetBySource(ctx, "order-gone", chargeKind)
+	rep, err := newReconciler(t, pool, newStripe(t, second.URL, nil)).RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := findings(rep, reconcile.Missing)
+	if len(missing) != 1 || missing[0].EffectID != gone.ID || missing[0].Ref != gone.ProviderRef || len(rep.Findings) != 1 {
+		t.Fatalf("findings %+v; want one missing, effect %d (%s)", rep.Findings, gone.ID, gone.ProviderRef)
+	}
+}
+
+// mailFake is a provider without keys that can look up what it sent, as
+// SendGrid's Email Activity API would: found if it performed the key, else
+// absent.
+type mailFake struct{ *providertest.Fake }
+
+func (m mailFake) Lookup(_ context.Context, q providers.Query) (providers.Evidence, error) {
+	if calls := m.Calls(q.Key); len(calls) > 0 && calls[0].Performed {
+		return providers.Evidence{Verdict: providers.Found, Ref: calls[0].Ref, Succeeded: true, Status: "delivered", Source: "fake activity"}, nil
+	}
+	return providers.Evidence{Verdict: providers.Absent, Source: "fake activity"}, nil
+}
+
+func (mailFake) ConsistencyDelay() time.Duration { return 0 }
+
+// uncertainMail makes two uncertain emails with a fake mail provider: one
+// sent whose answer was lost ("sent"), one never sent whose outcome is
+// unknown all the same ("unsent").
+func uncertainMail(t *testing.T, pool *pgxpool.Pool) *providertest.Fake {
+	t.Helper()
+	f := providertest.New(providertest.Config{Name: "mail", Faults: func(c providers.Call, _ int) providertest.Fault {
+		if c.SourceID == "sent" {
+			return providertest.PerformedThenTimeout
+		}
+		return providertest.TimeoutBeforeSend
+	}})
+	for _, s := range []string{"sent", "unsent"} {
+		if _, err := outbox.Enqueue(context.Background(), pool, outbox.Effect{SourceID: s, Kind: chargeKind, Payload: map[string]string{"to": "a@example.com"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, pool, f)
+	return f
+}
+
+// Events a provider sent (stored with Record) settle an uncertain effect
+// even where the provider cannot be looked up; without an event, nothing
+// changes.
+func TestReconcile_EventsSettle(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	f := uncertainMail(t, pool)
+	st, _ := effects.NewStore(pool, nil)
+	sent, _ := st.GetBySource(ctx, "sent", chargeKind)
+	unsent, _ := st.GetBySource(ctx, "unsent", chargeKind)
+	if sent.State != effects.Uncertain || unsent.State != effects.Uncertain {
+		t.Fatalf("states %s %s, want uncertain", sent.State, unsent.State)
+	}
+	ref := f.Calls(sent.Key)[0].Ref
+	for range 2 { // the provider sends its event twice: stored once
+		if _, err := reconcile.Record(ctx, pool, "", 0, sent.Key, "mail", "event", "evt-1",
+			providers.Evidence{Verdict: providers.Found, Ref: ref, Succeeded: true, Status: "delivered"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := newReconciler(t, pool, f).RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := findings(rep, reconcile.Settled); len(s) != 1 || s[0].EffectID != sent.ID || s[0].Ref != ref || len(rep.Findings) != 1 {
+		t.Fatalf("findings %+v; want %d settled with %s", rep.Findings, sent.ID, ref)
+	}
+	if e, _ := st.Get(ctx, unsent.ID); e.State != effects.Uncertain {
+		t.Errorf("the email without an event: %s, want uncertain still", e.State)
+	}
+	if ev, _ := reconcile.Evidence(ctx, pool, "", sent.ID, sent.Key); len(ev) != 1 {
+		t.Errorf("evidence %+v: want the event once", ev)
+	}
+}
+
+// An uncertain effect the provider never got: absent, left to an operator
+// by default; sent again where the kind's policy says so.
+func TestReconcile_AbsentIsLeftOrRefiredByPolicy(t *testing.T) {
+	t.Parallel()
+	for _, refire := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "refire_when_absent_after"}[refire], func(t *testing.T) {
+			pool := pgtest.DB(t)
+			ctx := context.Background()
+			f := uncertainMail(t, pool)
+			k := reconcile.Kind{Provider: mailFake{f}}
+			if refire {
+				k.RefireWhenAbsentAfter = time.Millisecond
+			}
+			r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: k}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := r.RunNow(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := effects.NewStore(pool, nil)
+			unsent, _ := st.GetBySource(ctx, "unsent", chargeKind)
+			want, state := reconcile.Absent, effects.Uncertain
+			if refire {
+				want, state = reconcile.Refired, effects.Pending
+			}
+			if got := findings(rep, want); len(got) != 1 || got[0].EffectID != unsent.ID || len(findings(rep, reconcile.Settled)) != 1 || len(rep.Findings) != 2 {
+				t.Fatalf("findings %+v; want %d %s and the sent one settled", rep.Findings, unsent.ID, want)
+			}
+			if unsent.State != state {
+				t.Fatalf("the unsent email: %s, want %s", unsent.State, state)
+			}
+			if refire {
+				h, _ := st.History(ctx, unsent.ID)
+				if len(h) != 1 || h[0].Action != "refire" || h[0].Actor != reconcile.DefaultActor {
+					t.Errorf("history %+v", h)
+				}
+			}
+		})
+	}
+}
