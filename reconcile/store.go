@@ -103,9 +103,9 @@ func verdictOf(s string) providers.Verdict {
 
 // uncertain is an uncertain effect to settle.
 type uncertain struct {
-	id                 int64
-	sourceID, key      string
-	firstFiredAt       time.Time
+	id                    int64
+	sourceID, key         string
+	firstFiredAt          time.Time
 	eventFound            bool // an event says the provider has it
 	eventRef, eventStatus string
 	eventSucceeded        bool
@@ -240,13 +240,13 @@ func prune(ctx context.Context, db effects.DB, schema string, before time.Time) 
 
 // Run is a stored reconciliation run.
 type Run struct {
-	ID                   int64
-	Tick                 time.Time // zero for a run by hand
-	StartedAt, Finished  time.Time // Finished zero: still running, or died
-	Runner               string
-	Errors               int
-	Counts               map[FindingKind]int
-	Findings             []Finding // with Runs' findings limit
+	ID                  int64
+	Tick                time.Time // zero for a run by hand
+	StartedAt, Finished time.Time // Finished zero: still running, or died
+	Runner              string
+	Errors              int
+	Counts              map[FindingKind]int
+	Findings            []Finding // with Runs' findings limit
 }
 
 // Runs returns the latest limit runs, newest first, each with its counts
