@@ -22,6 +22,7 @@ import (
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
 	"github.com/sidefx/sidefx/providers/webhook"
+	"github.com/sidefx/sidefx/reconcile"
 )
 
 // Runtime is what a Config builds: the objects the daemon runs, none of
@@ -52,6 +53,13 @@ type Runtime struct {
 	// HTTP and Log are the Config's.
 	HTTP HTTPConfig
 	Log  LogConfig
+
+	// Reconcile is ready for reconcile.New: every served kind with its
+	// provider and policy; nil when reconciliation is off (no schedule).
+	// ReconcileKinds is the same kinds whatever the schedule, for sidefx
+	// reconcile run.
+	Reconcile      *reconcile.Config
+	ReconcileKinds map[string]reconcile.Kind
 
 	// Drift is the Config's, for the drift package; DriftSchedule is its
 	// parsed schedule.
@@ -175,6 +183,14 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 		return nil, &FieldError{Path: "drift.schedule", Problem: err.Error()}
 	}
 	rt.DriftSchedule = sched
+	rt.ReconcileKinds = make(map[string]reconcile.Kind, len(c.Kinds))
+	for kind, k := range c.Kinds {
+		rt.ReconcileKinds[kind] = reconcile.Kind{Provider: rt.Providers[k.Provider], RefireWhenAbsentAfter: time.Duration(k.RefireWhenAbsentAfter)}
+	}
+	if c.Reconcile.Schedule != "" {
+		rt.Reconcile = &reconcile.Config{Schema: c.Schema, Kinds: rt.ReconcileKinds, Schedule: c.Reconcile.Schedule,
+			Window: time.Duration(c.Reconcile.Window), Limit: c.Reconcile.Limit, Retention: time.Duration(c.Reconcile.Retention), Logger: logger}
+	}
 	return rt, nil
 }
 

@@ -114,6 +114,12 @@ type Config struct {
 	// Drift configures the drift checks.
 	Drift DriftConfig `yaml:"drift"`
 
+	// Reconcile configures reconciliation with the providers: uncertain
+	// effects settled from the providers' evidence (their events, their
+	// lookups), and what the providers hold compared with the effects.
+	// Off unless its schedule is set.
+	Reconcile ReconcileConfig `yaml:"reconcile"`
+
 	// Tracing configures OpenTelemetry tracing of the daemon's work: a
 	// span per effect dispatched, linked to the trace that enqueued it,
 	// with the provider's HTTP requests as its children. Off by default.
@@ -384,6 +390,14 @@ type KindConfig struct {
 	// serializes the commits of the transactions that send one, a cost
 	// only kinds whose outcome a request awaits should pay.
 	NotifyOutcome bool `yaml:"notify_outcome"`
+
+	// RefireWhenAbsentAfter, when set, has reconciliation send again an
+	// uncertain effect its provider says it never got, once this long has
+	// passed since the first attempt (with one more attempt): a lost email
+	// is sent rather than left to an operator. Only for providers without
+	// idempotency keys (sendgrid). Default 0: an absent effect is left to
+	// an operator, with the evidence.
+	RefireWhenAbsentAfter Duration `yaml:"refire_when_absent_after"`
 }
 
 // DriftConfig configures the drift checks, which compare what should have
@@ -413,6 +427,28 @@ type DriftConfig struct {
 	// longer and the rule's run fails. Default 0: the drift package's
 	// default, 30s.
 	StatementTimeout Duration `yaml:"statement_timeout"`
+}
+
+// ReconcileConfig configures reconciliation (package reconcile): on its
+// schedule, once across replicas, each uncertain effect of a served kind is
+// settled by its provider's evidence where there is some, and the objects
+// the providers list are compared with the effects.
+type ReconcileConfig struct {
+	// Schedule is when reconciliation runs: a 5-field cron spec or a
+	// descriptor ("@every 10m"). Default "": reconciliation is off (sidefx
+	// reconcile run runs it by hand all the same).
+	Schedule string `yaml:"schedule"`
+
+	// Window is how far back a run lists the providers' objects, to find
+	// extras and missing objects. Default 24h.
+	Window Duration `yaml:"window"`
+
+	// Limit bounds the uncertain effects looked up per kind and run.
+	// Default 500.
+	Limit int `yaml:"limit"`
+
+	// Retention is how long stored runs are kept. Default 720h.
+	Retention Duration `yaml:"retention"`
 }
 
 // TracingConfig configures OpenTelemetry tracing.

@@ -65,7 +65,7 @@ providers:
     reference: {header: Location}
 kinds:
   charge.create: {provider: stripe, operation: charges.create, max_attempts: 20, outlast_key_window: false, notify_outcome: false}
-  email.receipt: {provider: mail, at_least_once: false}
+  email.receipt: {provider: mail, at_least_once: false, refire_when_absent_after: 1h}
   webhook.order_paid: {provider: partner}
   payment.authorise: {provider: payments, max_attempts: 12}
   ledger.entry: {provider: ledger, max_attempts: 12}
@@ -76,6 +76,8 @@ drift:
       sql: SELECT id::text FROM orders WHERE status = 'paid' AND paid_at >= :window_start AND paid_at < :due_before
       sample: 10
       check_at_most: 0
+reconcile:
+  schedule: "@every 10m"
 `
 
 // sections are the configuration's structs, by where they are in the file.
@@ -94,6 +96,7 @@ var sections = []struct {
 	{"kinds.KIND", reflect.TypeFor[config.KindConfig](), ""},
 	{"drift", reflect.TypeFor[config.DriftConfig](), ""},
 	{"drift.rules[]", reflect.TypeFor[config.DriftRule](), ""},
+	{"reconcile", reflect.TypeFor[config.ReconcileConfig](), ""},
 	{"tracing", reflect.TypeFor[config.TracingConfig](), ""},
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
 	"github.com/sidefx/sidefx/providers/webhook"
+	"github.com/sidefx/sidefx/reconcile"
 )
 
 var (
@@ -121,6 +122,11 @@ func (c *Config) fillDefaults() {
 	def(&c.Drift.Schedule, DefaultDriftSchedule)
 	defD(&c.Drift.PendingAfter, DefaultDriftPending)
 	defD(&c.Drift.Retention, DefaultDriftKeep)
+	defD(&c.Reconcile.Window, reconcile.DefaultWindow)
+	if c.Reconcile.Limit == 0 {
+		c.Reconcile.Limit = reconcile.DefaultLimit
+	}
+	defD(&c.Reconcile.Retention, reconcile.DefaultRetention)
 	for i := range c.Drift.Rules {
 		r := &c.Drift.Rules[i]
 		defD(&r.Grace, DefaultDriftGrace)
@@ -169,6 +175,7 @@ func (c *Config) validate(env map[string]string) (warnings []string, problems []
 	}
 	c.checkKinds(v)
 	c.Drift.check(v, c.Kinds)
+	c.Reconcile.check(v)
 	c.Tracing.check(v)
 	return v.warnings, v.problems
 }
@@ -496,6 +503,12 @@ func (c *Config) checkKinds(v *checker) {
 		if k.AtLeastOnce && ok && (p.Type == TypeStripe || p.Type == TypeWebhook || p.Type == TypeHTTP) {
 			v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for sendgrid providers", k.Provider, p.Type)
 		}
+		if k.RefireWhenAbsentAfter < 0 {
+			v.fail(path+".refire_when_absent_after", "must not be negative")
+		}
+		if k.RefireWhenAbsentAfter > 0 && ok && (p.Type == TypeStripe || p.Type == TypeWebhook || p.Type == TypeHTTP) {
+			v.fail(path+".refire_when_absent_after", "provider %q (%s) takes idempotency keys: reconciliation confirms what it finds, and an absent effect is left to an operator; refire_when_absent_after is for providers without keys (sendgrid)", k.Provider, p.Type)
+		}
 		if k.AtLeastOnce && ok && p.ptype != nil {
 			if idem, _ := p.registeredFacts(k.Provider); idem {
 				v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for providers without idempotency keys", k.Provider, p.Type)
@@ -666,6 +679,23 @@ func (d *DriftConfig) check(v *checker, kinds map[string]KindConfig) {
 		if r.StatementTimeout < 0 {
 			v.fail(path+".statement_timeout", "%s is negative", r.StatementTimeout)
 		}
+	}
+}
+
+func (r *ReconcileConfig) check(v *checker) {
+	if r.Schedule != "" {
+		if err := parseSchedule(r.Schedule); err != nil {
+			v.fail("reconcile.schedule", "%q is not a schedule: %v (want 5 cron fields such as \"*/10 * * * *\" or a descriptor such as \"@every 10m\")", r.Schedule, err)
+		}
+	}
+	if r.Window < 0 {
+		v.fail("reconcile.window", "must not be negative")
+	}
+	if r.Limit < 0 {
+		v.fail("reconcile.limit", "must not be negative")
+	}
+	if r.Retention < 0 {
+		v.fail("reconcile.retention", "must not be negative")
 	}
 }
 

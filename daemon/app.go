@@ -46,6 +46,7 @@ func commands() []command {
 		{"cancel", "ID | --source ID --kind KIND; [--note T]", "cancel a pending effect", cancelCmd},
 		{"supersede", "ID --payload JSON|--payload-file FILE [--note T]", "replace the payload of an effect that did nothing; it is sent under a new key", supersedeCmd},
 		{"drift", "run|list", "run the drift rules now, or list recent runs", driftCmd},
+		{"reconcile", "run|list", "reconcile with the providers now, or list recent runs", reconcileCmd},
 		{"demo", "[--orders N] …", "the failure sidefx exists for, told on a throwaway database", demoCmd},
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,7 +26,8 @@ import (
 type cli struct {
 	t   *testing.T
 	url string
-	eng *engine.Engine // the dispatcher's statements, to bring effects into each state
+	env map[string]string // more of the environment (secrets)
+	eng *engine.Engine    // the dispatcher's statements, to bring effects into each state
 }
 
 func newCLI(t *testing.T) (*cli, *pgxpool.Pool, *effects.Store) {
@@ -52,6 +54,7 @@ func (c *cli) run(stdin string, args ...string) (string, string, error) {
 	c.t.Helper()
 	var out, errOut bytes.Buffer
 	env := map[string]string{"SIDEFX_DATABASE_URL": c.url}
+	maps.Copy(env, c.env)
 	err := Run(context.Background(), args, &IO{In: strings.NewReader(stdin), Out: &out, Err: &errOut, Getenv: func(k string) string { return env[k] }})
 	return out.String(), errOut.String(), err
 }

@@ -153,9 +153,15 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	stopReconcile, err := startReconcile(ctx, session, rt, nil, d.WorkerID(), log)
+	if err != nil {
+		stopDrift()
+		return err
+	}
 	started.Store(true)
 	log.Info("started", "version", version, "http", ln.Addr().String(), "worker", d.WorkerID(), "kinds", len(rt.Dispatcher.Kinds))
 	err = d.Run(ctx)
+	stopReconcile()
 	stopDrift()
 	return err
 }

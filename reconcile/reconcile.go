@@ -192,8 +192,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Reconciler, error) {
 }
 
 // ParseSchedule parses a 5-field cron spec or a descriptor (@every 10m,
-// @hourly).
-func ParseSchedule(spec string) (cron.Schedule, error) {
+// @hourly). A spec cron cannot read is an error, never a panic.
+func ParseSchedule(spec string) (s cron.Schedule, err error) {
+	defer func() {
+		if recover() != nil {
+			s, err = nil, errors.New("malformed time zone prefix")
+		}
+	}()
 	return cron.ParseStandard(spec)
 }
 
