@@ -3,7 +3,9 @@ package providers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -103,4 +105,30 @@ type Lister interface {
 	// to) that carries a sidefx key, oldest first or in any order, and
 	// stops at fn's first error.
 	List(ctx context.Context, kind string, from, to time.Time, fn func(Object) error) error
+}
+
+// Event is one event a provider sent about an object sidefx made: its
+// evidence, for the effect whose key it carries.
+type Event struct {
+	// ID is the provider's id of the event (sg_event_id, evt_…): an event
+	// is stored once.
+	ID string
+	// Key is the sidefx key the object carries, "" if none.
+	Key      string
+	Evidence Evidence
+}
+
+// ErrBadSignature is wrapped by an EventSource's error for a delivery that
+// fails the provider's verification.
+var ErrBadSignature = errors.New("the delivery's signature does not verify")
+
+// EventSource verifies and reads a provider's signed event deliveries
+// (SendGrid's Signed Event Webhook, Stripe's webhooks), which the daemon
+// receives and stores as evidence for reconciliation.
+type EventSource interface {
+	// Events verifies a delivery (its headers and raw body) and returns
+	// its events. A delivery that fails verification is an error wrapping
+	// ErrBadSignature; one that verifies and cannot be read, another
+	// error.
+	Events(header http.Header, body []byte) ([]Event, error)
 }

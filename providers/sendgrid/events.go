@@ -1,0 +1,98 @@
+package sendgrid
+
+import (
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sendgrid/sendgrid-go/helpers/eventwebhook"
+
+	"github.com/sidefx/sidefx/providers"
+)
+
+// Events is SendGrid's Signed Event Webhook, verified: each delivery is a
+// JSON array of events, signed with ECDSA (P-256, SHA-256) over the
+// timestamp header followed by the body, with the account's key, whose
+// public half SendGrid's settings show (base64 DER). The verification is
+// sendgrid-go's own (helpers/eventwebhook).
+//
+// An event carrying the custom argument sidefx_key (every mail the
+// provider sends carries it) is evidence that SendGrid accepted the effect's
+// mail: processed, deferred, delivered, bounce, dropped, open and click all
+// follow an accepted request. Its reference is the X-Message-Id the send was
+// answered with (sg_message_id up to its first dot), its status the event.
+type Events struct {
+	key *ecdsa.PublicKey
+}
+
+var _ providers.EventSource = (*Events)(nil)
+
+// NewEvents returns the verifier for the public key (base64 DER of an
+// ECDSA P-256 key, as SendGrid shows it).
+func NewEvents(publicKey string) (*Events, error) {
+	der, err := base64.StdEncoding.DecodeString(strings.TrimSpace(publicKey))
+	if err != nil {
+		return nil, fmt.Errorf("sendgrid: the event webhook's public key is not base64: %w", err)
+	}
+	pub, err := x509.ParsePKIXPublicKey(der)
+	if err != nil {
+		return nil, fmt.Errorf("sendgrid: the event webhook's public key is not a DER public key: %w", err)
+	}
+	key, ok := pub.(*ecdsa.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("sendgrid: the event webhook's public key is a %T, not an ECDSA key", pub)
+	}
+	return &Events{key: key}, nil
+}
+
+// event is what is read of one SendGrid event.
+type event struct {
+	EventID   string `json:"sg_event_id"`
+	MessageID string `json:"sg_message_id"`
+	Event     string `json:"event"`
+	Timestamp int64  `json:"timestamp"`
+	Key       string `json:"sidefx_key"`
+	SourceID  string `json:"sidefx_source_id"`
+	Kind      string `json:"sidefx_kind"`
+}
+
+// Events verifies a delivery and returns its events (those without a
+// sidefx key too, with Key empty).
+func (e *Events) Events(header http.Header, body []byte) ([]providers.Event, error) {
+	sig, ts := header.Get(eventwebhook.VerificationHTTPHeader), header.Get(eventwebhook.TimestampHTTPHeader)
+	if sig == "" || ts == "" {
+		return nil, fmt.Errorf("sendgrid events: no %s or %s header: %w", eventwebhook.VerificationHTTPHeader, eventwebhook.TimestampHTTPHeader, providers.ErrBadSignature)
+	}
+	ok, err := eventwebhook.VerifySignature(e.key, body, sig, ts)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("sendgrid events: %w", providers.ErrBadSignature)
+	}
+	var evs []event
+	if err := json.Unmarshal(body, &evs); err != nil {
+		return nil, fmt.Errorf("sendgrid events: the body is not a JSON array of events: %w", err)
+	}
+	out := make([]providers.Event, 0, len(evs))
+	for i, ev := range evs {
+		if ev.EventID == "" {
+			return nil, fmt.Errorf("sendgrid events: event %d has no sg_event_id", i)
+		}
+		ref, _, _ := strings.Cut(ev.MessageID, ".")
+		// No address and no reason (a bounce's names the address): no
+		// personal data in the evidence.
+		detail, _ := json.Marshal(map[string]string{"event": ev.Event, "sg_message_id": ev.MessageID})
+		var at time.Time
+		if ev.Timestamp > 0 {
+			at = time.Unix(ev.Timestamp, 0).UTC()
+		}
+		out = append(out, providers.Event{ID: ev.EventID, Key: ev.Key, Evidence: providers.Evidence{
+			Verdict: providers.Found, Ref: ref, Succeeded: true, Status: ev.Event, At: at,
+			Source: "sendgrid event webhook", Detail: detail,
+		}})
+	}
+	return out, nil
+}
