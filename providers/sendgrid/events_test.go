@@ -85,11 +85,19 @@ func TestEvents_VerifiesAndReads(t *testing.T) {
 		h http.Header
 		b []byte
 	}{
-		"tampered body":   {signEvents(t, key, body, ts), tampered},
-		"another key":     {signEvents(t, other, body, ts), body},
-		"other timestamp": {func() http.Header { h := signEvents(t, key, body, ts); h.Set("X-Twilio-Email-Event-Webhook-Timestamp", "1"); return h }(), body},
-		"no signature":    {http.Header{}, body},
-		"garbage":         {func() http.Header { h := signEvents(t, key, body, ts); h.Set("X-Twilio-Email-Event-Webhook-Signature", "%%%"); return h }(), body},
+		"tampered body": {signEvents(t, key, body, ts), tampered},
+		"another key":   {signEvents(t, other, body, ts), body},
+		"other timestamp": {func() http.Header {
+			h := signEvents(t, key, body, ts)
+			h.Set("X-Twilio-Email-Event-Webhook-Timestamp", "1")
+			return h
+		}(), body},
+		"no signature": {http.Header{}, body},
+		"garbage": {func() http.Header {
+			h := signEvents(t, key, body, ts)
+			h.Set("X-Twilio-Email-Event-Webhook-Signature", "%%%")
+			return h
+		}(), body},
 	} {
 		if _, err := ev.Events(c.h, c.b); !errors.Is(err, providers.ErrBadSignature) {
 			t.Errorf("%s: %v, want ErrBadSignature", name, err)
