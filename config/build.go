@@ -54,6 +54,12 @@ type Runtime struct {
 	HTTP HTTPConfig
 	Log  LogConfig
 
+	// EventSources verify and read the providers' signed events, by
+	// provider name: those with event_public_key (sendgrid) or
+	// webhook_secret_env (stripe). The daemon serves them at POST
+	// /events/NAME.
+	EventSources map[string]providers.EventSource
+
 	// Reconcile is ready for reconcile.New: every served kind with its
 	// provider and policy; nil when reconciliation is off (no schedule).
 	// ReconcileKinds is the same kinds whatever the schedule, for sidefx
@@ -118,6 +124,31 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 			continue
 		}
 		rt.Providers[name] = p
+	}
+	rt.EventSources = map[string]providers.EventSource{}
+	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
+		pc, path := c.Providers[name], providerPath(name)
+		switch {
+		case pc.Type == TypeSendGrid && pc.EventPublicKey != "":
+			src, err := sendgrid.NewEvents(pc.EventPublicKey)
+			if err != nil {
+				problems = append(problems, &FieldError{Path: path + ".event_public_key", Problem: err.Error()})
+				continue
+			}
+			rt.EventSources[name] = src
+		case pc.Type == TypeStripe && pc.WebhookSecretEnv != "":
+			v := getenv(pc.WebhookSecretEnv)
+			if v == "" {
+				problems = append(problems, &FieldError{Path: path + ".webhook_secret_env", Problem: fmt.Sprintf("environment variable %s is not set or empty", pc.WebhookSecretEnv)})
+				continue
+			}
+			src, err := stripe.NewEvents(v)
+			if err != nil {
+				problems = append(problems, &FieldError{Path: path + ".webhook_secret_env", Problem: fmt.Sprintf("the value of %s is not usable: %s", pc.WebhookSecretEnv, providers.NewRedactor(v).String(err.Error()))})
+				continue
+			}
+			rt.EventSources[name] = src
+		}
 	}
 	if len(problems) > 0 {
 		rt.Close()

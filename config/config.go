@@ -282,6 +282,21 @@ type ProviderConfig struct {
 	// possibly-performed effect again after it. Positive. Default 24h.
 	KeyWindow Duration `yaml:"key_window"`
 
+	// EventPublicKey is the verification key of SendGrid's Signed Event
+	// Webhook (sendgrid): base64 DER of an ECDSA public key, as SendGrid's
+	// Mail Settings show it; not a secret. With it, the daemon takes the
+	// provider's signed events at POST /events/NAME on http.listen and
+	// stores those that name an effect as evidence for reconciliation.
+	// Default none: no endpoint.
+	EventPublicKey string `yaml:"event_public_key"`
+
+	// WebhookSecretEnv names the environment variable holding the signing
+	// secret (whsec_…) of a Stripe webhook endpoint (stripe). With it, the
+	// daemon takes Stripe's events at POST /events/NAME on http.listen and
+	// stores those whose object carries sidefx's metadata as evidence for
+	// reconciliation. Default none: no endpoint.
+	WebhookSecretEnv string `yaml:"webhook_secret_env"`
+
 	// Timeout bounds one request. Default 30s for stripe, sendgrid and
 	// http, 10s for webhook. It is also the default timeout of the provider's kinds,
 	// so it must be below dispatcher.lease unless each of them sets its

@@ -23,10 +23,12 @@ import (
 
 // Secret values the tests put in the environment; none may ever be printed.
 var (
-	stripeKey     = "sk_test_SECRETstripeKEY0123456789"
-	sendgridKey   = "SG.SECRETsendgridKEY.0123456789"
-	webhookSecret = webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("SECRET-webhook-signing-key-32-by"))
-	dbPassword    = "SECRETdbPASSWORD"
+	stripeKey = "sk_test_SECRETstripeKEY0123456789"
+	// The signing secret of Stripe's webhook endpoint.
+	stripeWebhookSecret = "whsec_SECRETstripeWEBHOOK0123456789"
+	sendgridKey         = "SG.SECRETsendgridKEY.0123456789"
+	webhookSecret       = webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("SECRET-webhook-signing-key-32-by"))
+	dbPassword          = "SECRETdbPASSWORD"
 )
 
 // getenv returns a getenv backed by vars, so that tests can run in
@@ -45,6 +47,7 @@ func secretEnv() map[string]string {
 		"PARTNER_WEBHOOK_SECRET_NEW": webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("SECRET-webhook-rotated-key-32-by")),
 		"PARTNER_TOKEN":              "SECRETpartnerTOKEN",
 		"PAYMENTS_API_KEY":           "SECRETpaymentsKEY",
+		"STRIPE_WEBHOOK_SECRET":      stripeWebhookSecret,
 	}
 }
 
@@ -270,6 +273,10 @@ func TestParse_Invalid(t *testing.T) {
 			nil, []string{`kinds["charge.create"].at_least_once: provider "stripe" (stripe) is idempotent`}},
 		{"refire_when_absent_after on stripe", db + stripeP + "kinds:\n  charge.create: {provider: stripe, operation: charges.create, refire_when_absent_after: 1h}\n",
 			nil, []string{`kinds["charge.create"].refire_when_absent_after: provider "stripe" (stripe) takes idempotency keys`}},
+		{"event_public_key on stripe", db + "providers:\n  stripe: {type: stripe, api_key_env: STRIPE_API_KEY, event_public_key: abc}\nkinds:\n  charge.create: {provider: stripe, operation: charges.create}\n",
+			nil, []string{`providers["stripe"].event_public_key: only for sendgrid providers, this one is stripe`}},
+		{"bad event_public_key", db + "providers:\n  mail: {type: sendgrid, api_key_env: SENDGRID_API_KEY, event_public_key: \"not a key\"}\nkinds: {email.receipt: {provider: mail}}\n",
+			nil, []string{`providers["mail"].event_public_key: sendgrid: the event webhook's public key is not base64`}},
 		{"bad reconcile schedule", db + mail + "kinds: {email.receipt: {provider: mail}}\nreconcile: {schedule: \"every tuesday\", window: -1h}\n",
 			nil, []string{`reconcile.schedule: "every tuesday" is not a schedule`, `reconcile.window: must not be negative`}},
 		{"repeated key", db + mail + "kinds:\n  email.receipt: {provider: mail}\n  email.receipt: {provider: mail}\n",
@@ -698,7 +705,7 @@ func TestBuild_Secrets(t *testing.T) {
 		"postgres://sidefx:"+dbPassword+"@localhost:5432/app", 1)
 	doc = strings.Replace(doc, "https://partner.example/hooks", "https://user:SECRETurlPASS@partner.example/hooks?token=SECRETurlTOKEN", 1)
 	doc = strings.Replace(doc, "X-Tenant: t1", "Authorization: Bearer SECRETheaderTOKEN", 1)
-	secrets := []string{stripeKey, sendgridKey, webhookSecret, dbPassword, "SECRETurlPASS", "SECRETurlTOKEN", "SECRETheaderTOKEN"}
+	secrets := []string{stripeKey, sendgridKey, webhookSecret, stripeWebhookSecret, dbPassword, "SECRETurlPASS", "SECRETurlTOKEN", "SECRETheaderTOKEN"}
 	noSecret := func(t *testing.T, what, s string) {
 		t.Helper()
 		for _, secret := range secrets {

@@ -31,8 +31,11 @@ var update = flag.Bool("update", false, "rewrite reference.yaml and the README's
 const referenceExample = `
 database_url: postgres://sidefx@localhost:5432/app
 providers:
-  stripe: {type: stripe, api_key_env: STRIPE_API_KEY}
-  mail: {type: sendgrid, api_key_env: SENDGRID_API_KEY}
+  stripe: {type: stripe, api_key_env: STRIPE_API_KEY, webhook_secret_env: STRIPE_WEBHOOK_SECRET}
+  mail:
+    type: sendgrid
+    api_key_env: SENDGRID_API_KEY
+    event_public_key: MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEL8Qo5TVXHufq2zwpUyEnFcflEqcwq9aea1tXthqK0EnwEKfewvL0jVy530zjQX26/SQs4P3Ni4sybrfXv9Sd0A==
   partner:
     type: webhook
     url: https://partner.example/hooks

@@ -245,6 +245,8 @@ var applies = []struct {
 	}},
 	{"reference", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.Reference != (ReferenceConfig{}) }},
 	{"replayed_header", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.ReplayedHeader != "" }},
+	{"event_public_key", []string{TypeSendGrid}, func(p *ProviderConfig) bool { return p.EventPublicKey != "" }},
+	{"webhook_secret_env", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.WebhookSecretEnv != "" }},
 }
 
 func (p ProviderConfig) check(v *checker, name string, types registry) {
@@ -285,6 +287,14 @@ func (p ProviderConfig) check(v *checker, name string, types registry) {
 	case TypeStripe, TypeSendGrid:
 		envName("api_key_env", p.APIKeyEnv, exampleEnv(p.Type))
 		checkBaseURL(v, path+".base_url", p.BaseURL)
+		if p.EventPublicKey != "" {
+			if _, err := sendgrid.NewEvents(p.EventPublicKey); err != nil {
+				v.fail(path+".event_public_key", "%v", err)
+			}
+		}
+		if p.WebhookSecretEnv != "" && !envNameRE.MatchString(p.WebhookSecretEnv) {
+			v.fail(path+".webhook_secret_env", "%q is not an environment variable name (want e.g. STRIPE_WEBHOOK_SECRET)", p.WebhookSecretEnv)
+		}
 	case TypeWebhook:
 		switch {
 		case p.SecretEnv == "" && len(p.SecretsEnv) == 0:

@@ -130,7 +130,14 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	var started atomic.Bool
 	db := dbCheck{pool: pool, session: session, mc: &rt.Migrations, url: rt.DatabaseURL}
-	srv := &http.Server{Handler: httpHandler(reg, db, started.Load, d.Healthy), ReadHeaderTimeout: 10 * time.Second}
+	mux := httpHandler(reg, db, started.Load, d.Healthy)
+	if len(rt.EventSources) > 0 {
+		mux.Handle("POST /events/{provider}", eventsHandler(pool, rt.Dispatcher.Schema, rt.EventSources, log))
+		for name := range rt.EventSources {
+			log.Info("taking provider events", "provider", name, "path", "/events/"+name)
+		}
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
@@ -247,7 +254,7 @@ func waitForDatabase(ctx context.Context, db dbCheck, migrate bool, log *slog.Lo
 // database) and /readyz: 200 once the database answers, the schema is
 // current, the daemon has started and the dispatcher reports no persistent
 // error; else 503 with the reason.
-func httpHandler(reg *prometheus.Registry, db dbCheck, started func() bool, healthy func() error) http.Handler {
+func httpHandler(reg *prometheus.Registry, db dbCheck, started func() bool, healthy func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

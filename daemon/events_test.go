@@ -1,0 +1,133 @@
+package daemon
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/sendgrid"
+	"github.com/sidefx/sidefx/providers/stripe"
+	"github.com/sidefx/sidefx/reconcile"
+)
+
+// The daemon's event endpoint takes SendGrid's and Stripe's deliveries,
+// signed as they sign them, stores each sidefx event once, refuses what does
+// not verify; reconciliation then settles exactly the effects the events
+// name.
+func TestEvents_EndpointStoresAndReconcileSettles(t *testing.T) {
+	t.Parallel()
+	c, pool, store := newCLI(t)
+	ctx := context.Background()
+	for _, s := range []string{"order-1", "order-2"} {
+		c.ok("enqueue", "--any-kind", "--source", s, "--kind", "email.receipt", "--payload", `{}`)
+	}
+	sent := operate(t, c.eng, "email.receipt", effects.Uncertain)
+	other := operate(t, c.eng, "email.receipt", effects.Uncertain)
+
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	pub := base64.StdEncoding.EncodeToString(der)
+	sg, err := sendgrid.NewEvents(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const whsec = "whsec_daemon_test_secret"
+	st, _ := stripe.NewEvents(whsec)
+	srv := httptest.NewServer(eventsHandlerMux(pool, map[string]providers.EventSource{"mail": sg, "stripe": st}))
+	defer srv.Close()
+	post := func(path string, h http.Header, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	signSG := func(body string) http.Header {
+		ts := fmt.Sprint(time.Now().Unix())
+		h := sha256.Sum256([]byte(ts + body))
+		sig, _ := ecdsa.SignASN1(rand.Reader, key, h[:])
+		return http.Header{"X-Twilio-Email-Event-Webhook-Signature": {base64.StdEncoding.EncodeToString(sig)}, "X-Twilio-Email-Event-Webhook-Timestamp": {ts}}
+	}
+	events := fmt.Sprintf(`[{"event":"processed","sg_event_id":"e1","sg_message_id":"msg-1.filter.0","timestamp":%d,"sidefx_key":%q},
+		{"event":"delivered","sg_event_id":"e2","sg_message_id":"msg-1.filter.0","timestamp":%d,"sidefx_key":%q},
+		{"event":"delivered","sg_event_id":"e3","sg_message_id":"msg-9.filter.0","timestamp":%d}]`,
+		time.Now().Unix(), sent.Key, time.Now().Unix(), sent.Key, time.Now().Unix())
+	for i, want := range []string{`"stored":2`, `"stored":0`} { // delivered twice: stored once
+		if code, body := post("/events/mail", signSG(events), events); code != 200 || !strings.Contains(body, `"events":3,"sidefx":2`) || !strings.Contains(body, want) {
+			t.Fatalf("delivery %d: %d %s", i+1, code, body)
+		}
+	}
+	forged := strings.Replace(events, sent.Key, other.Key, 1)
+	if code, _ := post("/events/mail", signSG(events), forged); code != 401 {
+		t.Fatalf("a forged delivery: %d, want 401", code)
+	}
+	if code, _ := post("/events/nobody", nil, "[]"); code != 404 {
+		t.Fatalf("an unknown provider: %d, want 404", code)
+	}
+	at := time.Now()
+	stripeBody := `{"id":"evt_9","object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_9","object":"charge","status":"succeeded","metadata":{"sidefx_key":"sfx1_elsewhere"}}}}`
+	stripeSig := http.Header{"Stripe-Signature": {fmt.Sprintf("t=%d,v1=%s", at.Unix(), hex.EncodeToString(webhook.ComputeSignature(at, []byte(stripeBody), whsec)))}}
+	if code, body := post("/events/stripe", stripeSig, stripeBody); code != 200 || !strings.Contains(body, `"stored":1`) {
+		t.Fatalf("a Stripe event: %d %s", code, body)
+	}
+	if code, _ := post("/events/stripe", http.Header{"Stripe-Signature": {"t=1,v1=00"}}, stripeBody); code != 401 {
+		t.Fatalf("a Stripe event signed wrong: %d, want 401", code)
+	}
+
+	// Reconciliation settles the email the events name, and only it.
+	cfg := filepath.Join(t.TempDir(), "sidefx.yaml")
+	if err := os.WriteFile(cfg, []byte(`providers:
+  mail: {type: sendgrid, api_key_env: SENDGRID_API_KEY, event_public_key: "`+pub+`"}
+kinds:
+  email.receipt: {provider: mail}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.env = map[string]string{"SENDGRID_API_KEY": "SG.test-key"}
+	out := c.ok("reconcile", "run", "--config", cfg)
+	if !strings.Contains(out, "2 uncertain effects looked at; 1 settled") || !strings.Contains(out, "msg-1") {
+		t.Fatalf("reconcile run:\n%s", out)
+	}
+	if e, _ := store.Get(ctx, sent.ID); e.State != effects.Confirmed || e.ProviderRef != "msg-1" {
+		t.Errorf("the email the events name: %s %s, want confirmed with msg-1", e.State, e.ProviderRef)
+	}
+	if e, _ := store.Get(ctx, other.ID); e.State != effects.Uncertain {
+		t.Errorf("the other email: %s, want uncertain", e.State)
+	}
+	ev, err := reconcile.Evidence(ctx, pool, "", sent.ID, sent.Key)
+	if err != nil || len(ev) != 2 || ev[0].Source != "event" || ev[0].Evidence.Status != "processed" {
+		t.Errorf("evidence %+v, %v", ev, err)
+	}
+}
+
+// eventsHandlerMux serves the events endpoint as the daemon does.
+func eventsHandlerMux(db effects.DB, sources map[string]providers.EventSource) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /events/{provider}", eventsHandler(db, "public", sources, slog.New(slog.DiscardHandler)))
+	return mux
+}
