@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/metrics"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/reconcile"
 )
@@ -23,7 +24,7 @@ const maxEventBody = 8 << 20
 // evidence for reconciliation (503 when the database fails, so that the
 // provider delivers again). Events without a sidefx key are not sidefx's,
 // and are counted and dropped.
-func eventsHandler(db effects.DB, schema string, sources map[string]providers.EventSource, log *slog.Logger) http.HandlerFunc {
+func eventsHandler(db effects.DB, schema string, sources map[string]providers.EventSource, count func(provider, result string, n int), log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("provider")
 		src, ok := sources[name]
@@ -38,6 +39,7 @@ func eventsHandler(db effects.DB, schema string, sources map[string]providers.Ev
 		}
 		evs, err := src.Events(r.Header, body)
 		if errors.Is(err, providers.ErrBadSignature) {
+			count(name, metrics.EventRefused, 1)
 			log.Warn("provider events refused: the signature does not verify", "provider", name, "remote", r.RemoteAddr)
 			http.Error(w, "signature verification failed", http.StatusUnauthorized)
 			return
@@ -63,6 +65,9 @@ func eventsHandler(db effects.DB, schema string, sources map[string]providers.Ev
 				stored++
 			}
 		}
+		count(name, metrics.EventStored, stored)
+		count(name, metrics.EventDuplicate, ours-stored)
+		count(name, metrics.EventForeign, len(evs)-ours)
 		log.Debug("provider events", "provider", name, "events", len(evs), "sidefx", ours, "stored", stored)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"events":%d,"sidefx":%d,"stored":%d}`+"\n", len(evs), ours, stored)

@@ -128,6 +128,6 @@ kinds:
 // eventsHandlerMux serves the events endpoint as the daemon does.
 func eventsHandlerMux(db effects.DB, sources map[string]providers.EventSource) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /events/{provider}", eventsHandler(db, "public", sources, slog.New(slog.DiscardHandler)))
+	mux.Handle("POST /events/{provider}", eventsHandler(db, "public", sources, func(string, string, int) {}, slog.New(slog.DiscardHandler)))
 	return mux
 }

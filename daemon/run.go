@@ -132,7 +132,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	db := dbCheck{pool: pool, session: session, mc: &rt.Migrations, url: rt.DatabaseURL}
 	mux := httpHandler(reg, db, started.Load, d.Healthy)
 	if len(rt.EventSources) > 0 {
-		mux.Handle("POST /events/{provider}", eventsHandler(pool, rt.Dispatcher.Schema, rt.EventSources, log))
+		mux.Handle("POST /events/{provider}", eventsHandler(pool, rt.Dispatcher.Schema, rt.EventSources, m.Event, log))
 		for name := range rt.EventSources {
 			log.Info("taking provider events", "provider", name, "path", "/events/"+name)
 		}
@@ -160,7 +160,10 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	stopReconcile, err := startReconcile(ctx, session, rt, nil, d.WorkerID(), log)
+	if rt.Reconcile != nil {
+		m.PrimeReconcile(served)
+	}
+	stopReconcile, err := startReconcile(ctx, session, rt, m, d.WorkerID(), log)
 	if err != nil {
 		stopDrift()
 		return err

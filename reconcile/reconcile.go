@@ -94,7 +94,7 @@ type Kind struct {
 
 // Observer hears each run's report.
 type Observer interface {
-	Reported(Report)
+	Reconciled(Report)
 }
 
 // Config configures a Reconciler.
@@ -286,7 +286,7 @@ func (r *Reconciler) run(ctx context.Context, tick time.Time) (rep Report, ran b
 	}
 	r.logReport(rep)
 	if r.cfg.Observer != nil {
-		r.cfg.Observer.Reported(rep)
+		r.cfg.Observer.Reconciled(rep)
 	}
 	if err := prune(ctx, r.pool, r.schema, time.Now().Add(-r.cfg.Retention)); err != nil {
 		r.log.Warn("pruning old reconciliation runs failed", "err", err)

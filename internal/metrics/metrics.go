@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/reconcile"
 )
 
 // The metric names this package exposes.
@@ -36,6 +38,11 @@ const (
 	nameDriftStuck     = "sidefx_drift_stuck"
 	nameDriftLastRun   = "sidefx_drift_last_run_timestamp_seconds"
 	nameDriftErrors    = "sidefx_drift_run_errors_total"
+	nameReconFindings  = "sidefx_reconcile_findings"
+	nameReconSettled   = "sidefx_reconcile_settled_total"
+	nameReconLastRun   = "sidefx_reconcile_last_run_timestamp_seconds"
+	nameReconErrors    = "sidefx_reconcile_errors_total"
+	nameEvents         = "sidefx_provider_events_total"
 	nameDBErrors       = "sidefx_dispatcher_errors_total"
 	nameProvFailures   = "sidefx_provider_consecutive_failures"
 	nameProvLastOK     = "sidefx_provider_last_success_timestamp_seconds"
@@ -45,6 +52,7 @@ var names = []string{
 	nameBuildInfo, nameConfirmLatency, nameDispatch, nameTransitions, nameEffects, nameOldestPending,
 	nameCallSeconds, nameReaped, nameReplays, nameRescued, nameStatsErrors,
 	nameDriftMissing, nameDriftExtra, nameDriftStuck, nameDriftLastRun, nameDriftErrors,
+	nameReconFindings, nameReconSettled, nameReconLastRun, nameReconErrors, nameEvents,
 	nameDBErrors,
 	nameProvFailures, nameProvLastOK,
 	nameUnserved,
@@ -122,6 +130,14 @@ type Metrics struct {
 	driftStuck   *prometheus.GaugeVec
 	driftLastRun prometheus.Gauge
 	driftErrors  prometheus.Counter
+
+	reconFindings *prometheus.GaugeVec
+	reconSettled  *prometheus.CounterVec
+	reconLastRun  prometheus.Gauge
+	reconErrors   prometheus.Counter
+	events        *prometheus.CounterVec
+	reconMu       sync.Mutex
+	reconPrimed   map[struct{ kind, provider string }]bool
 }
 
 var _ dispatcher.Observer = (*Metrics)(nil)
@@ -232,6 +248,26 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 			Name: nameDriftErrors,
 			Help: "Drift rules whose run failed or that were refused at start (counted on every run), and failed stuck checks.",
 		}),
+		reconFindings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameReconFindings,
+			Help: "Findings of the last reconciliation run, by kind, provider and finding: absent (uncertain, never got by the provider, left to an operator), extra (an object at the provider whose effect is not confirmed with it), missing (a confirmed effect the provider lacks), error.",
+		}, []string{"kind", "provider", "finding"}),
+		reconSettled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: nameReconSettled,
+			Help: "Uncertain effects reconciliation settled without a person, by kind, provider and how: confirmed (the provider has it) or refired (it never got it, and the kind's policy sends it again).",
+		}, []string{"kind", "provider", "how"}),
+		reconLastRun: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: nameReconLastRun,
+			Help: "Unix time of the end of the last reconciliation run this process made.",
+		}),
+		reconErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: nameReconErrors,
+			Help: "Lookups, listings and settlements of reconciliation runs that failed.",
+		}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: nameEvents,
+			Help: "Events the providers sent to /events/NAME, by provider and result: stored (evidence for an effect's key), duplicate (stored before), foreign (no sidefx key), refused (the delivery did not verify).",
+		}, []string{"provider", "result"}),
 	}
 	m.buildInfo.Set(1)
 	for _, op := range dispatcher.Ops {
@@ -247,6 +283,7 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 		m.confirmLatency, m.rescued, m.reaped, m.buildInfo, m.dbErrors,
 		m.provFailures, m.provLastOK,
 		m.driftMissing, m.driftExtra, m.driftStuck, m.driftLastRun, m.driftErrors,
+		m.reconFindings, m.reconSettled, m.reconLastRun, m.reconErrors, m.events,
 	} {
 		if err := reg.Register(c); err != nil {
 			for _, d := range done {
@@ -387,4 +424,78 @@ func (m *Metrics) PrimeDrift(rules []string) {
 	for _, reason := range []string{"pending_too_long", "fired_past_lease", "uncertain", "failed"} {
 		m.driftStuck.WithLabelValues(reason)
 	}
+}
+
+var _ reconcile.Observer = (*Metrics)(nil)
+
+// reconGauged are the findings the sidefx_reconcile_findings gauge holds:
+// the ones that stay until something changes.
+var reconGauged = []reconcile.FindingKind{reconcile.Absent, reconcile.Extra, reconcile.Missing, reconcile.Error}
+
+// Reconciled sets the findings gauges from a run (every primed kind and
+// provider, 0 where the run found nothing), counts the effects it settled
+// and its errors, and the time of the run.
+func (m *Metrics) Reconciled(rep reconcile.Report) {
+	type key struct{ kind, provider string }
+	counts := map[key]map[reconcile.FindingKind]int{}
+	for _, f := range rep.Findings {
+		k := key{f.Kind, f.Provider}
+		if counts[k] == nil {
+			counts[k] = map[reconcile.FindingKind]int{}
+		}
+		counts[k][f.Finding]++
+		switch f.Finding {
+		case reconcile.Settled:
+			m.reconSettled.WithLabelValues(f.Kind, f.Provider, "confirmed").Inc()
+		case reconcile.Refired:
+			m.reconSettled.WithLabelValues(f.Kind, f.Provider, "refired").Inc()
+		case reconcile.Error:
+			m.reconErrors.Inc()
+		}
+	}
+	m.reconMu.Lock()
+	for k := range m.reconPrimed {
+		if _, ok := counts[k]; !ok {
+			counts[k] = nil // every primed pair is set, to 0 when nothing was found
+		}
+	}
+	m.reconMu.Unlock()
+	for k, c := range counts {
+		for _, f := range reconGauged {
+			m.reconFindings.WithLabelValues(k.kind, k.provider, string(f)).Set(float64(c[f]))
+		}
+	}
+	m.reconLastRun.Set(float64(rep.Finished.UnixNano()) / 1e9)
+}
+
+// PrimeReconcile creates the reconciliation series of each kind (kind →
+// provider) at zero, before the first run.
+func (m *Metrics) PrimeReconcile(kinds map[string]string) {
+	m.reconMu.Lock()
+	defer m.reconMu.Unlock()
+	if m.reconPrimed == nil {
+		m.reconPrimed = map[struct{ kind, provider string }]bool{}
+	}
+	for kind, provider := range kinds {
+		m.reconPrimed[struct{ kind, provider string }{kind, provider}] = true
+		for _, f := range reconGauged {
+			m.reconFindings.WithLabelValues(kind, provider, string(f))
+		}
+		for _, how := range []string{"confirmed", "refired"} {
+			m.reconSettled.WithLabelValues(kind, provider, how)
+		}
+	}
+}
+
+// Event results, the result label of sidefx_provider_events_total.
+const (
+	EventStored    = "stored"
+	EventDuplicate = "duplicate"
+	EventForeign   = "foreign"
+	EventRefused   = "refused"
+)
+
+// Event counts events a provider sent, by result (EventStored…).
+func (m *Metrics) Event(provider, result string, n int) {
+	m.events.WithLabelValues(provider, result).Add(float64(n))
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/reconcile"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -748,6 +749,8 @@ func exercise(t *testing.T, b bundle) {
 	b.m.Reaped(1)
 	b.m.Reported(drift.Report{Started: time.Now(), Findings: []drift.Finding{{Rule: "receipts", Kind: kindMail, Missing: 2, Extra: 1}}, Stuck: drift.Stuck{Uncertain: 1}})
 	b.m.ProviderAnswered(dispatcher.ProviderAnswer{Provider: "sendgrid", Kind: kindMail, Class: providers.Confirmed, LastSuccess: time.Now()})
+	b.m.Reconciled(reconcile.Report{Finished: time.Now(), Findings: []reconcile.Finding{{Finding: reconcile.Settled, Kind: kindMail, Provider: "sendgrid"}}})
+	b.m.Event("sendgrid", metrics.EventStored, 2)
 }
 
 func TestNames_MatchExposedFamilies(t *testing.T) {
@@ -901,6 +904,7 @@ func observed(s map[string]float64) map[string]float64 {
 			strings.HasPrefix(k, "sidefx_oldest_pending_seconds{"):
 		case (strings.HasPrefix(k, "sidefx_reaped_total{") || strings.HasPrefix(k, "sidefx_drift_run_errors_total{") ||
 			strings.HasPrefix(k, "sidefx_drift_last_run_timestamp_seconds{") ||
+			strings.HasPrefix(k, "sidefx_reconcile_errors_total{") || strings.HasPrefix(k, "sidefx_reconcile_last_run_timestamp_seconds{") ||
 			strings.HasPrefix(k, "sidefx_dispatcher_errors_total{")) && v == 0:
 		default:
 			out[k] = v
@@ -990,5 +994,42 @@ func TestReported_DriftGauges(t *testing.T) {
 		if checks[k] != v {
 			t.Errorf("%s = %v, want %v", k, checks[k], v)
 		}
+	}
+}
+
+// A reconciliation run sets the findings gauges of every primed kind (0
+// where it found nothing), counts what it settled and its errors.
+func TestMetrics_Reconciled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.m.PrimeReconcile(map[string]string{kindMail: "sendgrid", "charge.create": "stripe"})
+	at := time.Unix(1764000000, 0)
+	b.m.Reconciled(reconcile.Report{Finished: at, Findings: []reconcile.Finding{
+		{Finding: reconcile.Settled, Kind: kindMail, Provider: "sendgrid"},
+		{Finding: reconcile.Settled, Kind: kindMail, Provider: "sendgrid"},
+		{Finding: reconcile.Refired, Kind: kindMail, Provider: "sendgrid"},
+		{Finding: reconcile.Absent, Kind: kindMail, Provider: "sendgrid"},
+		{Finding: reconcile.Extra, Kind: "charge.create", Provider: "stripe"},
+		{Finding: reconcile.Error, Kind: "charge.create", Provider: "stripe"},
+	}})
+	got := scrape(t, b.reg)
+	for k, want := range map[string]float64{
+		`sidefx_reconcile_settled_total{how="confirmed",kind="email.receipt",provider="sendgrid"}`: 2,
+		`sidefx_reconcile_settled_total{how="refired",kind="email.receipt",provider="sendgrid"}`:   1,
+		`sidefx_reconcile_findings{finding="absent",kind="email.receipt",provider="sendgrid"}`:     1,
+		`sidefx_reconcile_findings{finding="extra",kind="charge.create",provider="stripe"}`:        1,
+		`sidefx_reconcile_findings{finding="missing",kind="charge.create",provider="stripe"}`:      0,
+		`sidefx_reconcile_errors_total{}`:               1,
+		`sidefx_reconcile_last_run_timestamp_seconds{}`: 1764000000,
+	} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("%s = %v (present %t), want %v", k, v, ok, want)
+		}
+	}
+	// The next run finds nothing: the gauges go back to 0.
+	b.m.Reconciled(reconcile.Report{Finished: at})
+	got = scrape(t, b.reg)
+	if v := got[`sidefx_reconcile_findings{finding="extra",kind="charge.create",provider="stripe"}`]; v != 0 {
+		t.Errorf("extra after a clean run: %v, want 0", v)
 	}
 }
