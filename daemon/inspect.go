@@ -11,6 +11,7 @@ import (
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/reconcile"
 )
 
 func inspectCmd(ctx context.Context, io *IO, args []string) error {
@@ -60,6 +61,8 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 		// Why a pending effect waits.
 		Why     string          `json:"why_pending,omitempty"`
 		History []effects.Event `json:"history"`
+		// What the provider said of it: lookups and events.
+		Evidence []reconcile.Stored `json:"provider_evidence"`
 	}
 	now, err := store.Now(ctx)
 	if err != nil {
@@ -75,7 +78,11 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 		if err != nil {
 			return err
 		}
-		recs = append(recs, record{Effect: e, Why: effects.WhyPending(e, now, kinds), History: h})
+		ev, err := reconcile.Evidence(ctx, pool, store.Schema(), e.ID, e.Key)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, record{Effect: e, Why: effects.WhyPending(e, now, kinds), History: h, Evidence: ev})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(io.Out)
@@ -87,8 +94,34 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 			fmt.Fprintln(io.Out)
 		}
 		printEffect(io, r.Effect, r.Why, r.History)
+		printEvidence(io, r.Evidence)
 	}
 	return nil
+}
+
+// printEvidence prints what the providers said of an effect.
+func printEvidence(io *IO, ev []reconcile.Stored) {
+	if len(ev) == 0 {
+		fmt.Fprintln(io.Out, "provider evidence	none (no lookup or event yet)")
+		return
+	}
+	fmt.Fprintln(io.Out, "provider evidence:")
+	for _, s := range ev {
+		line := fmt.Sprintf("  %s  %s from %s: %s", when(s.RecordedAt), s.Source, s.Provider, s.Evidence.Verdict)
+		if s.Evidence.Ref != "" {
+			line += " " + s.Evidence.Ref
+		}
+		if s.Evidence.Status != "" {
+			line += " (" + s.Evidence.Status + ")"
+		}
+		if !s.Evidence.At.IsZero() {
+			line += " at " + when(s.Evidence.At)
+		}
+		if s.EventID != "" {
+			line += ", event " + s.EventID
+		}
+		fmt.Fprintln(io.Out, line)
+	}
 }
 
 // lookup finds an effect by id or by key.
@@ -106,12 +139,6 @@ func lookup(ctx context.Context, store *effects.Store, ref string) (*effects.Eff
 func printEffect(io *IO, e *effects.Effect, why string, history []effects.Event) {
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
-	when := func(t time.Time) string {
-		if t.IsZero() {
-			return "-"
-		}
-		return t.UTC().Format(time.RFC3339Nano)
-	}
 	row("effect", e.ID)
 	row("source_id", e.SourceID)
 	row("kind", e.Kind)
@@ -199,4 +226,12 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// when formats a time for inspect, "-" for none.
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
 }
