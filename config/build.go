@@ -355,7 +355,8 @@ func tryWebhook(cfg webhook.Config) error {
 func newProvider(name string, pc ProviderConfig, s secrets, ops map[string]string) (providers.Provider, error) {
 	switch pc.Type {
 	case TypeStripe:
-		return stripe.New(&stripe.Config{Name: name, APIKey: s.apiKey, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout), Operations: ops})
+		return stripe.New(&stripe.Config{Name: name, APIKey: s.apiKey, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout), Operations: ops,
+			ConsistencyDelay: time.Duration(pc.ConsistencyDelay), LookupRate: pc.LookupRate})
 	case TypeSendGrid:
 		return sendgrid.New(&sendgrid.Config{Name: name, APIKey: s.apiKey, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout)})
 	case TypeWebhook:

@@ -297,6 +297,15 @@ type ProviderConfig struct {
 	// reconciliation. Default none: no endpoint.
 	WebhookSecretEnv string `yaml:"webhook_secret_env"`
 
+	// ConsistencyDelay is how long after an effect's first attempt a
+	// reconciliation lookup that does not find its object takes it as
+	// absent (stripe). Default 5m.
+	ConsistencyDelay Duration `yaml:"consistency_delay"`
+
+	// LookupRate bounds the list requests of reconciliation's lookups and
+	// listings, per second (stripe), under Stripe's read limit. Default 10.
+	LookupRate float64 `yaml:"lookup_rate"`
+
 	// Timeout bounds one request. Default 30s for stripe, sendgrid and
 	// http, 10s for webhook. It is also the default timeout of the provider's kinds,
 	// so it must be below dispatcher.lease unless each of them sets its

@@ -31,7 +31,7 @@ var update = flag.Bool("update", false, "rewrite reference.yaml and the README's
 const referenceExample = `
 database_url: postgres://sidefx@localhost:5432/app
 providers:
-  stripe: {type: stripe, api_key_env: STRIPE_API_KEY, webhook_secret_env: STRIPE_WEBHOOK_SECRET}
+  stripe: {type: stripe, api_key_env: STRIPE_API_KEY, webhook_secret_env: STRIPE_WEBHOOK_SECRET, consistency_delay: 5m, lookup_rate: 10}
   mail:
     type: sendgrid
     api_key_env: SENDGRID_API_KEY

@@ -247,6 +247,8 @@ var applies = []struct {
 	{"replayed_header", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.ReplayedHeader != "" }},
 	{"event_public_key", []string{TypeSendGrid}, func(p *ProviderConfig) bool { return p.EventPublicKey != "" }},
 	{"webhook_secret_env", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.WebhookSecretEnv != "" }},
+	{"consistency_delay", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.ConsistencyDelay != 0 }},
+	{"lookup_rate", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.LookupRate != 0 }},
 }
 
 func (p ProviderConfig) check(v *checker, name string, types registry) {
@@ -291,6 +293,12 @@ func (p ProviderConfig) check(v *checker, name string, types registry) {
 			if _, err := sendgrid.NewEvents(p.EventPublicKey); err != nil {
 				v.fail(path+".event_public_key", "%v", err)
 			}
+		}
+		if p.ConsistencyDelay < 0 {
+			v.fail(path+".consistency_delay", "must not be negative")
+		}
+		if p.LookupRate < 0 {
+			v.fail(path+".lookup_rate", "must not be negative")
 		}
 		if p.WebhookSecretEnv != "" && !envNameRE.MatchString(p.WebhookSecretEnv) {
 			v.fail(path+".webhook_secret_env", "%q is not an environment variable name (want e.g. STRIPE_WEBHOOK_SECRET)", p.WebhookSecretEnv)
