@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -216,7 +217,11 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 	rt.DriftSchedule = sched
 	rt.ReconcileKinds = make(map[string]reconcile.Kind, len(c.Kinds))
 	for kind, k := range c.Kinds {
-		rt.ReconcileKinds[kind] = reconcile.Kind{Provider: rt.Providers[k.Provider], RefireWhenAbsentAfter: time.Duration(k.RefireWhenAbsentAfter)}
+		rk := reconcile.Kind{Provider: rt.Providers[k.Provider], RefireWhenAbsentAfter: time.Duration(k.RefireWhenAbsentAfter)}
+		if pc := c.Providers[k.Provider]; pc.Type == TypeSendGrid && pc.EventPublicKey != "" {
+			rk.EventsWithin = cmp.Or(time.Duration(pc.EventDelay), DefaultEventDelay)
+		}
+		rt.ReconcileKinds[kind] = rk
 	}
 	if c.Reconcile.Schedule != "" {
 		rt.Reconcile = &reconcile.Config{Schema: c.Schema, Kinds: rt.ReconcileKinds, Schedule: c.Reconcile.Schedule,

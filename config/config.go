@@ -42,6 +42,7 @@ const (
 	DefaultDriftPending  = time.Hour
 	DefaultDriftKeep     = 720 * time.Hour
 	DefaultServiceName   = "sidefx"
+	DefaultEventDelay    = time.Hour
 )
 
 // StripeKeyWindow is how long Stripe is sure to keep an idempotency key
@@ -289,6 +290,12 @@ type ProviderConfig struct {
 	// stores those that name an effect as evidence for reconciliation.
 	// Default none: no endpoint.
 	EventPublicKey string `yaml:"event_public_key"`
+
+	// EventDelay is how soon SendGrid's events follow a mail it accepted
+	// (sendgrid, with event_public_key): reconciliation takes an uncertain
+	// email with no event this long after its first attempt as never
+	// received. Default 1h.
+	EventDelay Duration `yaml:"event_delay"`
 
 	// WebhookSecretEnv names the environment variable holding the signing
 	// secret (whsec_…) of a Stripe webhook endpoint (stripe). With it, the

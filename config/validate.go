@@ -248,6 +248,7 @@ var applies = []struct {
 	{"event_public_key", []string{TypeSendGrid}, func(p *ProviderConfig) bool { return p.EventPublicKey != "" }},
 	{"webhook_secret_env", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.WebhookSecretEnv != "" }},
 	{"consistency_delay", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.ConsistencyDelay != 0 }},
+	{"event_delay", []string{TypeSendGrid}, func(p *ProviderConfig) bool { return p.EventDelay != 0 }},
 	{"lookup_rate", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.LookupRate != 0 }},
 }
 
@@ -293,6 +294,12 @@ func (p ProviderConfig) check(v *checker, name string, types registry) {
 			if _, err := sendgrid.NewEvents(p.EventPublicKey); err != nil {
 				v.fail(path+".event_public_key", "%v", err)
 			}
+		}
+		if p.EventDelay < 0 {
+			v.fail(path+".event_delay", "must not be negative")
+		}
+		if p.EventDelay > 0 && p.EventPublicKey == "" {
+			v.fail(path+".event_delay", "only with event_public_key: without the events, their absence says nothing")
 		}
 		if p.ConsistencyDelay < 0 {
 			v.fail(path+".consistency_delay", "must not be negative")

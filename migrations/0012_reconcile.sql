@@ -16,14 +16,14 @@ CREATE TABLE {{schema}}.sidefx_evidence (
   effect_id   bigint,     -- NULL: no effect has the key
   key         text        NOT NULL,
   provider    text        NOT NULL,
-  source      text        NOT NULL, -- 'lookup', 'event'
+  source      text        NOT NULL, -- 'lookup', 'event', 'no event'
   verdict     text        NOT NULL CHECK (verdict IN ('found', 'absent', 'not_known')),
   ref         text,
   status      text,
   succeeded   boolean,
   observed_at timestamptz, -- when the provider made or saw it
   recorded_at timestamptz NOT NULL DEFAULT now(),
-  event_id    text,        -- the provider's event id, for an event
+  event_id    text,        -- the provider's event id, for an event; 'absent:KEY' for an absence
   detail      jsonb,
   UNIQUE (provider, event_id)
 );

@@ -90,6 +90,12 @@ type Kind struct {
 	// email is sent rather than left to an operator. Zero: an absent
 	// effect is left to an operator, with the evidence.
 	RefireWhenAbsentAfter time.Duration
+	// EventsWithin, when positive, is how soon the provider's events follow
+	// a request it got (SendGrid's "processed" comes within seconds): an
+	// uncertain effect with no event this long after its first fire never
+	// reached the provider, and is Absent. Zero: the lack of an event says
+	// nothing.
+	EventsWithin time.Duration
 }
 
 // Observer hears each run's report.
@@ -163,8 +169,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Reconciler, error) {
 		if k.Provider == nil {
 			return nil, fmt.Errorf("reconcile: kind %q has no provider", kind)
 		}
-		if k.RefireWhenAbsentAfter < 0 {
-			return nil, fmt.Errorf("reconcile: kind %q: refire_when_absent_after %s is negative", kind, k.RefireWhenAbsentAfter)
+		if k.RefireWhenAbsentAfter < 0 || k.EventsWithin < 0 {
+			return nil, fmt.Errorf("reconcile: kind %q: refire_when_absent_after and events_within must not be negative", kind)
 		}
 	}
 	if c.Window < 0 || c.Limit < 0 || c.Retention < 0 {
@@ -324,11 +330,23 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 				continue
 			}
 			if ev.Verdict != providers.NotKnown {
-				if _, err := Record(ctx, r.pool, r.schema, u.id, u.key, prov, "lookup", "", ev); err != nil {
+				eventID := "" // a finding, stored each time…
+				if ev.Verdict == providers.Absent {
+					eventID = "absent:" + u.key // …but an absence once, however many runs find it
+				}
+				if _, err := Record(ctx, r.pool, r.schema, u.id, u.key, prov, "lookup", eventID, ev); err != nil {
 					f.Finding, f.Detail = Error, err.Error()
 					rep.Findings = append(rep.Findings, f)
 					continue
 				}
+			}
+		case k.EventsWithin > 0 && r.cfg.Now().Sub(u.firstFiredAt) >= k.EventsWithin:
+			ev = providers.Evidence{Verdict: providers.Absent, Source: fmt.Sprintf("no event from the provider in the %s after the first attempt", k.EventsWithin)}
+			// Recorded once however many runs find it so.
+			if _, err := Record(ctx, r.pool, r.schema, u.id, u.key, prov, "no event", "absent:"+u.key, ev); err != nil {
+				f.Finding, f.Detail = Error, err.Error()
+				rep.Findings = append(rep.Findings, f)
+				continue
 			}
 		default:
 			continue // nothing to go by yet

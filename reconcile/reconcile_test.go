@@ -319,6 +319,26 @@ func TestReconcile_EventsSettle(t *testing.T) {
 	if ev, _ := reconcile.Evidence(ctx, pool, "", sent.ID, sent.Key); len(ev) != 1 {
 		t.Errorf("evidence %+v: want the event once", ev)
 	}
+
+	// Where events always follow a mail the provider got (EventsWithin),
+	// no event past that delay says it never got it: absent, recorded
+	// once however many runs find it.
+	r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: f, EventsWithin: time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run := range 2 {
+		rep, err := r.RunNow(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := findings(rep, reconcile.Absent); len(a) != 1 || a[0].EffectID != unsent.ID || len(rep.Findings) != 1 {
+			t.Fatalf("run %d with events_within: %+v; want %d absent", run+1, rep.Findings, unsent.ID)
+		}
+	}
+	if ev, _ := reconcile.Evidence(ctx, pool, "", unsent.ID, unsent.Key); len(ev) != 1 || ev[0].Evidence.Verdict != providers.Absent || ev[0].Source != "no event" {
+		t.Errorf("evidence of the unsent email %+v: want one absence", ev)
+	}
 }
 
 // An uncertain effect the provider never got: absent, left to an operator
