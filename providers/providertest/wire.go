@@ -2,6 +2,10 @@ package providertest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,10 +15,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
@@ -48,10 +54,20 @@ type WireServer struct {
 	mu      sync.Mutex
 	refused int
 	answers map[string][]byte // key → the first success answer, replayed
+	made    map[string][]made // Stripe: objects type → the objects made, oldest first
+	events  []json.RawMessage // SendGrid: events not yet taken (TakeEvents)
+	now     func() time.Time
+}
+
+// made is an object a Stripe server made, for its list endpoint.
+type made struct {
+	id      string
+	created int64
+	body    []byte
 }
 
 func startWire(f *Fake, h func(s *WireServer) http.Handler) *WireServer {
-	s := &WireServer{fake: f, answers: map[string][]byte{}}
+	s := &WireServer{fake: f, answers: map[string][]byte{}, made: map[string][]made{}, now: time.Now}
 	ctx, stop := context.WithCancel(context.Background())
 	ts := httptest.NewUnstartedServer(h(s))
 	ts.Config.BaseContext = func(net.Listener) context.Context { return ctx }
@@ -156,6 +172,7 @@ func NewStripeServer(f *Fake, apiKey string) *WireServer {
 	return startWire(f, func(s *WireServer) http.Handler {
 		mux := http.NewServeMux()
 		mux.HandleFunc("POST /v1/{objects}", func(w http.ResponseWriter, r *http.Request) { s.stripeCreate(w, r, apiKey) })
+		mux.HandleFunc("GET /v1/{objects}", func(w http.ResponseWriter, r *http.Request) { s.stripeList(w, r, apiKey) })
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			writeWireJSON(w, http.StatusNotFound, stripeError("invalid_request_error", "", "Unrecognized request URL ("+r.Method+" "+r.URL.Path+")."))
 		})
@@ -205,8 +222,9 @@ func (s *WireServer) stripeCreate(w http.ResponseWriter, r *http.Request, apiKey
 				metadata[strings.TrimSuffix(name, "]")] = v[0]
 			}
 		}
+		created := s.now().Unix()
 		obj := map[string]any{"id": prefix + ref, "object": strings.TrimSuffix(objects, "s"), "livemode": false,
-			"status": "succeeded", "metadata": metadata}
+			"status": "succeeded", "metadata": metadata, "created": created}
 		if a, err := strconv.ParseInt(form.Get("amount"), 10, 64); err == nil {
 			obj["amount"] = a
 		}
@@ -214,6 +232,7 @@ func (s *WireServer) stripeCreate(w http.ResponseWriter, r *http.Request, apiKey
 			obj["currency"] = c
 		}
 		b, _ := json.Marshal(obj)
+		s.made[objects] = append(s.made[objects], made{id: prefix + ref, created: created, body: b}) // under s.mu, in call
 		return b
 	})
 	dropped(res)
@@ -290,6 +309,11 @@ func (s *WireServer) mailSend(w http.ResponseWriter, r *http.Request, apiKey str
 		return
 	}
 	res, answer := s.call(r, providers.Call{Kind: "mail.send", Key: key, Payload: body, Attempt: 1}, func(ref string) []byte {
+		// SendGrid's first event about an accepted mail: "processed", with
+		// the custom arguments (under s.mu, in call).
+		ev, _ := json.Marshal(map[string]any{"event": "processed", "sg_event_id": "evt_" + ref, "sg_message_id": "msg_" + ref + ".filter0001.0.0",
+			"timestamp": s.now().Unix(), "sidefx_key": key})
+		s.events = append(s.events, ev)
 		return []byte("msg_" + ref)
 	})
 	dropped(res)
@@ -363,4 +387,88 @@ func Keys(f *Fake) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// stripeList serves GET /v1/{objects}: the objects made, newest first, as
+// Stripe's list endpoints answer, honouring created[gte], created[gt],
+// created[lt], created[lte], limit (default 10, at most 100) and
+// starting_after.
+func (s *WireServer) stripeList(w http.ResponseWriter, r *http.Request, apiKey string) {
+	if r.Header.Get("Authorization") != "Bearer "+apiKey {
+		s.refuse(w, http.StatusUnauthorized, stripeError("invalid_request_error", "", "Invalid API Key provided."))
+		return
+	}
+	q := r.URL.Query()
+	bound := func(name string) (int64, bool) {
+		v := q.Get("created[" + name + "]")
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, v != "" && err == nil
+	}
+	limit := 10
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 {
+		limit = min(n, 100)
+	}
+	s.mu.Lock()
+	all := slices.Clone(s.made[r.PathValue("objects")])
+	s.mu.Unlock()
+	var page [][]byte
+	after, started := q.Get("starting_after"), q.Get("starting_after") == ""
+	more := false
+	for i := len(all) - 1; i >= 0; i-- {
+		o := all[i]
+		if !started {
+			started = o.id == after
+			continue
+		}
+		if v, ok := bound("gte"); ok && o.created < v {
+			continue
+		}
+		if v, ok := bound("gt"); ok && o.created <= v {
+			continue
+		}
+		if v, ok := bound("lt"); ok && o.created >= v {
+			continue
+		}
+		if v, ok := bound("lte"); ok && o.created > v {
+			continue
+		}
+		if len(page) == limit {
+			more = true
+			break
+		}
+		page = append(page, o.body)
+	}
+	data := make([]json.RawMessage, len(page))
+	for i, b := range page {
+		data[i] = b
+	}
+	writeWireJSON(w, http.StatusOK, map[string]any{"object": "list", "url": r.URL.Path, "has_more": more, "data": data})
+}
+
+// TakeEvents returns the SendGrid events of a mail server not taken yet,
+// oldest first, and forgets them: one "processed" event per mail it
+// accepted, with its sidefx_key, as SendGrid's Event Webhook posts them.
+func (s *WireServer) TakeEvents() []json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.events
+	s.events = nil
+	return out
+}
+
+// SignSendGridEvents signs a delivery of events as SendGrid's Signed Event
+// Webhook does, at time at: ECDSA over SHA-256 of the timestamp followed by
+// the body, the signature ASN.1 DER in base64.
+func SignSendGridEvents(key *ecdsa.PrivateKey, body []byte, at time.Time) (http.Header, error) {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	h := sha256.Sum256(append([]byte(ts), body...))
+	sig, err := ecdsa.SignASN1(rand.Reader, key, h[:])
+	if err != nil {
+		return nil, err
+	}
+	header := http.Header{}
+	header.Set("X-Twilio-Email-Event-Webhook-Signature", base64.StdEncoding.EncodeToString(sig))
+	header.Set("X-Twilio-Email-Event-Webhook-Timestamp", ts)
+	header.Set("Content-Type", "application/json")
+	return header, nil
 }

@@ -2,8 +2,13 @@ package providertest_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -230,4 +235,74 @@ func httpPost(url, auth, body string) (int, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// The Stripe server lists what it made, as Stripe's list endpoints do: the
+// stripe provider's own List pages through it and finds each object by its
+// sidefx key.
+func TestStripeServer_ListsWhatItMade(t *testing.T) {
+	t.Parallel()
+	s := providertest.NewStripeServer(providertest.New(providertest.Config{Name: "stripe", Idempotent: true}), "sk_test_wire")
+	t.Cleanup(s.Close)
+	p, err := stripe.New(&stripe.Config{APIKey: "sk_test_wire", BaseURL: s.URL(), Operations: map[string]string{chargeKind: "payment_intents.create"}, LookupRate: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := map[string]string{}
+	for i := range 120 { // more than a page
+		src := fmt.Sprintf("order-%d", i)
+		c := providers.Call{EffectID: int64(i + 1), SourceID: src, Kind: chargeKind, Key: derive.Key(src, chargeKind), Payload: json.RawMessage(chargePayload), Attempt: 1}
+		res := p.Call(context.Background(), c)
+		if !res.IsConfirmed() {
+			t.Fatalf("call %d: %+v", i, res)
+		}
+		refs[c.Key] = res.Ref
+	}
+	seen := map[string]string{}
+	if err := p.List(context.Background(), chargeKind, time.Now().Add(-time.Hour), time.Now().Add(time.Minute), func(o providers.Object) error {
+		seen[o.Key] = o.Ref
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != len(refs) {
+		t.Fatalf("listed %d objects, want %d", len(seen), len(refs))
+	}
+	for k, ref := range refs {
+		if seen[k] != ref {
+			t.Errorf("key %s: listed %q, want %s", k, seen[k], ref)
+		}
+	}
+	ev, err := p.Lookup(context.Background(), providers.Query{Kind: chargeKind, Key: derive.Key("order-7", chargeKind), FirstFiredAt: time.Now().Add(-time.Minute)})
+	if err != nil || ev.Verdict != providers.Found || ev.Ref != refs[derive.Key("order-7", chargeKind)] {
+		t.Errorf("lookup: %+v, %v", ev, err)
+	}
+}
+
+// The mail server queues a SendGrid "processed" event for every mail it
+// accepts, a lost answer's included, which verify as SendGrid's do.
+func TestMailServer_EventsAsSendGridSendsThem(t *testing.T) {
+	t.Parallel()
+	s, p := newMail(t, firstLost)
+	wireCall(t, p, receiptKind, mailPayload) // accepted, answer lost
+	wireCall(t, p, receiptKind, mailPayload) // a second email: no key
+	evs := s.TakeEvents()
+	if len(evs) != 2 || len(s.TakeEvents()) != 0 {
+		t.Fatalf("events %s", evs)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	src, err := sendgrid.NewEvents(base64.StdEncoding.EncodeToString(der))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(evs)
+	h, err := providertest.SignSendGridEvents(key, body, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := src.Events(h, body)
+	if err != nil || len(got) != 2 || got[0].Key != derive.Key("order-1", receiptKind) || got[0].Evidence.Status != "processed" || got[0].ID == got[1].ID {
+		t.Fatalf("events read back: %+v, %v", got, err)
+	}
 }
