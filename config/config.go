@@ -424,7 +424,7 @@ type KindConfig struct {
 
 	// RefireWhenAbsentAfter, when set, has reconciliation send again an
 	// uncertain effect its provider says it never got, once this long has
-	// passed since the first attempt (with one more attempt): a lost email
+	// passed since the first attempt (with up to 5 more attempts): a lost email
 	// is sent rather than left to an operator. Only for providers without
 	// idempotency keys (sendgrid). Default 0: an absent effect is left to
 	// an operator, with the evidence.

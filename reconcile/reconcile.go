@@ -363,7 +363,7 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 			f.Finding, f.Detail = Absent, "the provider never got it ("+ev.Source+")"
 			if after := k.RefireWhenAbsentAfter; after > 0 && r.cfg.Now().Sub(u.firstFiredAt) >= after {
 				note := fmt.Sprintf("the provider never got it (%s); refire_when_absent_after %s", ev.Source, after)
-				if _, err := r.store.Refire(ctx, u.id, 1, effects.RefireOptions{}, effects.Action{Actor: r.cfg.Actor, Note: note}); err != nil {
+				if _, err := r.store.Refire(ctx, u.id, RefireAttempts, effects.RefireOptions{}, effects.Action{Actor: r.cfg.Actor, Note: note}); err != nil {
 					f.Finding, f.Detail = Error, "refire: "+err.Error()
 				} else {
 					f.Finding, f.Detail = Refired, note
@@ -437,6 +437,11 @@ func (r *Reconciler) compare(ctx context.Context, kind string, rep *Report) {
 			Detail: "confirmed with " + c.ref + ", which the provider does not list"})
 	}
 }
+
+// RefireAttempts is how many more attempts an effect refired for its
+// absence gets: a refusal before the provider began (a 429) is retried,
+// an unknown outcome leaves it uncertain again, for the next run.
+const RefireAttempts = 5
 
 // listSkew keeps the effects checked for missing objects away from the
 // listing's start: a clock difference between the database and the

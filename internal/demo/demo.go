@@ -3,6 +3,7 @@ package demo
 import (
 	"cmp"
 	"context"
+	"crypto/ecdsa"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
@@ -113,6 +114,9 @@ type Summary struct {
 
 	// Path is what the API's edge, the broker and the inbox absorbed.
 	Path PathCounts
+
+	// Reconcile is what reconciliation settled after the drain.
+	Reconcile ReconcileCounts
 
 	// Enqueued counts the effects the consumers inserted (Inserted true):
 	// 3 per order.
@@ -227,25 +231,29 @@ type demo struct {
 	sum  *Summary
 	plan plan
 
-	tmp        string
-	cluster    *pgcluster.Cluster
-	dbURL      string
-	schema     string
-	pool       *pgxpool.Pool
-	store      *effects.Store
-	outbox     *outbox.Outbox
-	stripe     *providertest.WireServer
-	mail       *providertest.WireServer
-	partner    *providertest.WireServer
-	broker     *broker
-	edge       *edge.Edge
-	edgeCounts edgeCounter
-	api        *http.Server
-	apiURL     string
-	secrets    map[string]string // environment variable → secret, for the child
-	config     string            // the child's configuration file
-	child      *child
-	children   int
+	tmp            string
+	cluster        *pgcluster.Cluster
+	dbURL          string
+	schema         string
+	pool           *pgxpool.Pool
+	store          *effects.Store
+	outbox         *outbox.Outbox
+	stripe         *providertest.WireServer
+	mail           *providertest.WireServer
+	partner        *providertest.WireServer
+	broker         *broker
+	edge           *edge.Edge
+	edgeCounts     edgeCounter
+	api            *http.Server
+	apiURL         string
+	eventKey       *ecdsa.PrivateKey // signs the mail API's events
+	eventKeyPublic string            // its public half, for event_public_key
+	httpPort       int               // the dispatcher's http.listen port
+	poster         *eventPoster
+	secrets        map[string]string // environment variable → secret, for the child
+	config         string            // the child's configuration file
+	child          *child
+	children       int
 }
 
 // Run tells the story on out and returns what it counted. It stops
@@ -365,6 +373,13 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.check()
 	d.report()
+	if err := d.reconcileAll(ctx); err != nil {
+		return err
+	}
+	d.checkReconcile()
+	if err := d.stopDispatcher(); err != nil {
+		return err
+	}
 	return d.drift(ctx)
 }
 
@@ -444,7 +459,14 @@ func (d *demo) startProviders() error {
 		envWebhookSecret: whSecret,
 	}
 	d.stripe, d.mail = startStripe(stripeKey, d.plan), startMail(mailKey, d.plan)
-	var err error
+	if err := d.newEventKey(); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	d.httpPort = port
 	if d.partner, err = startReceiver(whSecret, d.plan); err != nil {
 		return err
 	}
@@ -470,6 +492,9 @@ func (d *demo) teardown(runCtx context.Context, runErr error) error {
 	defer cancel()
 	var errs []error
 	var done []string
+	if d.poster != nil {
+		d.poster.close()
+	}
 	if d.child != nil && d.child.running() {
 		if err := d.child.stop(shutdownGrace + 5*time.Second); err != nil {
 			errs = append(errs, err)

@@ -96,7 +96,7 @@ func TestRun_ThrowawayCluster(t *testing.T) {
 		t.Fatalf("no cluster recorded: %q %d", sum.ClusterDir, sum.ClusterPort)
 	}
 	checkNothingLeft(t, sum)
-	for _, want := range []string{"kill -9", "The leases expired and the new dispatcher rescued", "Cards charged: 150, one per order", "Duplicates absorbed, layer by layer", "sidefx resolve", "1 missing [" + sum.DeletedReceipt + "]"} {
+	for _, want := range []string{"kill -9", "The leases expired and the new dispatcher rescued", "Cards charged: 150, one per order", "Duplicates absorbed, layer by layer", "0 left for an operator", "sidefx resolve", "1 missing [" + sum.DeletedReceipt + "]"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the output lacks %q", want)
 		}
@@ -362,6 +362,27 @@ func checkSummary(t *testing.T, s *demo.Summary, o demo.Options) {
 	}
 	if c := s.States[demo.KindReceipt][effects.Confirmed]; s.Mail.Accepted != c+sentUncertain {
 		t.Errorf("mail accepted %d; %d confirmed + %d uncertain that arrived", s.Mail.Accepted, c, sentUncertain)
+	}
+
+	// Reconciliation: every uncertain receipt settled without a person, by
+	// the mail API's events or sent again when it never got there; no
+	// email twice; nothing wrong in Stripe's listing.
+	rc := s.Reconcile
+	if rc.Before != len(s.Uncertain) || rc.After != 0 || rc.Settled+rc.Refired != rc.Before || rc.Settled == 0 ||
+		rc.MailDuplicates != 0 || rc.Extra+rc.Missing+rc.Errors != 0 || rc.EventsStored == 0 {
+		t.Errorf("reconciliation: %+v, want all %d uncertain receipts settled", rc, len(s.Uncertain))
+	}
+	lostSent := 0
+	for _, u := range s.Uncertain {
+		if u.Sent > 0 {
+			lostSent++
+		}
+	}
+	// A refired email may lose its answer again: it is settled by its
+	// event in the next round.
+	if rc.Settled < lostSent || rc.Refired != len(s.Uncertain)-lostSent {
+		t.Errorf("reconciliation settled %d by events and refired %d; %d of the uncertain had reached the mail API, %d had not",
+			rc.Settled, rc.Refired, lostSent, len(s.Uncertain)-lostSent)
 	}
 
 	// Drift: clean, then exactly the deleted receipt.

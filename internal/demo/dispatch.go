@@ -36,7 +36,7 @@ func (d *demo) writeConfig() error {
 # and the secrets from the variables named below, all set by the demo.
 schema: %s
 http:
-  listen: 127.0.0.1:0
+  listen: 127.0.0.1:%d   # /events/sendgrid takes the mail API's signed events
 dispatcher:
   workers: %d
   lease: %s
@@ -56,6 +56,8 @@ providers:
     base_url: %s
     timeout: %s
     rate_per_second: %d
+    event_public_key: %s
+    event_delay: %s
   partner:
     type: webhook
     url: %s
@@ -63,13 +65,14 @@ providers:
     timeout: %s
     rate_per_second: %d
 kinds:
-`, d.schema, workers, lease, rescueInterval, pollInterval, shutdownGrace,
+`, d.schema, d.httpPort, workers, lease, rescueInterval, pollInterval, shutdownGrace,
 		envStripeKey, q(d.stripe.URL()), callTimeout, rate,
-		envMailKey, q(d.mail.URL()), callTimeout, rate,
+		envMailKey, q(d.mail.URL()), callTimeout, rate, q(d.eventKeyPublic), eventDelay,
 		q(d.partner.URL()+receiverPath), envWebhookSecret, callTimeout, rate)
 	for _, k := range []struct{ kind, provider, extra string }{
 		{KindCharge, "stripe", "    operation: payment_intents.create\n"},
-		{KindReceipt, "sendgrid", "    at_least_once: false   # no idempotency key: an unknown outcome waits for an operator\n"},
+		{KindReceipt, "sendgrid", "    at_least_once: false   # no idempotency key: an unknown outcome is uncertain, for reconciliation\n" +
+			"    refire_when_absent_after: " + eventDelay.String() + "   # an email SendGrid never got is sent again\n"},
 		{KindWebhook, "partner", ""},
 	} {
 		fmt.Fprintf(&b, "  %s:\n    provider: %s\n%s    timeout: %s\n    backoff_base: %s\n    backoff_max: %s\n",
@@ -291,6 +294,7 @@ func (d *demo) dispatch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.poster = d.startEventPoster()
 	d.n.say("The dispatcher starts as a separate process (pid %d): %s run --config %s", c.pid, filepath.Base(d.opts.Binary), d.config)
 	d.n.detail("%d workers, lease %s, calls time out after %s, each provider at most %d calls/s; log: %s",
 		workers, lease, callTimeout, providerRate(d.opts.Orders), c.log)
@@ -344,7 +348,13 @@ func (d *demo) dispatch(ctx context.Context) error {
 	if !d.sum.Kill.Done {
 		d.n.say("Every effect finished before the kill was due: nothing to kill.")
 	}
-	d.n.say("Drained: every effect is confirmed, failed or uncertain. Stopping the dispatcher (SIGTERM)…")
+	d.n.say("Drained: every effect is confirmed, failed or uncertain.")
+	return nil
+}
+
+// stopDispatcher stops the running dispatcher with SIGTERM.
+func (d *demo) stopDispatcher() error {
+	d.n.say("Stopping the dispatcher (SIGTERM)…")
 	if err := d.child.stop(shutdownGrace + 5*time.Second); err != nil {
 		return err
 	}

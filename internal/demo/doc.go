@@ -15,8 +15,14 @@
 // effects to local providers (providertest's wire servers) that inject
 // faults into first requests: answers lost after the work was done
 // ("charged, never heard back") and 429s before it. Run counts the
-// duplicates each layer absorbed. Last, a drift rule finds nothing missing,
-// then finds the one receipt whose row the demo deletes.
+// duplicates each layer absorbed. Then reconciliation: the mail API posts
+// a signed "processed" event for every email it accepted to the daemon's
+// /events/sendgrid, as SendGrid's Signed Event Webhook does; `sidefx
+// reconcile run` confirms every uncertain receipt an event names and sends
+// again those the mail API never got (refire_when_absent_after), and lists
+// Stripe's payment intents for extras and missing ones: no receipt is left
+// for an operator. Last, a drift rule finds nothing missing, then finds the
+// one receipt whose row the demo deletes.
 //
 //	sum, err := demo.Run(ctx, demo.Options{Orders: 1000, Replays: 3, TimeoutRate: 0.05, ErrorRate: 0.05}, os.Stdout)
 //

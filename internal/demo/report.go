@@ -201,8 +201,8 @@ func (d *demo) reportUncertain() {
 	if l := by[CauseOther]; len(l) > 0 {
 		d.n.text(fmt.Sprintf("    %d: their calls timed out although the demo injected no fault (%d had reached the mail API);", len(l), sent(l)))
 	}
-	d.n.text("  An operator looks each one up at the provider (the mail carries custom_args.sidefx_key and the",
-		"  header X-Sidefx-Key) and settles it with sidefx resolve (and --config or --database-url), e.g.:")
+	d.n.text("  Reconciliation settles them next. By hand, an operator would look each one up at the provider (the mail",
+		"  carries custom_args.sidefx_key and the header X-Sidefx-Key) and settle it with sidefx resolve, e.g.:")
 	var examples [][]string
 	var withRef, without bool
 	for _, u := range us {
@@ -217,4 +217,22 @@ func (d *demo) reportUncertain() {
 	}
 	slices.SortFunc(examples, func(a, b []string) int { return len(b[0]) - len(a[0]) })
 	d.n.text(table("    ", examples, false)...)
+}
+
+// checkReconcile checks what reconciliation did: nothing left uncertain,
+// nothing wrong at Stripe, no email twice.
+func (d *demo) checkReconcile() {
+	rc := d.sum.Reconcile
+	if rc.After != 0 {
+		d.problem("%d receipts still uncertain after %d reconciliation rounds", rc.After, rc.Rounds)
+	}
+	if rc.Extra+rc.Missing+rc.Errors != 0 {
+		d.problem("reconciliation found %d extra and %d missing payment intents, and %d errors", rc.Extra, rc.Missing, rc.Errors)
+	}
+	if rc.MailDuplicates != 0 {
+		d.problem("the mail API sent %d emails twice", rc.MailDuplicates)
+	}
+	if rc.Before > 0 && rc.Settled+rc.Refired < rc.Before {
+		d.problem("%d receipts were uncertain, %d settled and %d refired", rc.Before, rc.Settled, rc.Refired)
+	}
 }

@@ -113,12 +113,21 @@ func (s *WireServer) call(r *http.Request, c providers.Call, answer func(ref str
 	if res.Class != providers.Confirmed && !errors.Is(res.Err, ErrResponseLost) {
 		return res, nil
 	}
+	ref := res.Ref
+	if ref == "" { // a lost answer carries no reference: the fake's record of the performance does
+		calls := s.fake.Calls(c.Key)
+		for i := len(calls) - 1; i >= 0 && ref == ""; i-- {
+			if calls[i].Performed || calls[i].Replayed {
+				ref = calls[i].Ref
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.answers[c.Key]
 	if !ok || !res.Replayed {
 		// A performance: a new answer, which replays get from now on.
-		b = answer(res.Ref)
+		b = answer(ref)
 		s.answers[c.Key] = b
 	}
 	return res, b

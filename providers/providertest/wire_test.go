@@ -302,7 +302,8 @@ func TestMailServer_EventsAsSendGridSendsThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := src.Events(h, body)
-	if err != nil || len(got) != 2 || got[0].Key != derive.Key("order-1", receiptKind) || got[0].Evidence.Status != "processed" || got[0].ID == got[1].ID {
+	if err != nil || len(got) != 2 || got[0].Key != derive.Key("order-1", receiptKind) || got[0].Evidence.Status != "processed" || got[0].ID == got[1].ID ||
+		got[0].Evidence.Ref == "msg_" || got[0].Evidence.Ref == got[1].Evidence.Ref {
 		t.Fatalf("events read back: %+v, %v", got, err)
 	}
 }
