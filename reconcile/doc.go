@@ -25,6 +25,10 @@
 //     although the object says performed, is an Extra (a duplicate, or an
 //     orphan); a confirmed effect first fired in the window whose
 //     reference the provider does not list is Missing.
+//   - For a provider that cannot list (SendGrid), its events of the window
+//     are what it holds: an object they name whose effect is missing,
+//     confirmed with another reference (a second email), or failed or
+//     cancelled, is an Extra.
 //
 // Runs and their findings are stored (sidefx_reconcile_runs,
 // sidefx_reconcile_findings; Runs reads them), logged, and reported to an

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -286,6 +287,7 @@ func (r *Reconciler) run(ctx context.Context, tick time.Time) (rep Report, ran b
 	for _, kind := range kinds {
 		r.compare(ctx, kind, &rep)
 	}
+	r.compareEvents(ctx, &rep)
 	rep.Finished = r.cfg.Now()
 	if err := save(ctx, r.pool, r.schema, &rep); err != nil {
 		return rep, true, err
@@ -442,6 +444,40 @@ func (r *Reconciler) compare(ctx context.Context, kind string, rep *Report) {
 // absence gets: a refusal before the provider began (a 429) is retried,
 // an unknown outcome leaves it uncertain again, for the next run.
 const RefireAttempts = 5
+
+// compareEvents checks the events of the providers that cannot list (their
+// events are what they hold): an object an event names whose effect is
+// missing, confirmed with another reference (a second email), or failed
+// or cancelled, is an Extra. Events of the window only.
+func (r *Reconciler) compareEvents(ctx context.Context, rep *Report) {
+	seen := map[string]bool{}
+	for _, kind := range slices.Sorted(maps.Keys(r.cfg.Kinds)) {
+		p := r.cfg.Kinds[kind].Provider
+		if _, lists := p.(providers.Lister); lists || seen[p.Name()] {
+			continue
+		}
+		seen[p.Name()] = true
+		objs, err := eventObjects(ctx, r.pool, r.schema, p.Name(), r.cfg.Now().Add(-r.cfg.Window))
+		if err != nil {
+			rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: p.Name(), Detail: err.Error()})
+			continue
+		}
+		for _, o := range objs {
+			f := Finding{Finding: Extra, Kind: cmp.Or(o.kind, kind), Provider: p.Name(), EffectID: o.effectID, Key: o.key, Ref: o.ref}
+			switch {
+			case o.effectID == 0:
+				f.Detail = "the provider's events name a key no effect has"
+			case o.state == effects.Confirmed && o.effectRef != "" && o.effectRef != o.ref:
+				f.Detail = fmt.Sprintf("a duplicate: the effect is confirmed with %s, and the provider's events name %s too", o.effectRef, o.ref)
+			case o.state == effects.Failed || o.state == effects.Cancelled:
+				f.Detail = fmt.Sprintf("the provider's events say it has it, although the effect is %s", o.state)
+			default:
+				continue
+			}
+			rep.Findings = append(rep.Findings, f)
+		}
+	}
+}
 
 // listSkew keeps the effects checked for missing objects away from the
 // listing's start: a clock difference between the database and the

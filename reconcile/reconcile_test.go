@@ -320,6 +320,26 @@ func TestReconcile_EventsSettle(t *testing.T) {
 		t.Errorf("evidence %+v: want the event once", ev)
 	}
 
+	// Events of a second email for the settled effect, and of one with a
+	// key no effect has: extras.
+	for _, e := range []struct{ id, key, ref string }{{"evt-2", sent.Key, "msg-second"}, {"evt-3", "sfx1_nobody", "msg-orphan"}} {
+		if _, err := reconcile.Record(ctx, pool, "", 0, e.key, "mail", "event", e.id,
+			providers.Evidence{Verdict: providers.Found, Ref: e.ref, Succeeded: true, Status: "processed"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err = newReconciler(t, pool, f).RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byRef := map[string]int64{}
+	for _, f := range findings(rep, reconcile.Extra) {
+		byRef[f.Ref] = f.EffectID
+	}
+	if e, ok := byRef["msg-orphan"]; !ok || e != 0 || byRef["msg-second"] != sent.ID || len(rep.Findings) != 2 {
+		t.Fatalf("findings %+v; want the orphan and the second email as extras", rep.Findings)
+	}
+
 	// Where events always follow a mail the provider got (EventsWithin),
 	// no event past that delay says it never got it: absent, recorded
 	// once however many runs find it.
@@ -332,7 +352,7 @@ func TestReconcile_EventsSettle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a := findings(rep, reconcile.Absent); len(a) != 1 || a[0].EffectID != unsent.ID || len(rep.Findings) != 1 {
+		if a := findings(rep, reconcile.Absent); len(a) != 1 || a[0].EffectID != unsent.ID || len(rep.Findings) != 3 { // and the two extras
 			t.Fatalf("run %d with events_within: %+v; want %d absent", run+1, rep.Findings, unsent.ID)
 		}
 	}

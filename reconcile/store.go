@@ -308,3 +308,31 @@ func Runs(ctx context.Context, db effects.DB, schema string, limit, findings int
 	}
 	return runs, nil
 }
+
+// eventObject is one object a provider's events named, with the effect of
+// its key if there is one.
+type eventObject struct {
+	key, ref  string
+	effectID  int64
+	kind      string
+	state     effects.State
+	effectRef string
+}
+
+// eventObjects returns the distinct objects the provider's events named
+// since from, each with its effect.
+func eventObjects(ctx context.Context, db effects.DB, schema, provider string, from time.Time) ([]eventObject, error) {
+	rows, err := db.Query(ctx, `SELECT v.key, v.ref, coalesce(e.id, 0), coalesce(e.kind, ''), coalesce(e.state, ''), coalesce(e.provider_ref, '')
+		FROM (SELECT DISTINCT key, ref FROM `+evidenceTable(schema)+`
+			WHERE provider = $1 AND source = 'event' AND verdict = 'found' AND ref IS NOT NULL AND recorded_at >= $2) v
+		LEFT JOIN `+effectsTable(schema)+` e ON e.idempotency_key = v.key
+		ORDER BY v.key, v.ref`, provider, from)
+	if err != nil {
+		return nil, fmt.Errorf("read %s's events: %w", provider, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (eventObject, error) {
+		var o eventObject
+		err := r.Scan(&o.key, &o.ref, &o.effectID, &o.kind, &o.state, &o.effectRef)
+		return o, err
+	})
+}
