@@ -26,8 +26,9 @@ var histograms = []string{
 }
 
 // exported returns every metric family the dashboard and the rules may
-// name: the daemon's (the dispatcher's, the table's and the drift job's)
-// and those a user's service exports through inboxmetrics and edgemetrics.
+// name: the daemon's (the dispatcher's, the table's, the drift job's, the
+// reconciler's and the provider events') and those a user's service exports
+// through inboxmetrics and edgemetrics.
 func exported() []string {
 	names, _ := serviceMetrics()
 	return append(metrics.Names(), names...)
@@ -334,8 +335,8 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("grafana/sidefx.json: %s", p)
 	}
 	// The dashboard covers everything the daemon exports (throughput,
-	// states, latency, replays, rescues, drift) and the service's inbox and
-	// edge metrics.
+	// states, latency, replays, rescues, drift, reconciliation, provider
+	// events) and the service's inbox and edge metrics.
 	for _, m := range notShown(names) {
 		t.Errorf("grafana/sidefx.json shows no %s", m)
 	}

@@ -8,7 +8,8 @@
 //     that Prometheus stays out of the main module's go.mod.
 //
 // This package's test checks that the dashboard and the rules name only
-// metrics the daemon exports (internal/metrics and the drift job) or a
+// metrics the daemon exports (internal/metrics: the dispatcher's, the
+// table's, the drift job's, the reconciler's and the provider events') or a
 // user's service exports through inbox/inboxmetrics and edge/edgemetrics,
 // that the dashboard shows every one of them, and that no expression
 // filters the service's metrics by job. README.md says how to import

@@ -16,7 +16,7 @@ func TestShippedFiles(t *testing.T) {
 		t.Fatalf("rulecheck exited %d:\n%s%s", code, out.String(), errb.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"15 alerting rules", "alert checks", "expressions"} {
+	for _, want := range []string{"20 alerting rules", "alert checks", "expressions"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -192,6 +192,27 @@ func TestUnitTestsCatchRuleChanges(t *testing.T) {
 		{"the service's series filtered by the daemon's job: never fires",
 			"rate(sidefx_edge_replays_total[5m])", `rate(sidefx_edge_replays_total{job="sidefx"}[5m])`,
 			"SidefxEdgeReplayRateHigh at 23m"},
+		{"summing replicas' reconciliation findings counts one object twice",
+			`max by (job, kind, provider) (sidefx_reconcile_findings{finding="extra"})`,
+			`sum by (job, kind, provider) (sidefx_reconcile_findings{finding="extra"})`,
+			"SidefxReconcileExtraObjects at 22m"},
+		{"no finding filter: missing objects page as extra ones",
+			`(sidefx_reconcile_findings{finding="extra"}) > 0`, `(sidefx_reconcile_findings) > 0`,
+			"SidefxReconcileExtraObjects at 45m"},
+		{"> 0 dropped: a daemon that never reconciled looks 50 years stale",
+			"(max_over_time(sidefx_reconcile_last_run_timestamp_seconds[1d]) > 0)",
+			"(max_over_time(sidefx_reconcile_last_run_timestamp_seconds[1d]))",
+			"SidefxReconcileStale at 2h5m"},
+		{"the current value instead of the day's: a restart hides a stopped reconciliation",
+			"(max_over_time(sidefx_reconcile_last_run_timestamp_seconds[1d]) > 0)",
+			"(sidefx_reconcile_last_run_timestamp_seconds > 0)",
+			"SidefxReconcileStale at 1h35m"},
+		{"no check for a new series: the first refused delivery is not noticed",
+			"\n          or sum by (job, provider) (sidefx_provider_events_total{result=\"refused\"} unless sidefx_provider_events_total{result=\"refused\"} offset 15m)", "",
+			"SidefxProviderEventsRefused at 22m"},
+		{"no result filter: stored events fire",
+			`(increase(sidefx_provider_events_total{result="refused"}[15m])) > 0`, `(increase(sidefx_provider_events_total[15m])) > 0`,
+			"SidefxProviderEventsRefused at 19m"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
