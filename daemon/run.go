@@ -134,6 +134,9 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	if len(rt.EventSources) > 0 {
 		mux.Handle("POST /events/{provider}", eventsHandler(pool, rt.Dispatcher.Schema, rt.EventSources, m.Event, log))
 		for name := range rt.EventSources {
+			for _, result := range []string{metrics.EventStored, metrics.EventDuplicate, metrics.EventForeign, metrics.EventRefused} {
+				m.Event(name, result, 0) // every series from the start
+			}
 			log.Info("taking provider events", "provider", name, "path", "/events/"+name)
 		}
 	}
