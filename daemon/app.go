@@ -48,6 +48,7 @@ func commands() []command {
 		{"drift", "run|list", "run the drift rules now, or list recent runs", driftCmd},
 		{"reconcile", "run|list", "reconcile with the providers now, or list recent runs", reconcileCmd},
 		{"demo", "[--orders N] …", "the failure sidefx exists for, told on a throwaway database", demoCmd},
+		{"version", "", "the build's version and schema version (and the database's, when one is given)", versionCmd},
 	}
 }
 
@@ -72,6 +73,9 @@ func (d *Daemon) Run(ctx context.Context, args []string, io *IO) error {
 			return usageErr("no command given")
 		}
 		return nil
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {

@@ -472,3 +472,27 @@ kinds:
 		t.Fatalf("replay of the old payload: %s", out)
 	}
 }
+
+// sidefx version (and --version) says the build's version and schema
+// version, and the database's when one is given: current, behind, or
+// without sidefx's tables.
+func TestCLI_Version(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"--version"}, &IO{Out: &out, Err: &out, Getenv: func(string) string { return "" }}); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.HasPrefix(s, "sidefx ") || !strings.Contains(s, fmt.Sprintf("schema version %d (", migrations.Latest())) || strings.Contains(s, "database:") {
+		t.Fatalf("sidefx --version without a database:\n%s", s)
+	}
+	c, pool, _ := newCLI(t)
+	if s := c.ok("version"); !strings.Contains(s, fmt.Sprintf("database: schema public at version %d, current", migrations.Latest())) {
+		t.Fatalf("sidefx version with a migrated database:\n%s", s)
+	}
+	if _, err := pool.Exec(context.Background(), "CREATE SCHEMA bare"); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.ok("version", "--schema", "bare"); !strings.Contains(s, "database: schema bare has no sidefx tables: run sidefx migrate") {
+		t.Fatalf("sidefx version on a bare schema:\n%s", s)
+	}
+}

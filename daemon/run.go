@@ -65,7 +65,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	defer rt.Close()
 
 	tp, stopTracing, err := telemetry.Setup(ctx, telemetry.Config{Endpoint: rt.Tracing.OTLPEndpoint, SampleRatio: rt.Tracing.SampleRatio,
-		ServiceName: rt.Tracing.ServiceName, Version: version, Headers: rt.Tracing.Headers})
+		ServiceName: rt.Tracing.ServiceName, Version: Version(), Headers: rt.Tracing.Headers})
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg, store, &metrics.Options{Version: version, Logger: log})
+	m, err := metrics.New(reg, store, &metrics.Options{Version: Version(), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	started.Store(true)
-	log.Info("started", "version", version, "http", ln.Addr().String(), "worker", d.WorkerID(), "kinds", len(rt.Dispatcher.Kinds))
+	log.Info("started", "version", Version(), "http", ln.Addr().String(), "worker", d.WorkerID(), "kinds", len(rt.Dispatcher.Kinds))
 	err = d.Run(ctx)
 	stopReconcile()
 	stopDrift()

@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/sidefx/sidefx/migrations"
+)
+
+// Version returns the build's version: the one set at build time
+// (-ldflags "-X github.com/sidefx/sidefx/daemon.version=v1.2.3"), else the
+// module version go install recorded (go install …/cmd/sidefx@v1.2.3), else
+// "dev" with the VCS revision when the build recorded one.
+func Version() string {
+	if version != "dev" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version
+	}
+	for _, dep := range append([]*debug.Module{&bi.Main}, bi.Deps...) {
+		if dep.Path == "github.com/sidefx/sidefx" && dep.Version != "" && dep.Version != "(devel)" {
+			return dep.Version
+		}
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	switch {
+	case rev != "" && dirty:
+		return "dev (" + rev + ", modified)"
+	case rev != "":
+		return "dev (" + rev + ")"
+	}
+	return version
+}
+
+func versionCmd(ctx context.Context, io *IO, args []string) error {
+	fs, c := newFlags("version", io)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintf(io.Out, "sidefx %s (%s, %s/%s)\n", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(io.Out, "schema version %d (the migrations this build applies)\n", migrations.Latest())
+	// The database's, when one is named: never required.
+	if c.configPath == "" && c.databaseURL == "" && io.Getenv("SIDEFX_DATABASE_URL") == "" {
+		return nil
+	}
+	pool, store, err := c.open(ctx, io)
+	if err != nil {
+		fmt.Fprintf(io.Out, "database: not reached (%v)\n", err)
+		return nil
+	}
+	defer pool.Close()
+	applied, missing, err := migrations.Status(ctx, pool, &migrations.Config{Schema: store.Schema()})
+	switch {
+	case err != nil:
+		fmt.Fprintf(io.Out, "database: schema %s not read (%v)\n", store.Schema(), err)
+	case len(applied) == 0:
+		fmt.Fprintf(io.Out, "database: schema %s has no sidefx tables: run sidefx migrate\n", store.Schema())
+	case len(missing) > 0:
+		fmt.Fprintf(io.Out, "database: schema %s at version %d, behind: run sidefx migrate (missing %s)\n", store.Schema(), applied[len(applied)-1], ints(missing))
+	default:
+		fmt.Fprintf(io.Out, "database: schema %s at version %d, current\n", store.Schema(), applied[len(applied)-1])
+	}
+	return nil
+}
+
+func ints(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ", ")
+}
