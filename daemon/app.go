@@ -40,6 +40,7 @@ func commands() []command {
 		{"migrate", "[--namespace NS]", "apply the schema migrations the database lacks", migrateCmd},
 		{"enqueue", "--source ID --kind KIND --payload JSON | --from FILE|-", "enqueue effects (JSON lines: source_id, kind, payload)", enqueueCmd},
 		{"status", "[--json]", "effects by kind and state, oldest pending age", statusCmd},
+		{"list", "[--state S] [--kind K] [--source-prefix P] [--created-after T] … [--json]", "effects matching a filter, a page at a time", listCmd},
 		{"inspect", "ID|KEY | --source ID [--kind KIND]", "one effect's record and history", inspectCmd},
 		{"retry", "ID [--attempts N] [--note T]", "move a failed effect back to pending", retryCmd},
 		{"resolve", "ID --as confirmed|failed [--ref R] | ID --refire; [--note T]", "settle an uncertain effect", resolveCmd},

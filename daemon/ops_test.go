@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -495,4 +496,64 @@ func TestCLI_Version(t *testing.T) {
 	if s := c.ok("version", "--schema", "bare"); !strings.Contains(s, "database: schema bare has no sidefx tables: run sidefx migrate") {
 		t.Fatalf("sidefx version on a bare schema:\n%s", s)
 	}
+}
+
+// sidefx list: filters, paging and JSON; a state that is not one is a
+// usage error naming the states.
+func TestCLI_List(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newCLI(t)
+	for i := range 5 {
+		c.ok("enqueue", "--any-kind", "--source", fmt.Sprintf("order-%d", i), "--kind", "email.receipt", "--payload", "{}")
+	}
+	c.ok("enqueue", "--any-kind", "--source", "refund-1", "--kind", "refund.create", "--payload", "{}")
+	u1 := operate(t, c.eng, "email.receipt", effects.Uncertain)
+	u2 := operate(t, c.eng, "email.receipt", effects.Uncertain)
+	out := c.ok("list", "--state", "uncertain")
+	if !strings.Contains(out, fmt.Sprintf("%d ", u1.ID)) || !strings.Contains(out, fmt.Sprintf("%d ", u2.ID)) || !strings.Contains(out, "2 shown of 2 matching") || strings.Contains(out, "refund") {
+		t.Fatalf("list --state uncertain:\n%s", out)
+	}
+	if out := c.ok("list", "--source-prefix", "refund-"); !strings.Contains(out, "refund.create") || !strings.Contains(out, "1 shown of 1 matching") {
+		t.Fatalf("list --source-prefix refund-:\n%s", out)
+	}
+	first := c.ok("list", "--kind", "email.receipt", "--limit", "2")
+	if !strings.Contains(first, "2 shown of 5 matching; next page: --after ") {
+		t.Fatalf("first page:\n%s", first)
+	}
+	after := first[strings.LastIndex(first, "--after ")+len("--after "):]
+	after = strings.TrimSpace(after)
+	second := c.ok("list", "--kind", "email.receipt", "--limit", "2", "--after", after)
+	var ids []int
+	for _, l := range strings.Split(strings.TrimSpace(second), "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[1] == "email.receipt" {
+			ids = append(ids, mustAtoi(t, f[0]))
+		}
+	}
+	if !strings.Contains(second, "2 shown of 5 matching") || len(ids) != 2 || ids[0] <= mustAtoi(t, after) {
+		t.Fatalf("second page after %s:\n%s", after, second)
+	}
+	js := c.ok("list", "--state", "pending", "--kind", "email.receipt", "--json")
+	lines := strings.Split(strings.TrimSpace(js), "\n")
+	var e effects.Effect
+	if len(lines) != 3 || json.Unmarshal([]byte(lines[0]), &e) != nil || e.State != effects.Pending {
+		t.Fatalf("list --json:\n%s", js)
+	}
+	if out := c.ok("list", "--created-after", "1h", "--created-before", "2999-01-01T00:00:00Z", "--kind", "refund.create"); !strings.Contains(out, "1 shown of 1") {
+		t.Fatalf("list with a created span:\n%s", out)
+	}
+	if err := c.refuse("list", "--state", "lost"); !strings.Contains(err.Error(), `--state "lost" is not a state (want pending`) {
+		t.Fatalf("a state that is not one: %v", err)
+	}
+	if err := c.refuse("list", "--due-before", "yesterday"); !strings.Contains(err.Error(), "RFC 3339") {
+		t.Fatalf("a bad time: %v", err)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

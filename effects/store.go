@@ -408,12 +408,21 @@ type Filter struct {
 	States   []State
 	Kinds    []string
 	SourceID string
-	AfterID  int64 // only ids greater than this: pass the last id seen to page
-	Limit    int   // default 100, at most 10,000
+	// SourcePrefix selects the source ids that start with it.
+	SourcePrefix string
+	// Key selects the effect with this idempotency key.
+	Key string
+	// CreatedAfter and CreatedBefore bound created_at: [after, before).
+	CreatedAfter, CreatedBefore time.Time
+	// DueAfter and DueBefore bound next_attempt_at, when the effect is
+	// (or was) due: [after, before).
+	DueAfter, DueBefore time.Time
+	AfterID             int64 // only ids greater than this: pass the last id seen to page
+	Limit               int   // default 100, at most 10,000
 }
 
-// List returns effects matching f in id order.
-func (s *Store) List(ctx context.Context, f Filter) ([]*Effect, error) {
+// where returns f's conditions and their arguments, numbered from 1.
+func (f Filter) where() ([]string, []any, error) {
 	var where []string
 	var args []any
 	arg := func(v any) string {
@@ -424,7 +433,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]*Effect, error) {
 		ss := make([]string, len(f.States))
 		for i, st := range f.States {
 			if !st.Valid() {
-				return nil, fmt.Errorf("list effects: state %q is not one of %v", st, States)
+				return nil, nil, fmt.Errorf("state %q is not one of %v", st, States)
 			}
 			ss[i] = string(st)
 		}
@@ -436,8 +445,55 @@ func (s *Store) List(ctx context.Context, f Filter) ([]*Effect, error) {
 	if f.SourceID != "" {
 		where = append(where, "source_id = "+arg(f.SourceID))
 	}
+	if f.SourcePrefix != "" {
+		// starts_with, not LIKE: no pattern characters to escape.
+		where = append(where, "starts_with(source_id, "+arg(f.SourcePrefix)+")")
+	}
+	if f.Key != "" {
+		where = append(where, "idempotency_key = "+arg(f.Key))
+	}
+	for _, b := range []struct {
+		col, op string
+		t       time.Time
+	}{{"created_at", ">=", f.CreatedAfter}, {"created_at", "<", f.CreatedBefore}, {"next_attempt_at", ">=", f.DueAfter}, {"next_attempt_at", "<", f.DueBefore}} {
+		if !b.t.IsZero() {
+			where = append(where, b.col+" "+b.op+" "+arg(b.t))
+		}
+	}
 	if f.AfterID > 0 {
 		where = append(where, "id > "+arg(f.AfterID))
+	}
+	return where, args, nil
+}
+
+// CountMatching returns how many effects match f (its AfterID and Limit
+// aside).
+func (s *Store) CountMatching(ctx context.Context, f Filter) (int64, error) {
+	f.AfterID, f.Limit = 0, 0
+	where, args, err := f.where()
+	if err != nil {
+		return 0, fmt.Errorf("count effects: %w", err)
+	}
+	sql := "SELECT count(*) FROM " + sqlname.Quote(s.schema) + ".side_effects"
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	var n int64
+	if err := s.db.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count effects: %w", translate(err))
+	}
+	return n, nil
+}
+
+// List returns effects matching f in id order.
+func (s *Store) List(ctx context.Context, f Filter) ([]*Effect, error) {
+	where, args, err := f.where()
+	if err != nil {
+		return nil, fmt.Errorf("list effects: %w", err)
+	}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
 	}
 	limit := f.Limit
 	if limit <= 0 {

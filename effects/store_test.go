@@ -294,3 +294,50 @@ func TestStore_Stats(t *testing.T) {
 		t.Fatalf("webhook stats = %+v", hook)
 	}
 }
+
+// List's filters, each alone and together, and CountMatching with them.
+func TestStore_ListFilters(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	st, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []effects.NewEffect
+	for _, s := range []string{"order-1", "order-2", "refund-1"} {
+		for _, k := range []string{"email.receipt", "charge.create"} {
+			items = append(items, effects.NewEffect{SourceID: s, Kind: k, Payload: json.RawMessage(`{}`)})
+		}
+	}
+	items = append(items, effects.NewEffect{SourceID: "order-3", Kind: "email.receipt", Payload: json.RawMessage(`{}`), NotBefore: time.Now().Add(time.Hour)})
+	if _, err := st.Insert(ctx, items, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := st.GetBySource(ctx, "order-2", "charge.create")
+	now := time.Now()
+	for name, c := range map[string]struct {
+		f    effects.Filter
+		want int
+	}{
+		"all":                  {effects.Filter{}, 7},
+		"kind":                 {effects.Filter{Kinds: []string{"email.receipt"}}, 4},
+		"source prefix":        {effects.Filter{SourcePrefix: "order-"}, 5},
+		"prefix with a %":      {effects.Filter{SourcePrefix: "order%"}, 0},
+		"key":                  {effects.Filter{Key: key.Key}, 1},
+		"created after now":    {effects.Filter{CreatedAfter: now.Add(time.Minute)}, 0},
+		"created before soon":  {effects.Filter{CreatedBefore: now.Add(time.Minute)}, 7},
+		"due within a minute":  {effects.Filter{DueBefore: now.Add(time.Minute)}, 6},
+		"due in half an hour+": {effects.Filter{DueAfter: now.Add(30 * time.Minute)}, 1},
+		"together":             {effects.Filter{Kinds: []string{"charge.create"}, SourcePrefix: "order-", States: []effects.State{effects.Pending}}, 2},
+	} {
+		list, err := st.List(ctx, c.f)
+		n, cerr := st.CountMatching(ctx, c.f)
+		if err != nil || cerr != nil || len(list) != c.want || n != int64(c.want) {
+			t.Errorf("%s: listed %d, counted %d (%v, %v), want %d", name, len(list), n, err, cerr, c.want)
+		}
+	}
+	if _, err := st.List(ctx, effects.Filter{States: []effects.State{"lost"}}); err == nil {
+		t.Error("an unknown state was accepted")
+	}
+}
