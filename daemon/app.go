@@ -46,6 +46,7 @@ func commands() []command {
 		{"resolve", "ID --as confirmed|failed [--ref R] | ID --refire; [--note T]", "settle an uncertain effect", resolveCmd},
 		{"cancel", "ID | --source ID --kind KIND; [--note T]", "cancel a pending effect", cancelCmd},
 		{"supersede", "ID --payload JSON|--payload-file FILE [--note T]", "replace the payload of an effect that did nothing; it is sent under a new key", supersedeCmd},
+		{"bulk", "retry|resolve|refire|cancel|supersede [filter] --note T [--yes] [--max N]", "one action on every effect a filter matches: shown first, capped, done with --yes", bulkCmd},
 		{"drift", "run|list", "run the drift rules now, or list recent runs", driftCmd},
 		{"reconcile", "run|list", "reconcile with the providers now, or list recent runs", reconcileCmd},
 		{"demo", "[--orders N] …", "the failure sidefx exists for, told on a throwaway database", demoCmd},

@@ -557,3 +557,48 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// sidefx bulk: a preview without --yes, a refusal over --max, then the
+// action on every matching effect with one history entry each.
+func TestCLI_Bulk(t *testing.T) {
+	t.Parallel()
+	c, _, store := newCLI(t)
+	ctx := context.Background()
+	for i := range 4 {
+		c.ok("enqueue", "--any-kind", "--source", fmt.Sprintf("order-%d", i), "--kind", "email.receipt", "--payload", "{}")
+	}
+	var ids []int64
+	for range 3 {
+		ids = append(ids, operate(t, c.eng, "email.receipt", effects.Uncertain).ID)
+	}
+	out := c.ok("bulk", "resolve", "--as", "confirmed", "--kind", "email.receipt", "--note", "seen in SendGrid's activity")
+	if !strings.Contains(out, "3 uncertain effects match (cap 100); the first 3:") || !strings.Contains(out, "nothing done: add --yes to resolve these 3 effects") {
+		t.Fatalf("preview:\n%s", out)
+	}
+	if e, _ := store.Get(ctx, ids[0]); e.State != effects.Uncertain {
+		t.Fatalf("the preview changed effect %d: %s", ids[0], e.State)
+	}
+	if err := c.refuse("bulk", "resolve", "--as", "confirmed", "--kind", "email.receipt", "--note", "x", "--max", "2", "--yes"); !strings.Contains(err.Error(), "more than --max 2") {
+		t.Fatalf("over the cap: %v", err)
+	}
+	if err := c.refuse("bulk", "resolve", "--as", "confirmed", "--yes"); !strings.Contains(err.Error(), "--note") {
+		t.Fatalf("without a note: %v", err)
+	}
+	if err := c.refuse("bulk", "resolve", "--note", "x"); !strings.Contains(err.Error(), "--as confirmed") {
+		t.Fatalf("resolve without --as: %v", err)
+	}
+	out = c.ok("bulk", "resolve", "--as", "confirmed", "--kind", "email.receipt", "--note", "seen in SendGrid's activity", "--actor", "ops@example", "--yes")
+	if !strings.Contains(out, "resolve: 3 done, 0 skipped") {
+		t.Fatalf("apply:\n%s", out)
+	}
+	for _, id := range ids {
+		e, _ := store.Get(ctx, id)
+		h, _ := store.History(ctx, id)
+		if e.State != effects.Confirmed || len(h) != 1 || h[0].Actor != "ops@example" || h[0].Note != "seen in SendGrid's activity" {
+			t.Errorf("effect %d: %s, history %+v", id, e.State, h)
+		}
+	}
+	if out := c.ok("bulk", "cancel", "--source-prefix", "order-", "--note", "the orders were voided", "--yes"); !strings.Contains(out, "cancel: 1 done") {
+		t.Fatalf("bulk cancel:\n%s", out)
+	}
+}

@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/ops"
+)
+
+// newOps returns the operations API on store, with the key windows and the
+// payload checks of the configuration, when one is given.
+func newOps(io *IO, c *common, store *effects.Store) (*ops.Ops, error) {
+	o := &ops.Ops{Store: store}
+	cfg, err := c.loadConfig(io)
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		o.KeyWindow = func(kind string) time.Duration {
+			if w, ok := cfg.KeyWindow(kind); ok {
+				return w
+			}
+			return assumedKeyWindow
+		}
+		o.Check = func(kind string, p json.RawMessage) error {
+			if _, ok := cfg.Kinds[kind]; !ok {
+				return nil
+			}
+			return cfg.CheckPayload(kind, p)
+		}
+	}
+	return o, nil
+}
+
+func bulkCmd(ctx context.Context, io *IO, args []string) error {
+	if len(args) == 0 {
+		return usageErr("bulk: give an action: retry, resolve, refire, cancel or supersede")
+	}
+	action, err := ops.ParseAction(args[0])
+	if err != nil {
+		return usageErr("bulk: %v", err)
+	}
+	fs, c := newFlags("bulk "+args[0], io)
+	var ff filterFlags
+	ff.add(fs)
+	as := fs.String("as", "", "with resolve: confirmed or failed")
+	attempts := fs.Int("attempts", 0, "attempts granted (retry and supersede: 5, refire: 1)")
+	past := fs.Bool("past-key-window", false, "with retry and refire: send effects whose provider's key window has passed: each may be performed twice")
+	patch := fs.String("patch", "", "with supersede: a JSON merge patch (RFC 7396) applied to each payload")
+	max := fs.Int("max", ops.DefaultMax, "the most effects the action may touch: more matching is refused")
+	yes := fs.Bool("yes", false, "do it (without: show what it would touch)")
+	op := addOpFlags(fs)
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr("bulk %s takes a filter, not ids (%q): sidefx %s ID acts on one effect", action, fs.Args(), action)
+	}
+	r := ops.Request{Action: action, Attempts: *attempts, PastKeyWindow: *past, Actor: actor(op.actor), Note: op.note}
+	switch {
+	case action == ops.Resolve:
+		to, err := effects.ParseState(*as)
+		if err != nil || (to != effects.Confirmed && to != effects.Failed) {
+			return usageErr("bulk resolve needs --as confirmed or --as failed")
+		}
+		r.As = to
+	case *as != "":
+		return usageErr("--as is for resolve")
+	}
+	if *patch != "" {
+		if action != ops.Supersede {
+			return usageErr("--patch is for supersede")
+		}
+		if !json.Valid([]byte(*patch)) {
+			return usageErr("--patch is not JSON")
+		}
+		r.Patch = json.RawMessage(*patch)
+	}
+	if op.note == "" {
+		return usageErr("bulk %s needs --note: why (recorded in each effect's history)", action)
+	}
+	pool, store, err := c.open(ctx, io)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	now, err := store.Now(ctx)
+	if err != nil {
+		return err
+	}
+	f, err := ff.filter(now)
+	if err != nil {
+		return err
+	}
+	o, err := newOps(io, c, store)
+	if err != nil {
+		return err
+	}
+	p, err := o.Preview(ctx, r, f)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(io.Out, "%d %s effects match (cap %d)", p.Count, states(p.Filter), *max)
+	if len(p.Sample) > 0 {
+		fmt.Fprintf(io.Out, "; the first %d:\n", len(p.Sample))
+		for _, e := range p.Sample {
+			fmt.Fprintf(io.Out, "  %d  %s  %s  %s\n", e.ID, e.Kind, e.SourceID, clip(e.LastError, 60))
+		}
+	} else {
+		fmt.Fprintln(io.Out)
+	}
+	if p.Count == 0 {
+		return nil
+	}
+	if p.Count > int64(*max) {
+		return fmt.Errorf("%d effects match, more than --max %d: narrow the filter, or raise --max", p.Count, *max)
+	}
+	if !*yes {
+		fmt.Fprintf(io.Out, "nothing done: add --yes to %s these %d effects\n", action, p.Count)
+		return nil
+	}
+	res, err := o.ApplyAll(ctx, r, f, *max)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(io.Out, "%s: %d done, %d skipped\n", action, len(res.Done), len(res.Skipped))
+	for _, s := range res.Skipped {
+		fmt.Fprintf(io.Out, "  skipped %d: %s\n", s.ID, s.Reason)
+	}
+	return nil
+}
+
+// states names the states a filter selects.
+func states(f effects.Filter) string {
+	s := ""
+	for i, st := range f.States {
+		if i > 0 {
+			s += "/"
+		}
+		s += string(st)
+	}
+	return s
+}

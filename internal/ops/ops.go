@@ -1,0 +1,302 @@
+// Package ops is the operators' actions on effects, one API for the CLI
+// and the console, so that no rule lives twice: an action on one effect, a
+// bulk action over a filter (previewed, capped, confirmed, one history
+// entry per effect), and pauses.
+package ops
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+)
+
+// Action is an operator's action.
+type Action string
+
+// The actions.
+const (
+	Retry     Action = "retry"     // a failed effect back to pending
+	Resolve   Action = "resolve"   // an uncertain effect settled as confirmed or failed
+	Refire    Action = "refire"    // an uncertain effect sent again
+	Cancel    Action = "cancel"    // a pending effect that did nothing, cancelled
+	Supersede Action = "supersede" // the payload of an effect that did nothing, replaced
+)
+
+// Actions lists the actions.
+var Actions = []Action{Retry, Resolve, Refire, Cancel, Supersede}
+
+// ParseAction reads an action's name.
+func ParseAction(s string) (Action, error) {
+	for _, a := range Actions {
+		if string(a) == s {
+			return a, nil
+		}
+	}
+	names := make([]string, len(Actions))
+	for i, a := range Actions {
+		names[i] = string(a)
+	}
+	return "", fmt.Errorf("%q is not an action (want %s)", s, strings.Join(names, ", "))
+}
+
+// state is the state an action applies to: a bulk action's filter takes it
+// when it names none.
+func (a Action) state() effects.State {
+	switch a {
+	case Retry:
+		return effects.Failed
+	case Resolve, Refire:
+		return effects.Uncertain
+	case Cancel:
+		return effects.Pending
+	}
+	return ""
+}
+
+// Request is one action, on one effect (Apply) or on every effect a filter
+// matches (Preview, ApplyAll).
+type Request struct {
+	Action Action
+	// As is where Resolve settles: effects.Confirmed or effects.Failed.
+	As effects.State
+	// Ref is the provider's reference of a Resolve as confirmed, on one
+	// effect only.
+	Ref string
+	// Attempts are those granted to Retry, Refire and Supersede. Default
+	// 5 for Retry and Supersede, 1 for Refire.
+	Attempts int
+	// PastKeyWindow accepts sending an effect that may have been performed
+	// after its provider's key window (Retry, Refire).
+	PastKeyWindow bool
+	// Payload is Supersede's new payload, on one effect; Patch, a JSON
+	// merge patch (RFC 7396) applied to each effect's payload, in bulk.
+	Payload json.RawMessage
+	Patch   json.RawMessage
+	// Actor and Note are recorded in each effect's history. A note is
+	// required in bulk.
+	Actor, Note string
+}
+
+// Ops performs actions on the effects of a store.
+type Ops struct {
+	Store *effects.Store
+	// KeyWindow returns the key window of a kind's provider, for Retry and
+	// Refire (nil: 24 hours, Stripe's, for every kind).
+	KeyWindow func(kind string) time.Duration
+	// Check, if set, checks a superseding payload as the kind's provider
+	// would before sending it.
+	Check func(kind string, payload json.RawMessage) error
+}
+
+// DefaultMax is the cap of a bulk action: a filter matching more is
+// refused unless the request raises it.
+const DefaultMax = 100
+
+// ErrOverCap is wrapped by ApplyAll's error when the filter matches more
+// effects than the cap.
+var ErrOverCap = errors.New("more effects match than the cap allows")
+
+func (o *Ops) keyWindow(kind string) time.Duration {
+	if o.KeyWindow == nil {
+		return 24 * time.Hour
+	}
+	return o.KeyWindow(kind)
+}
+
+// Apply performs r on effect e, recording one history entry.
+func (o *Ops) Apply(ctx context.Context, e *effects.Effect, r Request) (*effects.Effect, error) {
+	a := effects.Action{Actor: r.Actor, Note: r.Note}
+	opts := effects.RefireOptions{KeyWindow: o.keyWindow(e.Kind), PastKeyWindow: r.PastKeyWindow}
+	switch r.Action {
+	case Retry:
+		return o.Store.Retry(ctx, e.ID, attempts(r.Attempts, 5), opts, a)
+	case Refire:
+		return o.Store.Refire(ctx, e.ID, attempts(r.Attempts, 1), opts, a)
+	case Resolve:
+		if r.As != effects.Confirmed && r.As != effects.Failed {
+			return nil, fmt.Errorf("resolve as %q: want confirmed or failed", r.As)
+		}
+		return o.Store.Resolve(ctx, e.ID, r.As, r.Ref, a)
+	case Cancel:
+		return o.Store.CancelByID(ctx, e.ID, a)
+	case Supersede:
+		payload := r.Payload
+		if len(r.Patch) > 0 {
+			var err error
+			if payload, err = MergePatch(e.Payload, r.Patch); err != nil {
+				return nil, err
+			}
+		}
+		if len(payload) == 0 {
+			return nil, errors.New("supersede: no payload")
+		}
+		if o.Check != nil {
+			if err := o.Check(e.Kind, payload); err != nil {
+				return nil, &effects.ValidationError{Index: -1, Field: "payload", Reason: fmt.Sprintf("is not one the %s provider can send: %v", e.Kind, err)}
+			}
+		}
+		return o.Store.Supersede(ctx, e.ID, payload, attempts(r.Attempts, 5), a)
+	}
+	return nil, fmt.Errorf("unknown action %q", r.Action)
+}
+
+func attempts(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
+}
+
+// Preview is what a bulk action would touch.
+type Preview struct {
+	Filter effects.Filter
+	Count  int64
+	Sample []*effects.Effect
+}
+
+// sampleSize is how many effects a preview shows.
+const sampleSize = 5
+
+// filter is f with the action's state when f names none.
+func filter(a Action, f effects.Filter) effects.Filter {
+	if len(f.States) == 0 && a.state() != "" {
+		f.States = []effects.State{a.state()}
+	}
+	f.AfterID, f.Limit = 0, 0
+	return f
+}
+
+// Preview counts the effects r would act on over f, with a sample.
+func (o *Ops) Preview(ctx context.Context, r Request, f effects.Filter) (Preview, error) {
+	f = filter(r.Action, f)
+	n, err := o.Store.CountMatching(ctx, f)
+	if err != nil {
+		return Preview{}, err
+	}
+	sf := f
+	sf.Limit = sampleSize
+	sample, err := o.Store.List(ctx, sf)
+	if err != nil {
+		return Preview{}, err
+	}
+	return Preview{Filter: f, Count: n, Sample: sample}, nil
+}
+
+// Result is what a bulk action did.
+type Result struct {
+	Done    []*effects.Effect
+	Skipped []Skip
+}
+
+// Skip is an effect a bulk action left, and why (another state by now, a
+// refusal).
+type Skip struct {
+	ID     int64
+	Reason string
+}
+
+// ApplyAll performs r on every effect f matches (the action's state when f
+// names none), one at a time, each with its history entry: at most max
+// effects (0: DefaultMax); a filter matching more is refused with
+// ErrOverCap before anything is done. A note is required. An effect the
+// action refuses (it changed state meanwhile…) is skipped, with why.
+func (o *Ops) ApplyAll(ctx context.Context, r Request, f effects.Filter, max int) (Result, error) {
+	var res Result
+	if strings.TrimSpace(r.Note) == "" {
+		return res, errors.New("a bulk action needs a note: say why")
+	}
+	if r.Ref != "" || len(r.Payload) > 0 {
+		return res, errors.New("a bulk action takes no reference and no payload (each effect has its own; supersede in bulk takes a patch)")
+	}
+	if r.Action == Supersede && len(r.Patch) == 0 {
+		return res, errors.New("supersede in bulk needs a patch (a JSON merge patch of each payload)")
+	}
+	if max <= 0 {
+		max = DefaultMax
+	}
+	f = filter(r.Action, f)
+	n, err := o.Store.CountMatching(ctx, f)
+	if err != nil {
+		return res, err
+	}
+	if n > int64(max) {
+		return res, fmt.Errorf("%d effects match, the cap is %d: narrow the filter or raise the cap: %w", n, max, ErrOverCap)
+	}
+	page := f
+	page.Limit = 500
+	for len(res.Done)+len(res.Skipped) < max {
+		list, err := o.Store.List(ctx, page)
+		if err != nil {
+			return res, err
+		}
+		for _, e := range list {
+			if len(res.Done)+len(res.Skipped) >= max {
+				break
+			}
+			done, err := o.Apply(ctx, e, r)
+			if err != nil {
+				res.Skipped = append(res.Skipped, Skip{ID: e.ID, Reason: err.Error()})
+				continue
+			}
+			res.Done = append(res.Done, done)
+		}
+		if len(list) < page.Limit {
+			break
+		}
+		page.AfterID = list[len(list)-1].ID
+	}
+	return res, nil
+}
+
+// MergePatch applies a JSON merge patch (RFC 7396) to a JSON object.
+func MergePatch(doc, patch json.RawMessage) (json.RawMessage, error) {
+	var d, p any
+	if err := decode(doc, &d); err != nil {
+		return nil, fmt.Errorf("the payload: %w", err)
+	}
+	if err := decode(patch, &p); err != nil {
+		return nil, fmt.Errorf("the patch is not JSON: %w", err)
+	}
+	if _, ok := p.(map[string]any); !ok {
+		return nil, errors.New("the patch is not a JSON object")
+	}
+	return json.Marshal(merge(d, p))
+}
+
+// decode reads JSON keeping numbers as written (amounts stay exact).
+func decode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more than one JSON value")
+	}
+	return nil
+}
+
+func merge(doc, patch any) any {
+	pm, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	dm, ok := doc.(map[string]any)
+	if !ok {
+		dm = map[string]any{}
+	}
+	for k, v := range pm {
+		if v == nil {
+			delete(dm, k)
+			continue
+		}
+		dm[k] = merge(dm[k], v)
+	}
+	return dm
+}

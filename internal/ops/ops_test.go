@@ -1,0 +1,138 @@
+package ops_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/ops"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/store"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// setup enqueues n effects of kind and brings the first k into state st
+// (as the dispatcher would), returning the store.
+func setup(t *testing.T, kind string, n, k int, st effects.State) *effects.Store {
+	t.Helper()
+	pool := pgtest.DB(t)
+	s, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := store.New(pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var items []effects.NewEffect
+	for i := range n {
+		items = append(items, effects.NewEffect{SourceID: fmt.Sprintf("order-%02d", i), Kind: kind, Payload: json.RawMessage(`{"amount":12345678901234567,"template":"old","keep":1}`)})
+	}
+	if _, err := s.Insert(ctx, items, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if k > 0 {
+		got, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{kind}, Limit: k, Lease: time.Minute, Worker: "test"})
+		if err != nil || len(got) != k {
+			t.Fatalf("claim: %d, %v", len(got), err)
+		}
+		var outs []store.Outcome
+		for _, e := range got {
+			outs = append(outs, store.Outcome{ID: e.ID, Attempt: 1, State: st, Error: "provider down", MaybePerformed: st == effects.Uncertain})
+		}
+		if _, err := eng.Complete(ctx, outs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func TestApplyAll_ResolvesWhatTheFilterMatchesWithOneHistoryEntryEach(t *testing.T) {
+	t.Parallel()
+	s := setup(t, "email.receipt", 10, 6, effects.Uncertain)
+	o := &ops.Ops{Store: s}
+	ctx := context.Background()
+	r := ops.Request{Action: ops.Resolve, As: effects.Confirmed, Actor: "ops@example", Note: "SendGrid's activity shows them sent"}
+	// No state in the filter: the action's (uncertain) is taken.
+	p, err := o.Preview(ctx, r, effects.Filter{Kinds: []string{"email.receipt"}})
+	if err != nil || p.Count != 6 || len(p.Sample) != 5 || p.Filter.States[0] != effects.Uncertain {
+		t.Fatalf("preview %+v, %v", p, err)
+	}
+	if _, err := o.ApplyAll(ctx, r, effects.Filter{Kinds: []string{"email.receipt"}}, 5); !errors.Is(err, ops.ErrOverCap) {
+		t.Fatalf("6 effects with a cap of 5: %v, want ErrOverCap", err)
+	}
+	if n, _ := s.CountMatching(ctx, effects.Filter{States: []effects.State{effects.Confirmed}}); n != 0 {
+		t.Fatalf("over the cap, %d were resolved anyway", n)
+	}
+	if _, err := o.ApplyAll(ctx, ops.Request{Action: ops.Resolve, As: effects.Confirmed, Actor: "ops@example"}, effects.Filter{}, 10); err == nil {
+		t.Fatal("a bulk action without a note was accepted")
+	}
+	res, err := o.ApplyAll(ctx, r, effects.Filter{Kinds: []string{"email.receipt"}}, 6)
+	if err != nil || len(res.Done) != 6 || len(res.Skipped) != 0 {
+		t.Fatalf("apply: %d done, %v skipped, %v", len(res.Done), res.Skipped, err)
+	}
+	for _, e := range res.Done {
+		h, err := s.History(ctx, e.ID)
+		if err != nil || len(h) != 1 || h[0].Actor != "ops@example" || h[0].Note != r.Note || h[0].To != effects.Confirmed {
+			t.Errorf("effect %d: history %+v, %v", e.ID, h, err)
+		}
+	}
+	if n, _ := s.CountMatching(ctx, effects.Filter{States: []effects.State{effects.Pending}}); n != 4 {
+		t.Errorf("%d pending left, want the 4 untouched", n)
+	}
+}
+
+func TestApplyAll_SupersedesWithAMergePatchAndSkipsWhatItRefuses(t *testing.T) {
+	t.Parallel()
+	s := setup(t, "email.receipt", 3, 3, effects.Failed)
+	o := &ops.Ops{Store: s, Check: func(kind string, p json.RawMessage) error {
+		var m map[string]any
+		_ = json.Unmarshal(p, &m)
+		if m["template"] == "bad" {
+			return errors.New("no such template")
+		}
+		return nil
+	}}
+	ctx := context.Background()
+	// One of them is retried by someone else first: pending now, it is
+	// superseded all the same (it did nothing).
+	list, _ := s.List(ctx, effects.Filter{States: []effects.State{effects.Failed}})
+	if _, err := s.Retry(ctx, list[0].ID, 1, effects.RefireOptions{}, effects.Action{Actor: "other", Note: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	r := ops.Request{Action: ops.Supersede, Patch: json.RawMessage(`{"template":"new","keep":null}`), Actor: "ops", Note: "the template was renamed"}
+	res, err := o.ApplyAll(ctx, r, effects.Filter{States: []effects.State{effects.Failed, effects.Pending}}, 10)
+	if err != nil || len(res.Done) != 3 {
+		t.Fatalf("supersede: %d done %v skipped, %v", len(res.Done), res.Skipped, err)
+	}
+	for _, e := range res.Done {
+		if string(e.Payload) != `{"amount": 12345678901234567, "template": "new"}` && string(e.Payload) != `{"amount":12345678901234567,"template":"new"}` {
+			t.Errorf("effect %d: payload %s", e.ID, e.Payload)
+		}
+	}
+	// A patch the provider would refuse changes nothing.
+	bad := ops.Request{Action: ops.Supersede, Patch: json.RawMessage(`{"template":"bad"}`), Actor: "ops", Note: "oops"}
+	res, err = o.ApplyAll(ctx, bad, effects.Filter{States: []effects.State{effects.Pending}}, 10)
+	if err != nil || len(res.Done) != 0 || len(res.Skipped) != 3 {
+		t.Fatalf("a refused patch: %d done, %v skipped, %v", len(res.Done), res.Skipped, err)
+	}
+}
+
+func TestMergePatch(t *testing.T) {
+	t.Parallel()
+	got, err := ops.MergePatch(json.RawMessage(`{"a":{"b":1,"c":2},"d":[1,2],"n":12345678901234567890}`), json.RawMessage(`{"a":{"b":null,"e":3},"d":[3]}`))
+	if err != nil || string(got) != `{"a":{"c":2,"e":3},"d":[3],"n":12345678901234567890}` {
+		t.Fatalf("merge: %s, %v", got, err)
+	}
+	for _, bad := range []string{`[1]`, `nope`, `{} {}`} {
+		if _, err := ops.MergePatch(json.RawMessage(`{}`), json.RawMessage(bad)); err == nil {
+			t.Errorf("patch %s accepted", bad)
+		}
+	}
+}
