@@ -47,6 +47,8 @@ func commands() []command {
 		{"cancel", "ID | --source ID --kind KIND; [--note T]", "cancel a pending effect", cancelCmd},
 		{"supersede", "ID --payload JSON|--payload-file FILE [--note T]", "replace the payload of an effect that did nothing; it is sent under a new key", supersedeCmd},
 		{"bulk", "retry|resolve|refire|cancel|supersede [filter] --note T [--yes] [--max N]", "one action on every effect a filter matches: shown first, capped, done with --yes", bulkCmd},
+		{"pause", "--kind K | --provider P --note T", "stop claiming a kind's, or a provider's, effects (its incident)", pauseCmd},
+		{"resume", "--kind K | --provider P --note T", "claim a paused kind's or provider's effects again", resumeCmd},
 		{"drift", "run|list", "run the drift rules now, or list recent runs", driftCmd},
 		{"reconcile", "run|list", "reconcile with the providers now, or list recent runs", reconcileCmd},
 		{"demo", "[--orders N] …", "the failure sidefx exists for, told on a throwaway database", demoCmd},

@@ -72,6 +72,17 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	pauses, err := store.Pauses(ctx)
+	if err != nil {
+		return err
+	}
+	// The provider of each kind, when the configuration says.
+	providerOf := map[string]string{}
+	if cfg, err := c.loadConfig(io); err == nil && cfg != nil {
+		for kind, k := range cfg.Kinds {
+			providerOf[kind] = k.Provider
+		}
+	}
 	var recs []record
 	for _, e := range list {
 		h, err := store.History(ctx, e.ID)
@@ -82,7 +93,14 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 		if err != nil {
 			return err
 		}
-		recs = append(recs, record{Effect: e, Why: effects.WhyPending(e, now, kinds), History: h, Evidence: ev})
+		why := effects.WhyPending(e, now, kinds)
+		for _, p := range pauses {
+			if (p.Scope == effects.PauseKind && p.Name == e.Kind) || (p.Scope == effects.PauseProvider && p.Name == providerOf[e.Kind]) {
+				why = fmt.Sprintf("its %s %s is paused since %s by %s (%s): sidefx resume --%s %s", p.Scope, p.Name,
+					p.PausedAt.UTC().Format(time.RFC3339), p.Actor, orDash(p.Note), p.Scope, p.Name)
+			}
+		}
+		recs = append(recs, record{Effect: e, Why: why, History: h, Evidence: ev})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(io.Out)

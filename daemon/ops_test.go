@@ -602,3 +602,48 @@ func TestCLI_Bulk(t *testing.T) {
 		t.Fatalf("bulk cancel:\n%s", out)
 	}
 }
+
+// sidefx pause and resume: a note required, shown by status (text and
+// JSON) while paused, resume of what is not paused refused.
+func TestCLI_PauseResume(t *testing.T) {
+	t.Parallel()
+	c, _, store := newCLI(t)
+	if err := c.refuse("pause", "--provider", "sendgrid"); !strings.Contains(err.Error(), "--note") {
+		t.Fatalf("pause without a note: %v", err)
+	}
+	if err := c.refuse("pause", "--note", "x"); !strings.Contains(err.Error(), "--kind KIND or --provider NAME") {
+		t.Fatalf("pause of nothing: %v", err)
+	}
+	if out := c.ok("pause", "--provider", "sendgrid", "--note", "SendGrid's incident 4711", "--actor", "ops@example"); !strings.Contains(out, "provider sendgrid paused") {
+		t.Fatalf("pause:\n%s", out)
+	}
+	if out := c.ok("pause", "--provider", "sendgrid", "--note", "again"); !strings.Contains(out, "was paused already") {
+		t.Fatalf("a second pause:\n%s", out)
+	}
+	if out := c.ok("status"); !strings.Contains(out, "provider sendgrid is paused since") || !strings.Contains(out, "by ops@example (SendGrid's incident 4711)") {
+		t.Fatalf("status:\n%s", out)
+	}
+	var st struct {
+		Paused []struct{ Scope, Name, Actor string }
+	}
+	if err := json.Unmarshal([]byte(c.ok("status", "--json")), &st); err != nil || len(st.Paused) != 1 || st.Paused[0].Name != "sendgrid" || st.Paused[0].Scope != "provider" {
+		t.Fatalf("status --json paused: %+v, %v", st.Paused, err)
+	}
+	c.ok("enqueue", "--any-kind", "--source", "o-1", "--kind", "email.receipt", "--payload", "{}")
+	if _, err := store.SetPause(context.Background(), effects.PauseKind, "email.receipt", true, effects.Action{Actor: "ops", Note: "template broken"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := c.ok("inspect", "--source", "o-1"); !strings.Contains(out, "its kind email.receipt is paused since") || !strings.Contains(out, "(template broken): sidefx resume --kind email.receipt") {
+		t.Fatalf("inspect of a paused kind's effect:\n%s", out)
+	}
+	c.ok("resume", "--kind", "email.receipt", "--note", "fixed")
+	if out := c.ok("resume", "--provider", "sendgrid", "--note", "resolved"); !strings.Contains(out, "provider sendgrid resumed") {
+		t.Fatalf("resume:\n%s", out)
+	}
+	if ps, _ := store.Pauses(context.Background()); len(ps) != 0 {
+		t.Fatalf("pauses after the resume: %+v", ps)
+	}
+	if err := c.refuse("resume", "--kind", "email.receipt", "--note", "x"); !strings.Contains(err.Error(), "kind email.receipt is not paused") {
+		t.Fatalf("resume of what is not paused: %v", err)
+	}
+}

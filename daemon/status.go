@@ -32,6 +32,10 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	pauses, err := store.Pauses(ctx)
+	if err != nil {
+		return err
+	}
 	total := map[effects.State]int64{}
 	var kinds []statusKind
 	// The pending effects of kinds no live dispatcher serves, by kind.
@@ -51,7 +55,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 		enc := json.NewEncoder(io.Out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"kinds": kinds, "total": total, "uncertain": total[effects.Uncertain], "failed": total[effects.Failed],
-			"unserved_pending": unserved})
+			"unserved_pending": unserved, "paused": pausedJSON(pauses)})
 	}
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "KIND\t")
@@ -78,6 +82,10 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). Add the kind to a daemon's configuration.\n",
 			s.ByState[effects.Pending], s.Kind, s.Kind, s.OldestPending.Round(time.Second))
 	}
+	for _, p := range pauses {
+		fmt.Fprintf(io.Out, "\n%s %s is paused since %s by %s (%s): none of its effects is claimed until sidefx resume --%s %s.\n",
+			p.Scope, p.Name, p.PausedAt.UTC().Format(time.RFC3339), p.Actor, orDash(p.Note), p.Scope, p.Name)
+	}
 	if total[effects.Uncertain]+total[effects.Failed] > 0 {
 		fmt.Fprintf(io.Out, "\n%d uncertain and %d failed effects wait for an operator: sidefx inspect, retry, resolve.\n", total[effects.Uncertain], total[effects.Failed])
 	}
@@ -89,4 +97,13 @@ func age(seconds float64) string {
 		return "-"
 	}
 	return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+}
+
+// pausedJSON is the pauses as sidefx status --json shows them.
+func pausedJSON(ps []effects.Pause) []map[string]any {
+	out := []map[string]any{}
+	for _, p := range ps {
+		out = append(out, map[string]any{"scope": p.Scope, "name": p.Name, "paused_at": p.PausedAt, "actor": p.Actor, "note": p.Note})
+	}
+	return out
 }

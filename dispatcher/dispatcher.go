@@ -74,6 +74,10 @@ type Dispatcher struct {
 	wake  chan struct{} // a notification, a rescue, recording recovered: effects may be due
 	// beatNow asks for a heartbeat before the next tick (a provider paused).
 	beatNow chan struct{}
+	// paused is what operators paused, read at start, on every heartbeat
+	// and on a notification of a change.
+	paused    atomic.Pointer[pauseSet]
+	pausesNow chan struct{}
 	// claimMu: claims in progress hold it shared, a put-back exclusive,
 	// so that a put-back never takes effects a claim is about to hold.
 	claimMu sync.RWMutex
@@ -128,20 +132,21 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		return nil, configErr("%v", err)
 	}
 	d := &Dispatcher{
-		tracer:  tracerOf(c.TracerProvider),
-		pool:    pool,
-		store:   st,
-		engine:  eng,
-		cfg:     c,
-		log:     c.Logger.With("component", "dispatcher", "worker", c.WorkerID),
-		byKind:  map[string]*group{},
-		now:     time.Now,
-		ops:     map[string]*opState{},
-		freed:   make(chan struct{}, 1),
-		wake:    make(chan struct{}, 1),
-		beatNow: make(chan struct{}, 1),
-		backlog: make(chan struct{}, 1),
-		held:    map[int64]struct{}{},
+		tracer:    tracerOf(c.TracerProvider),
+		pool:      pool,
+		store:     st,
+		engine:    eng,
+		cfg:       c,
+		log:       c.Logger.With("component", "dispatcher", "worker", c.WorkerID),
+		byKind:    map[string]*group{},
+		now:       time.Now,
+		ops:       map[string]*opState{},
+		freed:     make(chan struct{}, 1),
+		wake:      make(chan struct{}, 1),
+		beatNow:   make(chan struct{}, 1),
+		pausesNow: make(chan struct{}, 1),
+		backlog:   make(chan struct{}, 1),
+		held:      map[int64]struct{}{},
 
 		windows: map[string]time.Duration{},
 		margins: map[string]time.Duration{},
@@ -228,6 +233,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	hardCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardStop()
 
+	d.refreshPauses(ctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { d.listen(ctx) })
 	bg.Go(func() { d.maintain(ctx) })
@@ -396,7 +402,7 @@ func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, 
 			soon -= wait
 		}
 		pctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-		due, err := d.engine.Due(pctx, d.served)
+		due, err := d.engine.Due(pctx, d.activeServed())
 		cancel()
 		if err != nil || due {
 			return true // an error is the claim's to report and back off from
@@ -426,6 +432,10 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 	for _, g := range d.groups {
 		if ctx.Err() != nil {
 			break // shutting down: no new claim
+		}
+		kinds := d.active(g)
+		if len(kinds) == 0 {
+			continue // paused by an operator
 		}
 		now := d.now()
 		d.mu.Lock()
@@ -476,7 +486,7 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		// progress, whose effects are not held yet.
 		d.claimMu.RLock()
 		cctx, cancel := context.WithTimeout(hardCtx, d.dbTimeout())
-		got, err := d.engine.Claim(cctx, store.ClaimParams{Kinds: g.kinds, Limit: n, Lease: d.cfg.Lease,
+		got, err := d.engine.Claim(cctx, store.ClaimParams{Kinds: kinds, Limit: n, Lease: d.cfg.Lease,
 			Worker: d.cfg.WorkerID, KeyWindows: d.windows, Timeouts: d.margins})
 		cancel()
 		if err != nil {
@@ -995,6 +1005,10 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if n.Payload == effects.PausesPayload {
+			signal(d.pausesNow)
+			continue
+		}
 		if d.serves(n.Payload) {
 			signal(d.wake)
 		}
@@ -1036,6 +1050,9 @@ func (d *Dispatcher) maintain(ctx context.Context) {
 			d.heartbeat(ctx)
 		case <-beat.C:
 			d.heartbeat(ctx)
+			d.refreshPauses(ctx)
+		case <-d.pausesNow:
+			d.refreshPauses(ctx)
 			if beats++; beats%unservedEvery == 0 {
 				d.reportUnserved(ctx)
 			}

@@ -38,6 +38,7 @@ const (
 	nameDriftStuck     = "sidefx_drift_stuck"
 	nameDriftLastRun   = "sidefx_drift_last_run_timestamp_seconds"
 	nameDriftErrors    = "sidefx_drift_run_errors_total"
+	namePaused         = "sidefx_paused"
 	nameReconFindings  = "sidefx_reconcile_findings"
 	nameReconSettled   = "sidefx_reconcile_settled_total"
 	nameReconLastRun   = "sidefx_reconcile_last_run_timestamp_seconds"
@@ -52,7 +53,7 @@ var names = []string{
 	nameBuildInfo, nameConfirmLatency, nameDispatch, nameTransitions, nameEffects, nameOldestPending,
 	nameCallSeconds, nameReaped, nameReplays, nameRescued, nameStatsErrors,
 	nameDriftMissing, nameDriftExtra, nameDriftStuck, nameDriftLastRun, nameDriftErrors,
-	nameReconFindings, nameReconSettled, nameReconLastRun, nameReconErrors, nameEvents,
+	nameReconFindings, nameReconSettled, nameReconLastRun, nameReconErrors, nameEvents, namePaused,
 	nameDBErrors,
 	nameProvFailures, nameProvLastOK,
 	nameUnserved,

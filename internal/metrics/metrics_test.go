@@ -40,8 +40,9 @@ const (
 	kindHook   = "webhook.order_paid"
 )
 
-// testDB counts the statements the store runs (the collector runs only
-// Store.Stats, one statement per read) and can run a hook before each.
+// testDB counts the statements of the table's reads the store runs (one
+// per read: Store.Stats; the pauses' read that follows it is neither
+// counted nor hooked) and can run a hook before each.
 type testDB struct {
 	effects.DB
 	reads atomic.Int64
@@ -51,6 +52,9 @@ type testDB struct {
 }
 
 func (d *testDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if strings.Contains(sql, "sidefx_pauses") {
+		return d.DB.Query(ctx, sql, args...)
+	}
 	d.reads.Add(1)
 	d.mu.Lock()
 	hook := d.before
@@ -751,6 +755,10 @@ func exercise(t *testing.T, b bundle) {
 	b.m.ProviderAnswered(dispatcher.ProviderAnswer{Provider: "sendgrid", Kind: kindMail, Class: providers.Confirmed, LastSuccess: time.Now()})
 	b.m.Reconciled(reconcile.Report{Finished: time.Now(), Findings: []reconcile.Finding{{Finding: reconcile.Settled, Kind: kindMail, Provider: "sendgrid"}}})
 	b.m.Event("sendgrid", metrics.EventStored, 2)
+	st, _ := effects.NewStore(b.pool, nil)
+	if _, err := st.SetPause(b.ctx, effects.PauseProvider, "sendgrid", true, effects.Action{Actor: "test", Note: "incident"}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestNames_MatchExposedFamilies(t *testing.T) {
@@ -1031,5 +1039,27 @@ func TestMetrics_Reconciled(t *testing.T) {
 	got = scrape(t, b.reg)
 	if v := got[`sidefx_reconcile_findings{finding="extra",kind="charge.create",provider="stripe"}`]; v != 0 {
 		t.Errorf("extra after a clean run: %v, want 0", v)
+	}
+}
+
+// sidefx_paused is 1 while a kind or provider is paused, 0 once resumed.
+func TestMetrics_Paused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	st, _ := effects.NewStore(b.pool, nil)
+	a := effects.Action{Actor: "ops", Note: "incident"}
+	if _, err := st.SetPause(b.ctx, effects.PauseKind, kindMail, true, a); err != nil {
+		t.Fatal(err)
+	}
+	key := `sidefx_paused{name="email.receipt",scope="kind"}`
+	if v, ok := scrape(t, b.reg)[key]; !ok || v != 1 {
+		t.Fatalf("%s = %v (present %t) while paused, want 1", key, v, ok)
+	}
+	if _, err := st.SetPause(b.ctx, effects.PauseKind, kindMail, false, a); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.advance(time.Hour) // past StatsInterval: the next scrape reads again
+	if v, ok := scrape(t, b.reg)[key]; !ok || v != 0 {
+		t.Fatalf("%s = %v (present %t) once resumed, want 0", key, v, ok)
 	}
 }

@@ -16,6 +16,7 @@ import (
 // statsReader is what the table collector reads: an *effects.Store.
 type statsReader interface {
 	Stats(ctx context.Context) ([]effects.KindStats, error)
+	Pauses(ctx context.Context) ([]effects.Pause, error)
 }
 
 // tableCollector exposes sidefx_effects and sidefx_oldest_pending_seconds
@@ -31,6 +32,7 @@ type tableCollector struct {
 	effectsDesc  *prometheus.Desc
 	oldestDesc   *prometheus.Desc
 	unservedDesc *prometheus.Desc
+	pausedDesc   *prometheus.Desc
 
 	mu  sync.Mutex
 	now func() time.Time // the clock for interval; a test may replace it
@@ -41,6 +43,7 @@ type tableCollector struct {
 	// kinds holds the last reading of every kind seen since start; a kind
 	// absent from a later reading is kept, with zero counts.
 	kinds   map[string]effects.KindStats
+	paused  map[[2]string]bool  // scope and name → paused now; kept at 0 once resumed
 	metrics []prometheus.Metric // built from kinds after each successful read
 }
 
@@ -60,9 +63,13 @@ func newTableCollector(store statsReader, o Options, errors prometheus.Counter) 
 		unservedDesc: prometheus.NewDesc(nameUnserved,
 			"Pending effects of the kind when no live dispatcher serves it (they wait until one does), else 0, as of the last table read.",
 			[]string{"kind"}, nil),
-		now:   time.Now,
-		timer: realTimer,
-		kinds: map[string]effects.KindStats{},
+		pausedDesc: prometheus.NewDesc(namePaused,
+			"1 while an operator has paused the kind or provider (sidefx pause: none of its effects is claimed), 0 once resumed, as of the last table read.",
+			[]string{"scope", "name"}, nil),
+		now:    time.Now,
+		timer:  realTimer,
+		kinds:  map[string]effects.KindStats{},
+		paused: map[[2]string]bool{},
 	}
 }
 
@@ -71,6 +78,7 @@ func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.effectsDesc
 	ch <- c.oldestDesc
 	ch <- c.unservedDesc
+	ch <- c.pausedDesc
 	c.errors.Describe(ch)
 }
 
@@ -126,6 +134,10 @@ func (c *tableCollector) read(done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	stats, err := c.store.Stats(ctx)
+	var pauses []effects.Pause
+	if err == nil {
+		pauses, err = c.store.Pauses(ctx)
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -140,6 +152,12 @@ func (c *tableCollector) read(done chan struct{}) {
 	}
 	for _, ks := range stats {
 		c.kinds[ks.Kind] = ks
+	}
+	for k := range c.paused {
+		c.paused[k] = false
+	}
+	for _, p := range pauses {
+		c.paused[[2]string{string(p.Scope), p.Name}] = true
 	}
 	c.metrics = c.build()
 }
@@ -174,6 +192,13 @@ func (c *tableCollector) build() []prometheus.Metric {
 			unserved = float64(ks.ByState[effects.Pending])
 		}
 		out = append(out, prometheus.MustNewConstMetric(c.unservedDesc, prometheus.GaugeValue, unserved, k))
+	}
+	for k, on := range c.paused {
+		v := 0.0
+		if on {
+			v = 1
+		}
+		out = append(out, prometheus.MustNewConstMetric(c.pausedDesc, prometheus.GaugeValue, v, k[0], k[1]))
 	}
 	return out
 }
