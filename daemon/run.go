@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,6 +61,21 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	for _, w := range cfg.Warnings {
 		log.Warn("configuration: " + w)
 	}
+	// The configuration is read at start only: SIGHUP, which would end the
+	// process, is caught and answered with what to do instead.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Warn("SIGHUP: the configuration is not reloaded; restart the daemon to apply it (SIGTERM lets the calls in flight finish, and replicas keep dispatching meanwhile)")
+			}
+		}
+	}()
 	rt, err := config.Build(cfg, io.Getenv, log)
 	if err != nil {
 		return fmt.Errorf("configuration %s:\n%w", c.configPath, err)
