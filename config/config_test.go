@@ -186,6 +186,11 @@ func TestParse_Invalid(t *testing.T) {
 			nil, []string{`kinds["charge.create"].operation: "charges.crate" is not a Stripe operation (want one of charges.create, customers.create`}},
 		{"stripe kind without an operation its name maps to", db + stripeP + "kinds:\n  charge.create: {provider: stripe}\n",
 			nil, []string{`kinds["charge.create"].operation: "charge.create" (unset, a kind maps to its last two words) is not a Stripe operation`}},
+		{"stripe kind named with the object in the singular", db + stripeP + "kinds:\n  stripe.payment_intent.create: {provider: stripe}\n",
+			nil, []string{`kinds["stripe.payment_intent.create"].operation: "payment_intent.create" (unset, a kind maps to its last two words) is not a Stripe operation: ` +
+				`did you mean payment_intents.create? (set operation: payment_intents.create, or end the kind's name with .payment_intents.create)`}},
+		{"stripe operation with the object in the singular", db + stripeP + "kinds:\n  charge.create: {provider: stripe, operation: refund.create}\n",
+			nil, []string{`kinds["charge.create"].operation: "refund.create" is not a Stripe operation: did you mean refunds.create? (set operation: refunds.create)`}},
 		{"kind timeout not below the lease", db + mail + "dispatcher: {lease: 30s}\nkinds:\n  email.receipt: {provider: mail, timeout: 30s}\n",
 			nil, []string{`kinds["email.receipt"].timeout: 30s`, `is not below dispatcher.lease 30s`}},
 		{"default kind timeout not below a short lease", db + mail + "dispatcher: {lease: 10s}\nkinds:\n  email.receipt: {provider: mail}\n",

@@ -520,10 +520,19 @@ func (c *Config) checkKinds(v *checker) {
 		}
 		if ok && p.Type == TypeStripe && !slices.Contains(stripe.Operations(), k.Operation) {
 			hint := ""
-			if k.Operation == stripe.DefaultOperation(kind) {
+			unset := k.Operation == stripe.DefaultOperation(kind)
+			if unset {
 				hint = " (unset, a kind maps to its last two words)"
 			}
-			v.fail(path+".operation", "%q%s is not a Stripe operation (want one of %s)", k.Operation, hint, strings.Join(stripe.Operations(), ", "))
+			if plural := pluralOperation(k.Operation); plural != "" {
+				fix := "set operation: " + plural
+				if unset {
+					fix += ", or end the kind's name with ." + plural
+				}
+				v.fail(path+".operation", "%q%s is not a Stripe operation: did you mean %s? (%s)", k.Operation, hint, plural, fix)
+			} else {
+				v.fail(path+".operation", "%q%s is not a Stripe operation (want one of %s)", k.Operation, hint, strings.Join(stripe.Operations(), ", "))
+			}
 		}
 		if k.AtLeastOnce && ok && (p.Type == TypeStripe || p.Type == TypeWebhook || p.Type == TypeHTTP) {
 			v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for sendgrid providers", k.Provider, p.Type)
@@ -741,4 +750,20 @@ func listOrNone(names []string) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
+}
+
+// pluralOperation returns the Stripe operation op names with its object in
+// the singular ("payment_intent.create" → "payment_intents.create"), or ""
+// when there is none. Stripe's operations name their objects in the plural,
+// as its API paths do; a kind named after the object it makes is usually
+// singular.
+func pluralOperation(op string) string {
+	object, verb, ok := strings.Cut(op, ".")
+	if !ok || strings.HasSuffix(object, "s") {
+		return ""
+	}
+	if plural := object + "s." + verb; slices.Contains(stripe.Operations(), plural) {
+		return plural
+	}
+	return ""
 }

@@ -6,7 +6,7 @@
 // from the same inputs, so the provider sees one request sent several times
 // and absorbs the duplicates:
 //
-//	key := derive.Key("order-1042", "stripe.payment_intent.create")
+//	key := derive.Key("order-1042", "charge.payment_intents.create")
 //	// sfx1_ followed by 64 lowercase hex digits
 //
 // # Guarantees

@@ -7,13 +7,13 @@ import (
 )
 
 func ExampleKey() {
-	fmt.Println(derive.Key("order-1042", "stripe.payment_intent.create"))
-	// Output: sfx1_53f13bcacc5f70c75afd9ea0516749690ca2ac75051de363ead26213ce6244f2
+	fmt.Println(derive.Key("order-1042", "charge.payment_intents.create"))
+	// Output: sfx1_e3942847fa67dc140e91cf66f703b8705bc161ee351b86d394ec396fac90b262
 }
 
 // A two-step effect sends one key per step, each stable across retries.
 func ExampleChild() {
-	key := derive.Key("order-1042", "stripe.payment_intent.create")
+	key := derive.Key("order-1042", "charge.payment_intents.create")
 	fmt.Println(derive.Child(key, "create") != derive.Child(key, "confirm"))
 	// Output: true
 }

@@ -3,8 +3,8 @@
 //
 //	d, err := dispatcher.New(pool, &dispatcher.Config{
 //		Kinds: map[string]dispatcher.Kind{
-//			"stripe.payment_intent.create": {Provider: stripeProvider, MaxAttempts: 20},
-//			"email.receipt":                {Provider: mailProvider},
+//			"charge.payment_intents.create": {Provider: stripeProvider, MaxAttempts: 20},
+//			"email.receipt":                 {Provider: mailProvider},
 //		},
 //	})
 //	err = d.Run(ctx) // until ctx ends; then a graceful shutdown

@@ -164,7 +164,7 @@ func ValidateSourceID(id string) error {
 
 // ValidateKind returns a *ValidationError unless kind is lowercase words of
 // [a-z0-9_-] joined by dots, starting with a letter, at most MaxKindLen
-// characters: "email.receipt", "stripe.payment_intent.create".
+// characters: "email.receipt", "charge.payment_intents.create".
 func ValidateKind(kind string) error {
 	switch {
 	case kind == "":

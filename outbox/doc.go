@@ -6,7 +6,7 @@
 //	// ... insert the order ...
 //	res, err := outbox.Enqueue(ctx, tx, outbox.Effect{
 //		SourceID: orderID,
-//		Kind:     "stripe.payment_intent.create",
+//		Kind:     "charge.payment_intents.create",
 //		Payload:  map[string]any{"amount": 4200, "currency": "eur"},
 //	})
 //	// res.Key is the idempotency key the provider will see.

@@ -40,7 +40,7 @@ func Example() {
 		// ... INSERT INTO orders ... in the same tx ...
 		res, err := outbox.Enqueue(ctx, tx, outbox.Effect{
 			SourceID: orderID,
-			Kind:     "stripe.payment_intent.create",
+			Kind:     "charge.payment_intents.create",
 			Payload:  map[string]any{"amount": 4200, "currency": "eur"},
 		})
 		if err != nil {
@@ -65,7 +65,7 @@ func Example() {
 	// first inserted: true
 	// redelivery inserted: false
 	// same effect: true
-	// key: sfx1_53f13bcacc5f70c75afd9ea0516749690ca2ac75051de363ead26213ce6244f2
+	// key: sfx1_e3942847fa67dc140e91cf66f703b8705bc161ee351b86d394ec396fac90b262
 }
 
 // A service on database/sql (sqlc, ent, GORM, lib/pq) enqueues in its
@@ -119,7 +119,7 @@ func ExampleEnqueue_payloadMismatch() {
 	pool, done := examplePool()
 	defer done()
 
-	e := outbox.Effect{SourceID: "refund-7", Kind: "stripe.refund.create", Payload: map[string]int{"amount": 500}}
+	e := outbox.Effect{SourceID: "refund-7", Kind: "refund.refunds.create", Payload: map[string]int{"amount": 500}}
 	if _, err := outbox.Enqueue(ctx, pool, e); err != nil {
 		log.Fatal(err)
 	}

@@ -82,7 +82,7 @@ type Effect struct {
 	// characters of UTF-8, no NUL.
 	SourceID string
 	// Kind names the effect and, through the dispatcher's registry, its
-	// provider and policy: "stripe.payment_intent.create", "email.receipt".
+	// provider and policy: "charge.payment_intents.create", "email.receipt".
 	Kind string
 	// Payload is the provider call's input: a value encoding/json marshals to
 	// a JSON object, or a json.RawMessage (or []byte) holding one, used as it

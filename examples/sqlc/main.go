@@ -61,7 +61,7 @@ func (s *Shop) PlaceOrder(ctx context.Context, p CreateOrderParams) (Order, []ou
 		return Order{}, nil, fmt.Errorf("create order %s: %w", p.ID, err)
 	}
 	res, err := outbox.EnqueueMany(ctx, tx, []outbox.Effect{
-		{SourceID: order.ID, Kind: "stripe.payment_intent.create",
+		{SourceID: order.ID, Kind: "charge.payment_intents.create",
 			Payload: map[string]any{"amount": order.AmountCents, "currency": order.Currency}},
 		{SourceID: order.ID, Kind: "email.receipt",
 			Payload: map[string]any{"to": order.CustomerEmail, "order": order.ID}},
@@ -110,7 +110,7 @@ func run(ctx context.Context, url string, out io.Writer) error {
 	// that enqueues them again in a new transaction gets the same ids and
 	// keys, Inserted false.
 	res, err = outbox.EnqueueMany(ctx, db, []outbox.Effect{
-		{SourceID: "order-1042", Kind: "stripe.payment_intent.create", Payload: map[string]any{"amount": 4200, "currency": "eur"}},
+		{SourceID: "order-1042", Kind: "charge.payment_intents.create", Payload: map[string]any{"amount": 4200, "currency": "eur"}},
 		{SourceID: "order-1042", Kind: "email.receipt", Payload: map[string]any{"to": "ada@example.com", "order": "order-1042"}},
 	})
 	if err != nil {
@@ -120,7 +120,7 @@ func run(ctx context.Context, url string, out io.Writer) error {
 		fmt.Fprintf(out, "  again: effect %d inserted=%v\n", r.ID, r.Inserted)
 	}
 	// With another payload it is a producer bug, never silently accepted.
-	_, err = outbox.Enqueue(ctx, db, outbox.Effect{SourceID: "order-1042", Kind: "stripe.payment_intent.create",
+	_, err = outbox.Enqueue(ctx, db, outbox.Effect{SourceID: "order-1042", Kind: "charge.payment_intents.create",
 		Payload: map[string]any{"amount": 9900, "currency": "eur"}})
 	fmt.Fprintf(out, "another amount: payload mismatch %v\n", errors.Is(err, outbox.ErrPayloadMismatch))
 

@@ -30,7 +30,7 @@ order-1043 refused: reserve mug for order order-1043
   again: effect 2 inserted=false
 another amount: payload mismatch true
 orders: 1
-`, derive.Key("order-1042", "stripe.payment_intent.create"), derive.Key("order-1042", "email.receipt"))
+`, derive.Key("order-1042", "charge.payment_intents.create"), derive.Key("order-1042", "email.receipt"))
 	if out.String() != want {
 		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), want)
 	}
