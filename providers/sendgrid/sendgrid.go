@@ -235,7 +235,7 @@ func (p *Provider) Close() {
 // Call sends the mail of c.Payload, tagged with c's key, and classifies
 // SendGrid's answer as the package documentation describes.
 func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result {
-	what := p.name + " mail send"
+	what := p.callName()
 	body, err := buildBody(c)
 	if err != nil {
 		return p.redact.Result(providers.Reject(fmt.Errorf("%s: %w", what, err), nil))
@@ -264,6 +264,16 @@ func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result 
 	// With an answer, err can only be a failure to read its body: the
 	// status is SendGrid's decision all the same.
 	return p.redact.Result(p.classify(what, resp, p.now()))
+}
+
+// callName names the call in errors: "sendgrid mail send", after the
+// provider's name when it has another ("mail: sendgrid mail send"), so that
+// a provider named for what it sends does not read "mail mail send".
+func (p *Provider) callName() string {
+	if p.name == DefaultName {
+		return "sendgrid mail send"
+	}
+	return p.name + ": sendgrid mail send"
 }
 
 // classify turns an answer into a Result.
@@ -378,7 +388,7 @@ var _ providers.PayloadChecker = (*Provider)(nil)
 // request.
 func (p *Provider) CheckPayload(_ string, payload json.RawMessage) error {
 	if _, err := buildBody(providers.Call{Key: "sfx1_check", Payload: payload}); err != nil {
-		return fmt.Errorf("%s mail send: %w", p.name, err)
+		return fmt.Errorf("%s: %w", p.callName(), err)
 	}
 	return nil
 }

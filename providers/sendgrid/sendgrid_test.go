@@ -592,6 +592,35 @@ func TestProvider_RejectsBadPayloadsBeforeAnyRequest(t *testing.T) {
 	}
 }
 
+// Errors start with the provider's name and name the call once: a provider
+// named "mail" does not say "mail mail send".
+func TestProvider_ErrorsNameTheProviderAndTheCall(t *testing.T) {
+	t.Parallel()
+	ts, _ := server(t, func(w http.ResponseWriter, _ *http.Request, _ received) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"errors": [{"message": "The from email does not contain a valid address.", "field": "from.email"}]}`)
+	})
+	const bad = `{"subject": "no recipients"}`
+	for _, tc := range []struct{ name, want string }{
+		{"", "sendgrid mail send: "},
+		{"sendgrid", "sendgrid mail send: "},
+		{"mail", "mail: sendgrid mail send: "},
+		{"receipts", "receipts: sendgrid mail send: "},
+	} {
+		p := newProvider(t, ts.URL, func(c *sendgrid.Config) { c.Name = tc.name })
+		errs := map[string]error{
+			"an answer":       p.Call(context.Background(), testCall()).Err,
+			"a bad payload":   p.Call(context.Background(), testCall(bad)).Err,
+			"a payload check": p.CheckPayload("email.receipt", json.RawMessage(bad)),
+		}
+		for what, err := range errs {
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "mail mail") {
+				t.Errorf("name %q, %s: error %q, want it to start with %q", tc.name, what, err, tc.want)
+			}
+		}
+	}
+}
+
 // The answer to a request that reached SendGrid is lost on a connection
 // that had served a request before: the kind of connection on which
 // net/http retries some requests by itself. It must not retry this one.
