@@ -67,7 +67,13 @@ func refireOptions(io *IO, c *common, e *effects.Effect, past bool) (effects.Ref
 	return o, nil
 }
 
+// report says what an operator's command did to e and the state it is in
+// now, unless the verb says that already ("cancelled").
 func report(io *IO, verb string, e *effects.Effect) {
+	if verb == string(e.State) {
+		fmt.Fprintf(io.Out, "effect %d (%s %s): %s\n", e.ID, e.Kind, e.SourceID, verb)
+		return
+	}
 	fmt.Fprintf(io.Out, "effect %d (%s %s): %s, now %s\n", e.ID, e.Kind, e.SourceID, verb, e.State)
 }
 

@@ -243,6 +243,10 @@ func TestCLI_OperatorCommandsAndRefusals(t *testing.T) {
 			t.Errorf("%v: %v, want a wrong-state refusal", args, err)
 		}
 	}
+	// The states wanted read as words.
+	if err, want := c.refuse("resolve", id(failed), "--as", "confirmed"), fmt.Sprintf("resolve effect %d: it is failed, not uncertain", failed.ID); err == nil || err.Error() != want {
+		t.Errorf("resolve a failed effect: %v, want %q", err, want)
+	}
 	for _, args := range [][]string{
 		{"resolve", id(unsure)},                                  // neither --as nor --refire
 		{"resolve", id(unsure), "--as", "confirmed", "--refire"}, // both
@@ -264,8 +268,9 @@ func TestCLI_OperatorCommandsAndRefusals(t *testing.T) {
 	if out := c.ok("resolve", id(refire), "--refire", "--note", "customer never got it"); !strings.Contains(out, "now pending") || !strings.Contains(out, "duplicate") {
 		t.Fatalf("refire: %s", out)
 	}
-	if out := c.ok("cancel", "--source", "s", "--kind", "k.pending", "--note", "order voided"); !strings.Contains(out, "now cancelled") {
-		t.Fatalf("cancel: %s", out)
+	// The verb says the state: not "cancelled, now cancelled".
+	if out, want := c.ok("cancel", "--source", "s", "--kind", "k.pending", "--note", "order voided"), fmt.Sprintf("effect %d (k.pending s): cancelled\n", pending.ID); out != want {
+		t.Fatalf("cancel: %q, want %q", out, want)
 	}
 	// Each action is in the effect's history, with who and why.
 	out := c.ok("inspect", id(unsure))

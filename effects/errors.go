@@ -169,8 +169,8 @@ type PayloadMismatchError struct {
 }
 
 func (e *PayloadMismatchError) Error() string {
-	return fmt.Sprintf("enqueue source_id %q kind %q: payload hash %s differs from the enqueued effect's %s: %v",
-		e.SourceID, e.Kind, e.NewHash, e.StoredHash, ErrPayloadMismatch)
+	return fmt.Sprintf("enqueue source_id %q kind %q: %v (payload hash %s, the enqueued effect's %s)",
+		e.SourceID, e.Kind, ErrPayloadMismatch, e.NewHash, e.StoredHash)
 }
 
 // Is makes errors.Is(err, ErrPayloadMismatch) hold.
@@ -193,7 +193,23 @@ func (e *StateError) Error() string {
 		return fmt.Sprintf("%s effect %d: it is a tombstone (%s, reaped at %s): its payload was dropped, so it cannot be sent again",
 			e.Op, e.ID, e.State, e.ReapedAt.UTC().Format(time.RFC3339))
 	}
-	return fmt.Sprintf("%s effect %d: it is %s, not %v", e.Op, e.ID, e.State, e.Want)
+	if len(e.Want) == 0 {
+		return fmt.Sprintf("%s effect %d: it is %s", e.Op, e.ID, e.State)
+	}
+	return fmt.Sprintf("%s effect %d: it is %s, not %s", e.Op, e.ID, e.State, orList(e.Want))
+}
+
+// orList joins states for a sentence: "uncertain", "pending or failed",
+// "pending, fired or failed".
+func orList(states []State) string {
+	words := make([]string, len(states))
+	for i, s := range states {
+		words[i] = string(s)
+	}
+	if len(words) == 1 {
+		return words[0]
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
 // Is makes errors.Is(err, ErrWrongState) hold.
