@@ -47,6 +47,19 @@ func enqueueCmd(ctx context.Context, io *IO, args []string) error {
 	if *batch < 1 {
 		return usageErr("--batch must be at least 1")
 	}
+	if one {
+		// Each is required: an empty payload would be refused as "not
+		// valid JSON", which hides that the flag is missing.
+		for _, f := range []struct{ flag, value, what string }{
+			{"--source", *source, "the source id of the effect"},
+			{"--kind", *kind, "the kind of the effect"},
+			{"--payload", *payload, "the effect's payload, a JSON object ('{}' for none)"},
+		} {
+			if f.value == "" {
+				return usageErr("%s is required: %s", f.flag, f.what)
+			}
+		}
+	}
 	pool, store, err := c.open(ctx, io)
 	if err != nil {
 		return err

@@ -117,6 +117,21 @@ func TestCLI_MigrateEnqueueStatusInspect(t *testing.T) {
 	if !errors.Is(err, effects.ErrPayloadMismatch) {
 		t.Fatalf("enqueue with another payload: %v", err)
 	}
+	// A missing flag is named as missing: an absent payload is not "not
+	// valid JSON".
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--source", "order-2", "--kind", "email.receipt"}, "--payload is required: the effect's payload, a JSON object ('{}' for none)"},
+		{[]string{"--source", "order-2", "--payload", "{}"}, "--kind is required"},
+		{[]string{"--kind", "email.receipt", "--payload", "{}"}, "--source is required"},
+	} {
+		err := c.refuse(append([]string{"enqueue", "--any-kind"}, tc.args...)...)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || exitCode(err, &bytes.Buffer{}) != 2 {
+			t.Errorf("enqueue %v: %v, want a usage error %q", tc.args, err, tc.want)
+		}
+	}
 
 	out = c.ok("status")
 	if !strings.Contains(out, "email.receipt") || !strings.Contains(out, "pending") {
