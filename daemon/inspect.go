@@ -9,7 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/reconcile"
 )
@@ -76,9 +78,13 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	cfg, err := c.loadConfig(io)
+	if err != nil {
+		return err
+	}
 	// The provider of each kind, when the configuration says.
 	providerOf := map[string]string{}
-	if cfg, err := c.loadConfig(io); err == nil && cfg != nil {
+	if cfg != nil {
 		for kind, k := range cfg.Kinds {
 			providerOf[kind] = k.Provider
 		}
@@ -111,7 +117,7 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 		if i > 0 {
 			fmt.Fprintln(io.Out)
 		}
-		printEffect(io, r.Effect, r.Why, r.History)
+		printEffect(io, r.Effect, r.Why, maxAttempts(r.Effect, kinds, cfg), r.History)
 		printEvidence(io, r.Evidence)
 	}
 	return nil
@@ -154,7 +160,32 @@ func lookup(ctx context.Context, store *effects.Store, ref string) (*effects.Eff
 	return store.Get(ctx, id)
 }
 
-func printEffect(io *IO, e *effects.Effect, why string, history []effects.Event) {
+// maxAttempts says how many attempts e may make, and where that comes from:
+// its own max_attempts; else its kind's, as the live dispatchers serving it
+// report it, or as the configuration (--config) sets it; else the default.
+func maxAttempts(e *effects.Effect, kinds map[string]effects.KindStatus, cfg *config.Config) string {
+	ks := kinds[e.Kind]
+	switch {
+	case e.MaxAttempts > 0:
+		return strconv.Itoa(e.MaxAttempts)
+	case ks.MaxAttempts > 0 && ks.MaxAttempts == ks.MaxAttemptsUpTo:
+		return fmt.Sprintf("%d (the kind's)", ks.MaxAttempts)
+	case ks.MaxAttempts > 0:
+		return fmt.Sprintf("%d to %d (the kind's: its dispatchers differ)", ks.MaxAttempts, ks.MaxAttemptsUpTo)
+	}
+	if cfg != nil {
+		if k, ok := cfg.Kinds[e.Kind]; ok && k.MaxAttempts > 0 {
+			return fmt.Sprintf("%d (the kind's, in the configuration)", k.MaxAttempts)
+		}
+	}
+	if ks.Dispatchers > 0 {
+		// Dispatchers of an earlier release do not report it.
+		return fmt.Sprintf("%d (the default, unless its dispatchers set the kind's max_attempts)", dispatcher.DefaultMaxAttempts)
+	}
+	return fmt.Sprintf("%d (the default)", dispatcher.DefaultMaxAttempts)
+}
+
+func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.Event) {
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
 	row("effect", e.ID)
@@ -169,11 +200,7 @@ func printEffect(io *IO, e *effects.Effect, why string, history []effects.Event)
 	if why != "" {
 		row("why pending", why)
 	}
-	maxA := "the kind's policy"
-	if e.MaxAttempts > 0 {
-		maxA = strconv.Itoa(e.MaxAttempts)
-	}
-	row("attempts", fmt.Sprintf("%d (max: %s)", e.Attempts, maxA))
+	row("attempts", fmt.Sprintf("%d of %s", e.Attempts, maxA))
 	row("created", when(e.CreatedAt))
 	row("next attempt", when(e.NextAttemptAt))
 	row("first fired", when(e.FirstFiredAt))

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	engine "github.com/sidefx/sidefx/internal/store"
@@ -666,4 +667,59 @@ func TestCLI_PauseResume(t *testing.T) {
 	if err := c.refuse("resume", "--kind", "email.receipt", "--note", "x"); !strings.Contains(err.Error(), "kind email.receipt is not paused") {
 		t.Fatalf("resume of what is not paused: %v", err)
 	}
+}
+
+// sidefx inspect says how many attempts an effect may make: its own
+// max_attempts, else its kind's as the live dispatchers or the
+// configuration have it, else the default, never "the kind's policy".
+func TestCLI_InspectSaysMaxAttempts(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newCLI(t)
+	ctx := context.Background()
+	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "email.receipt", "--payload", `{}`)
+	out, _, err := c.run(`{"source_id":"o2","kind":"email.receipt","payload":{},"max_attempts":3}`+"\n", "enqueue", "--any-kind", "--from", "-")
+	if err != nil {
+		t.Fatalf("enqueue: %v\n%s", err, out)
+	}
+	attempts := func(args ...string) string {
+		t.Helper()
+		for l := range strings.Lines(c.ok(append([]string{"inspect"}, args...)...)) {
+			if rest, ok := strings.CutPrefix(l, "attempts"); ok {
+				return strings.TrimSpace(rest)
+			}
+		}
+		t.Fatalf("inspect %v shows no attempts", args)
+		return ""
+	}
+	check := func(got, want string) {
+		t.Helper()
+		if got != want {
+			t.Errorf("attempts %q, want %q", got, want)
+		}
+	}
+	// Nothing says: the default.
+	check(attempts("--source", "o1", "--kind", "email.receipt"), fmt.Sprintf("0 of %d (the default)", dispatcher.DefaultMaxAttempts))
+	check(attempts("--source", "o2", "--kind", "email.receipt"), "0 of 3")
+
+	// The configuration says.
+	cfg := filepath.Join(t.TempDir(), "sidefx.yaml")
+	doc := "database_url: " + c.url + "\nproviders:\n  mail: {type: sendgrid, api_key_env: SG_KEY}\nkinds:\n  email.receipt: {provider: mail, max_attempts: 9}\n"
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check(attempts("--config", cfg, "--source", "o1", "--kind", "email.receipt"), "0 of 9 (the kind's, in the configuration)")
+
+	// The live dispatchers say, and they win: they decide.
+	beat := func(worker string, n int) {
+		t.Helper()
+		if err := c.eng.Beat(ctx, engine.Beat{Worker: worker, Kinds: []string{"email.receipt"}, Interval: time.Minute,
+			Status: []engine.KindBeat{{Kind: "email.receipt", Provider: "mail", MaxAttempts: n}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat("w1", 7)
+	check(attempts("--config", cfg, "--source", "o1", "--kind", "email.receipt"), "0 of 7 (the kind's)")
+	check(attempts("--source", "o2", "--kind", "email.receipt"), "0 of 3")
+	beat("w2", 12)
+	check(attempts("--source", "o1", "--kind", "email.receipt"), "0 of 7 to 12 (the kind's: its dispatchers differ)")
 }

@@ -1075,9 +1075,10 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 	}
 }
 
-// beat is this dispatcher's heartbeat: its kinds, and what holds each
-// kind's effects back here (a paused provider, its calls in flight against
-// its limit, its failures in a row), for sidefx inspect.
+// beat is this dispatcher's heartbeat: its kinds, what holds each kind's
+// effects back here (a paused provider, its calls in flight against its
+// limit, its failures in a row) and its attempts per effect, for sidefx
+// inspect.
 func (d *Dispatcher) beat() store.Beat {
 	b := store.Beat{Worker: d.cfg.WorkerID, Kinds: d.served, Interval: d.cfg.HeartbeatInterval}
 	now := d.now()
@@ -1086,7 +1087,7 @@ func (d *Dispatcher) beat() store.Beat {
 		if g == nil {
 			continue
 		}
-		kb := store.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit}
+		kb := store.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit, MaxAttempts: d.cfg.Kinds[kind].MaxAttempts}
 		d.mu.Lock()
 		kb.InFlight = g.inflight
 		if g.pausedUntil.After(now) {

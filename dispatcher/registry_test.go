@@ -30,7 +30,10 @@ func TestDispatcher_RegistersServedKinds(t *testing.T) {
 	logs := &syncBuffer{}
 	fake := providertest.New(providertest.Config{Name: "mail"})
 	d := build(t, pool, &dispatcher.Config{
-		Kinds:    kinds("email.receipt", dispatcher.Kind{Provider: fake}),
+		Kinds: map[string]dispatcher.Kind{
+			"email.receipt": {Provider: fake},
+			"email.welcome": {Provider: fake, MaxAttempts: 7},
+		},
 		WorkerID: "registry-test", HeartbeatInterval: time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	})
@@ -41,7 +44,7 @@ func TestDispatcher_RegistersServedKinds(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, x := range ds {
-			if x.WorkerID == "registry-test" && x.Live && slices.Equal(x.Kinds, []string{"email.receipt"}) {
+			if x.WorkerID == "registry-test" && x.Live && slices.Equal(x.Kinds, []string{"email.receipt", "email.welcome"}) {
 				return true, ""
 			}
 		}
@@ -51,6 +54,12 @@ func TestDispatcher_RegistersServedKinds(t *testing.T) {
 		out := logs.String()
 		return strings.Contains(out, "pending effects of a kind no live dispatcher serves") && strings.Contains(out, "kind=sms.send pending=2"), out
 	})
+	// Its heartbeat says each kind's attempts per effect, for sidefx
+	// inspect: the default, or the kind's own.
+	st, err := store.KindStatuses(ctx)
+	if err != nil || st["email.receipt"].MaxAttempts != dispatcher.DefaultMaxAttempts || st["email.welcome"].MaxAttempts != 7 {
+		t.Fatalf("kind statuses = %+v, %v", st, err)
+	}
 	stats, err := store.Stats(ctx)
 	if err != nil || len(stats) != 1 || stats[0].Kind != "sms.send" || !stats[0].Unserved {
 		t.Fatalf("stats = %+v, %v", stats, err)

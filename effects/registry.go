@@ -78,6 +78,11 @@ type KindStatus struct {
 	// over the dispatchers; Failures is the most retryable or unknown
 	// answers in a row any of them has seen.
 	InFlight, Limit, Failures int
+	// MaxAttempts is the fewest attempts per effect the dispatchers allow
+	// an effect of the kind without a max_attempts of its own, and
+	// MaxAttemptsUpTo the most: the same, unless they are configured
+	// differently. 0 when none said (dispatchers of an earlier release).
+	MaxAttempts, MaxAttemptsUpTo int
 }
 
 // KindStatuses returns, for each kind a live dispatcher serves, what those
@@ -115,6 +120,12 @@ func (s *Store) KindStatuses(ctx context.Context) (map[string]KindStatus, error)
 		st.InFlight += b.InFlight
 		st.Limit += b.Limit
 		st.Failures = max(st.Failures, b.Failures)
+		if b.MaxAttempts > 0 {
+			if st.MaxAttempts == 0 || b.MaxAttempts < st.MaxAttempts {
+				st.MaxAttempts = b.MaxAttempts
+			}
+			st.MaxAttemptsUpTo = max(st.MaxAttemptsUpTo, b.MaxAttempts)
+		}
 		out[kind] = st
 		return struct{}{}, nil
 	})

@@ -88,9 +88,9 @@ func TestStore_KindStatuses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	beat("w1", store.KindBeat{Kind: "email.receipt", Provider: "mail", PausedFor: time.Hour, InFlight: 2, Limit: 4, Failures: 3},
-		store.KindBeat{Kind: "charge.create", Provider: "stripe", Limit: 4})
-	beat("w2", store.KindBeat{Kind: "email.receipt", Provider: "mail", InFlight: 1, Limit: 4, Failures: 1})
+	beat("w1", store.KindBeat{Kind: "email.receipt", Provider: "mail", PausedFor: time.Hour, InFlight: 2, Limit: 4, Failures: 3, MaxAttempts: 12},
+		store.KindBeat{Kind: "charge.create", Provider: "stripe", Limit: 4, MaxAttempts: 25})
+	beat("w2", store.KindBeat{Kind: "email.receipt", Provider: "mail", InFlight: 1, Limit: 4, Failures: 1, MaxAttempts: 5})
 	now, err := b.store.Now(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +106,14 @@ func TestStore_KindStatuses(t *testing.T) {
 	}
 	if ch := st["charge.create"]; ch.Dispatchers != 2 || ch.Paused != 0 || !ch.PausedUntil.IsZero() || ch.Limit != 4 {
 		t.Fatalf("charge.create = %+v", ch)
+	}
+	// The attempts per effect each dispatcher allows: the fewest and the
+	// most; w2 said nothing of charge.create's.
+	if mail.MaxAttempts != 5 || mail.MaxAttemptsUpTo != 12 {
+		t.Fatalf("email.receipt's max attempts = %d to %d, want 5 to 12", mail.MaxAttempts, mail.MaxAttemptsUpTo)
+	}
+	if ch := st["charge.create"]; ch.MaxAttempts != 25 || ch.MaxAttemptsUpTo != 25 {
+		t.Fatalf("charge.create's max attempts = %d to %d, want 25", ch.MaxAttempts, ch.MaxAttemptsUpTo)
 	}
 	// The next beat replaces what w1 said: the pause is over.
 	beat("w1", store.KindBeat{Kind: "email.receipt", Provider: "mail", Limit: 4})

@@ -59,4 +59,8 @@ type KindStatus struct {
 	InFlight    int       `json:"in_flight"`
 	Limit       int       `json:"limit"`
 	Failures    int       `json:"failures"`
+	// MaxAttempts is the kind's attempts per effect in this dispatcher,
+	// for an effect without a max_attempts of its own (0: not said, by a
+	// dispatcher of an earlier release).
+	MaxAttempts int `json:"max_attempts,omitempty"`
 }

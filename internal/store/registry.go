@@ -33,6 +33,9 @@ type KindBeat struct {
 	InFlight, Limit int
 	// Failures is the provider's retryable or unknown answers in a row.
 	Failures int
+	// MaxAttempts is the kind's attempts per effect, for an effect
+	// without a max_attempts of its own.
+	MaxAttempts int
 }
 
 // Heartbeat records that worker is alive and serves kinds, and will beat
@@ -50,7 +53,7 @@ func (s *Engine) Beat(ctx context.Context, b Beat) error {
 	st := make([]effectrow.KindStatus, len(b.Status))
 	for i, k := range b.Status {
 		st[i] = effectrow.KindStatus{Kind: k.Kind, Provider: k.Provider, PausedMS: k.PausedFor.Milliseconds(),
-			InFlight: k.InFlight, Limit: k.Limit, Failures: k.Failures}
+			InFlight: k.InFlight, Limit: k.Limit, Failures: k.Failures, MaxAttempts: k.MaxAttempts}
 	}
 	raw, err := json.Marshal(st)
 	if err != nil {
