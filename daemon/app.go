@@ -15,6 +15,8 @@ import (
 
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/effects"
+	sqlerr "github.com/sidefx/sidefx/internal/driver"
+	"github.com/sidefx/sidefx/migrations"
 )
 
 // IO is what a command reads and writes: the process's standard streams and
@@ -222,6 +224,29 @@ func (c *common) open(ctx context.Context, io *IO) (*pgxpool.Pool, *effects.Stor
 		return nil, nil, err
 	}
 	return pool, store, nil
+}
+
+// schemaProblem explains err, from a statement on schema, when the schema
+// lacks sidefx's tables or some of its migrations (an undefined table,
+// column or function): "schema app has no sidefx tables: run sidefx
+// migrate", as sidefx run says, rather than PostgreSQL's words. Any other
+// error, or one the migration status does not explain, is returned as it is.
+func schemaProblem(ctx context.Context, pool *pgxpool.Pool, schema string, err error) error {
+	pe, ok := sqlerr.PgErrorOf(err)
+	if !ok || (pe.Code != "42P01" && pe.Code != "42703" && pe.Code != "42883") {
+		return err
+	}
+	applied, missing, serr := migrations.Status(ctx, pool, &migrations.Config{Schema: schema})
+	if serr != nil || len(missing) == 0 {
+		return err
+	}
+	if schema == "" {
+		schema = "public"
+	}
+	if len(applied) == 0 {
+		return fmt.Errorf("schema %s has no sidefx tables: run sidefx migrate", schema)
+	}
+	return fmt.Errorf("schema %s lacks migrations %v: run sidefx migrate", schema, missing)
 }
 
 // redactURL keeps a database password out of an error.

@@ -723,3 +723,73 @@ func TestCLI_InspectSaysMaxAttempts(t *testing.T) {
 	beat("w2", 12)
 	check(attempts("--source", "o1", "--kind", "email.receipt"), "0 of 7 to 12 (the kind's: its dispatchers differ)")
 }
+
+// sidefx status says when nothing of a kind is pending (null in JSON) and
+// when nothing pending is due yet, and names an unmigrated schema as sidefx
+// run does, not with PostgreSQL's words.
+func TestCLI_StatusSaysWhatIsPending(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newCLI(t)
+	ctx := context.Background()
+	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "k.due", "--payload", `{}`)
+	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "k.done", "--payload", `{}`)
+	c.ok("cancel", "--source", "o1", "--kind", "k.done")
+	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	if out, _, err := c.run(`{"source_id":"o1","kind":"k.later","payload":{},"not_before":"`+later+`"}`+"\n", "enqueue", "--any-kind", "--from", "-"); err != nil {
+		t.Fatalf("enqueue: %v\n%s", err, out)
+	}
+	// The due effect has waited a second or more: no sleep, its due time
+	// moved back.
+	if _, err := pool.Exec(ctx, `UPDATE side_effects SET next_attempt_at = now() - interval '90 seconds' WHERE kind = 'k.due'`); err != nil {
+		t.Fatal(err)
+	}
+
+	oldest := map[string]string{}
+	for l := range strings.Lines(c.ok("status")) {
+		f := strings.Fields(l)
+		if len(f) > 1 && strings.HasPrefix(f[0], "k.") {
+			oldest[f[0]] = strings.Join(f[1+len(effects.States):], " ")
+		}
+	}
+	for kind, want := range map[string]string{"k.due": "1m30s", "k.done": "nothing pending", "k.later": "none due yet"} {
+		if oldest[kind] != want {
+			t.Errorf("status: %s's oldest pending %q, want %q", kind, oldest[kind], want)
+		}
+	}
+	var st struct {
+		Kinds []struct {
+			Kind   string   `json:"kind"`
+			Oldest *float64 `json:"oldest_pending_seconds"`
+		} `json:"kinds"`
+	}
+	raw := c.ok("status", "--json")
+	if err := json.Unmarshal([]byte(raw), &st); err != nil || len(st.Kinds) != 3 {
+		t.Fatalf("status --json: %v\n%s", err, raw)
+	}
+	for _, k := range st.Kinds {
+		switch {
+		case k.Kind == "k.done" && k.Oldest != nil:
+			t.Errorf("status --json: k.done's oldest_pending_seconds is %v, want null: nothing is pending", *k.Oldest)
+		case k.Kind == "k.later" && (k.Oldest == nil || *k.Oldest != 0):
+			t.Errorf("status --json: k.later's oldest_pending_seconds is %v, want 0: it is pending, not due", k.Oldest)
+		case k.Kind == "k.due" && (k.Oldest == nil || *k.Oldest < 90):
+			t.Errorf("status --json: k.due's oldest_pending_seconds is %v, want at least 90", k.Oldest)
+		}
+	}
+	if !strings.Contains(raw, `"oldest_pending_seconds": null`) {
+		t.Errorf("status --json does not hold the field as null:\n%s", raw)
+	}
+
+	// A schema sidefx migrate never ran in, and one it ran in before
+	// sidefx_dispatchers existed (version 6).
+	if err := c.refuse("status", "--schema", "bare"); err == nil || err.Error() != "schema bare has no sidefx tables: run sidefx migrate" {
+		t.Errorf("status of a schema without sidefx's tables: %v", err)
+	}
+	c.ok("migrate", "--schema", "partial")
+	if _, err := pool.Exec(ctx, `DROP TABLE partial.sidefx_dispatchers; DELETE FROM partial.sidefx_migrations WHERE version = 6`); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.refuse("status", "--schema", "partial"); err == nil || err.Error() != "schema partial lacks migrations [6]: run sidefx migrate" {
+		t.Errorf("status of a schema behind: %v", err)
+	}
+}

@@ -12,9 +12,12 @@ import (
 
 // statusKind is one kind's line of sidefx status --json.
 type statusKind struct {
-	Kind                 string                  `json:"kind"`
-	States               map[effects.State]int64 `json:"states"`
-	OldestPendingSeconds float64                 `json:"oldest_pending_seconds"`
+	Kind   string                  `json:"kind"`
+	States map[effects.State]int64 `json:"states"`
+	// OldestPendingSeconds is how long the pending effect due the longest
+	// has been due: 0 when every pending effect is scheduled for later or
+	// backing off, null when none is pending.
+	OldestPendingSeconds *float64 `json:"oldest_pending_seconds"`
 }
 
 func statusCmd(ctx context.Context, io *IO, args []string) error {
@@ -30,7 +33,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	defer pool.Close()
 	stats, err := store.Stats(ctx)
 	if err != nil {
-		return err
+		return schemaProblem(ctx, pool, store.Schema(), err)
 	}
 	pauses, err := store.Pauses(ctx)
 	if err != nil {
@@ -46,7 +49,12 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 			unserved[s.Kind] = s.ByState[effects.Pending]
 			unservedStats = append(unservedStats, s)
 		}
-		kinds = append(kinds, statusKind{Kind: s.Kind, States: s.ByState, OldestPendingSeconds: s.OldestPending.Seconds()})
+		k := statusKind{Kind: s.Kind, States: s.ByState}
+		if s.ByState[effects.Pending] > 0 {
+			oldest := s.OldestPending.Seconds()
+			k.OldestPendingSeconds = &oldest
+		}
+		kinds = append(kinds, k)
 		for st, n := range s.ByState {
 			total[st] += n
 		}
@@ -68,7 +76,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 		for _, st := range effects.States {
 			fmt.Fprintf(w, "%d\t", k.States[st])
 		}
-		fmt.Fprintf(w, "%s\t\n", age(k.OldestPendingSeconds))
+		fmt.Fprintf(w, "%s\t\n", oldestPending(k.OldestPendingSeconds))
 	}
 	fmt.Fprint(w, "total\t")
 	for _, st := range effects.States {
@@ -92,11 +100,16 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	return nil
 }
 
-func age(seconds float64) string {
-	if seconds <= 0 {
-		return "-"
+// oldestPending says how long the pending effect due the longest has been
+// due, or that none is pending, or none due yet.
+func oldestPending(seconds *float64) string {
+	switch {
+	case seconds == nil:
+		return "nothing pending"
+	case *seconds <= 0:
+		return "none due yet"
 	}
-	return time.Duration(seconds * float64(time.Second)).Round(time.Second).String()
+	return time.Duration(*seconds * float64(time.Second)).Round(time.Second).String()
 }
 
 // pausedJSON is the pauses as sidefx status --json shows them.
