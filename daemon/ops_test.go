@@ -792,4 +792,12 @@ func TestCLI_StatusSaysWhatIsPending(t *testing.T) {
 	if err := c.refuse("status", "--schema", "partial"); err == nil || err.Error() != "schema partial lacks migrations [6]: run sidefx migrate" {
 		t.Errorf("status of a schema behind: %v", err)
 	}
+	// One migrated before the pauses (version 13).
+	c.ok("migrate", "--schema", "nopauses")
+	if _, err := pool.Exec(ctx, `DROP TABLE nopauses.sidefx_pauses, nopauses.sidefx_pause_log; DELETE FROM nopauses.sidefx_migrations WHERE version = 13`); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.refuse("status", "--schema", "nopauses"); err == nil || err.Error() != "schema nopauses lacks migrations [13]: run sidefx migrate" {
+		t.Errorf("status of a schema without the pauses: %v", err)
+	}
 }

@@ -37,7 +37,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	pauses, err := store.Pauses(ctx)
 	if err != nil {
-		return err
+		return schemaProblem(ctx, pool, store.Schema(), err)
 	}
 	total := map[effects.State]int64{}
 	var kinds []statusKind
