@@ -38,7 +38,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"run", "--config FILE", "run the dispatcher, rescuer, reaper and drift schedule; serve /metrics, /healthz, /readyz", runCmd},
+		{"run", "--config FILE", "run the dispatcher, rescuer, reaper, drift and reconciliation; serve /metrics, /healthz, /readyz, /events/NAME", runCmd},
 		{"migrate", "[--namespace NS]", "apply the schema migrations the database lacks", migrateCmd},
 		{"enqueue", "--source ID --kind KIND --payload JSON | --from FILE|-", "enqueue effects (JSON lines: source_id, kind, payload)", enqueueCmd},
 		{"status", "[--json]", "effects by kind and state, oldest pending age", statusCmd},
