@@ -16,6 +16,8 @@ test: deps fmt-check vet
 	cd bench && $(GO) vet ./...
 # examples/nats-consumer: its own module (the NATS server and client stay out of go.mod); a JetStream consumer crashed and killed mid-batch
 	cd examples/nats-consumer && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+# internal/browsertest: its own module (chromedp stays out of go.mod); the console in a real, headless Chromium (Debian's)
+	cd internal/browsertest && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## vet-newest: build and vet every package and test of every module with the
 ## newest supported Go release (the go command fetches that toolchain, about
@@ -23,7 +25,7 @@ test: deps fmt-check vet
 ## `make test` runs everything with the Go on PATH, which CI keeps on the
 ## release line the go.mod's go line names (the oldest supported).
 NEWEST_GO ?= go1.27.3
-MODULES = . deploy/rulecheck internal/invariant/netfault internal/drivertest examples/nats-consumer
+MODULES = . deploy/rulecheck internal/invariant/netfault internal/drivertest examples/nats-consumer internal/browsertest
 vet-newest:
 	for m in $(MODULES); do (cd $$m && GOTOOLCHAIN=$(NEWEST_GO) $(GO) vet ./...) || exit 1; done
 
@@ -33,6 +35,7 @@ test-newest: deps vet-newest
 	cd internal/invariant/netfault && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
 	cd internal/drivertest && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
 	cd examples/nats-consumer && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
+	cd internal/browsertest && GOTOOLCHAIN=$(NEWEST_GO) $(GO) test -short -count=1 ./...
 
 deps:
 	./scripts/install-deps
