@@ -635,7 +635,7 @@ func (t *TracingConfig) check(v *checker) {
 func (c *ConsoleConfig) check(v *checker, httpListen string) {
 	if c.Listen != "" {
 		checkListen(v, "console.listen", c.Listen)
-		if c.Listen == httpListen {
+		if _, port, _ := net.SplitHostPort(c.Listen); c.Listen == httpListen && port != "0" {
 			v.fail("console.listen", "%q is http.listen's address: the console needs one of its own", c.Listen)
 		}
 	}
