@@ -38,4 +38,7 @@ GRANT SELECT ON public.sidefx_pauses TO sidefx_daemon;
 --   GRANT INSERT ON public.sidefx_pause_log TO sidefx_operator;
 --   GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
 --   GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many_traced(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
--- and INSERT on side_effects (enqueue runs as the caller).
+-- and INSERT on side_effects (enqueue runs as the caller). The web console
+-- (console.listen) acts with the daemon's own role: to pause and resume
+-- from it, grant the daemon's role the two sidefx_pauses and
+-- sidefx_pause_log lines above as well.

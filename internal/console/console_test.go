@@ -504,13 +504,13 @@ func TestConsole_BulkPreviewConfirmAndCap(t *testing.T) {
 func TestConsole_HiddenFieldsNeverReachAPage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	const to, customer = "alice.secret@example.com", "bob.hidden@example.com"
+	const to, customer = "recipient.secret@example.com", "customer.hidden@example.com"
 	e.enqueue("email.receipt", `{"personalizations":[{"to":[{"email":"`+to+`","name":"A"}]}],"customer_email":"`+customer+`","template_id":"d-old"}`, "h-1")
 	id := e.operate("email.receipt", 1, effects.Failed, "400: does not contain a valid address: "+to)[0]
 	op := e.login(console.Operator)
 	for _, path := range []string{fmt.Sprintf("/effects/%d", id), "/effects", "/effects?state=failed"} {
 		body := op.page(path)
-		if strings.Contains(body, to) || strings.Contains(body, customer) || strings.Contains(body, "alice.secret") {
+		if strings.Contains(body, to) || strings.Contains(body, customer) || strings.Contains(body, "recipient.secret") {
 			t.Errorf("GET %s shows a hidden field:\n%s", path, body)
 		}
 	}
