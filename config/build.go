@@ -469,5 +469,7 @@ func (c *Config) clone() *Config {
 	n.Kinds = maps.Clone(c.Kinds)
 	n.Drift.Rules = slices.Clone(c.Drift.Rules)
 	n.Warnings = slices.Clone(c.Warnings)
+	n.Console.TrustedProxies = slices.Clone(c.Console.TrustedProxies)
+	n.Console.HiddenFields = slices.Clone(c.Console.HiddenFields)
 	return &n
 }

@@ -126,6 +126,11 @@ type Config struct {
 	// with the provider's HTTP requests as its children. Off by default.
 	Tracing TracingConfig `yaml:"tracing"`
 
+	// Console configures the web console: the effects, the runs and the
+	// pauses as pages, and the operators' actions as forms, on a listen
+	// address of its own. Off unless its listen address is set.
+	Console ConsoleConfig `yaml:"console"`
+
 	// Warnings are the things Load found doubtful but not wrong, each
 	// naming its field, for the daemon to log. They are not read from the
 	// file.
@@ -503,6 +508,57 @@ type TracingConfig struct {
 	// holding its value. Default none. The values are secrets: never
 	// printed or logged.
 	HeadersEnv map[string]string `yaml:"headers_env"`
+}
+
+// ConsoleConfig configures the web console (package internal/console).
+// Every request to it is authenticated, by a token or by a trusted proxy,
+// and acts with a role: viewer (reads), operator (acts, within the bulk
+// cap; pauses kinds) or admin (also raises the bulk cap and pauses
+// providers).
+type ConsoleConfig struct {
+	// Listen is the host:port the console listens on, not http.listen's.
+	// Default "": the console is off. Off loopback, serve it over TLS (a
+	// proxy in front) and set secure_cookie.
+	Listen string `yaml:"listen"`
+
+	// TokensFile is a file of the console's tokens, one a line: the
+	// SHA-256 of the token in hexadecimal, its role (viewer, operator or
+	// admin) and the actor name recorded with its actions, separated by
+	// spaces; '#' starts a comment. The tokens themselves are stored
+	// nowhere. Read at start. Default "": none.
+	TokensFile string `yaml:"tokens_file"`
+
+	// TokensEnv names an environment variable holding more lines as
+	// tokens_file's. Default "": none.
+	TokensEnv string `yaml:"tokens_env"`
+
+	// TrustedProxies are the addresses (CIDRs) of authenticating proxies:
+	// identity_header and role_header are read only from a request whose
+	// peer is in one of them, and ignored from any other. Default none.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+
+	// IdentityHeader is the header a trusted proxy names the signed-in
+	// user in (X-Forwarded-User, say), recorded as the actor of the user's
+	// actions. Required with trusted_proxies. Default "".
+	IdentityHeader string `yaml:"identity_header"`
+
+	// RoleHeader is the header a trusted proxy gives the user's role in
+	// (viewer, operator or admin; X-Forwarded-Role, say). Default "": a
+	// user the proxy names is a viewer.
+	RoleHeader string `yaml:"role_header"`
+
+	// HiddenFields are payload fields the console shows as "(hidden)": a
+	// top-level name ("customer_email") or a dotted path through objects
+	// and arrays ("personalizations.to.email" reaches into every element
+	// of an array; a number picks one). Their values are blotted out of the
+	// errors, answers and evidence shown with the effect too. Default
+	// none.
+	HiddenFields []string `yaml:"hidden_fields"`
+
+	// SecureCookie marks the session cookie Secure although the console
+	// serves plain HTTP, for a proxy in front that terminates TLS. Default
+	// false: Secure when the console itself serves TLS.
+	SecureCookie bool `yaml:"secure_cookie"`
 }
 
 // DriftRule is one drift check, kept as written: the drift package runs it

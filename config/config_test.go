@@ -133,7 +133,7 @@ func TestReference_ParsesAndBuilds(t *testing.T) {
 func TestReference_DocumentsEveryField(t *testing.T) {
 	t.Parallel()
 	for _, v := range []any{config.Config{}, config.HTTPConfig{}, config.LogConfig{}, config.DispatcherConfig{},
-		config.ProviderConfig{}, config.KindConfig{}, config.DriftConfig{}, config.DriftRule{}, config.TracingConfig{}, config.StatusRules{}, config.ReferenceConfig{}} {
+		config.ProviderConfig{}, config.KindConfig{}, config.DriftConfig{}, config.DriftRule{}, config.TracingConfig{}, config.StatusRules{}, config.ReferenceConfig{}, config.ConsoleConfig{}} {
 		typ := reflect.TypeOf(v)
 		for f := range typ.Fields() {
 			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")

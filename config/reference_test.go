@@ -82,6 +82,10 @@ drift:
       check_at_most: 0
 reconcile:
   schedule: "@every 10m"
+console:
+  listen: 127.0.0.1:9465
+  tokens_file: /etc/sidefx/console-tokens
+  hidden_fields: [personalizations.to.email, customer_email]
 `
 
 // sections are the configuration's structs, by where they are in the file.
@@ -102,6 +106,7 @@ var sections = []struct {
 	{"drift.rules[]", reflect.TypeFor[config.DriftRule](), ""},
 	{"reconcile", reflect.TypeFor[config.ReconcileConfig](), ""},
 	{"tracing", reflect.TypeFor[config.TracingConfig](), ""},
+	{"console", reflect.TypeFor[config.ConsoleConfig](), ""},
 }
 
 // fieldDocs reads the doc comment of every struct field of the package's
@@ -243,11 +248,11 @@ func generateReference(t *testing.T) []byte {
 	var b bytes.Buffer
 	b.WriteString("# sidefx daemon configuration (YAML), generated from the documentation of\n" +
 		"# the config package's fields (go test ./config -run TestReference -update).\n" +
-		"# Every value shown is the default, except in the example providers, kinds\n" +
-		"# and drift rule. Durations are written as Go writes them: 500ms, 60s, 5m,\n" +
-		"# 720h; a bare number is refused. Unknown fields are errors. Secrets are\n" +
-		"# never written here: a provider names the environment variables that\n" +
-		"# hold them.\n\n")
+		"# Every value shown is the default, except in the example providers, kinds,\n" +
+		"# drift rule, reconciliation schedule and console. Durations are written\n" +
+		"# as Go writes them: 500ms, 60s, 5m, 720h; a bare number is refused.\n" +
+		"# Unknown fields are errors. Secrets are never written here: a provider\n" +
+		"# names the environment variables that hold them.\n\n")
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(root); err != nil {
@@ -371,7 +376,7 @@ func TestReference_DocumentedDefaultsAreTheDefaults(t *testing.T) {
 	checked := 0
 	for _, s := range []struct {
 		v reflect.Value
-	}{{reflect.ValueOf(*cfg)}, {reflect.ValueOf(cfg.HTTP)}, {reflect.ValueOf(cfg.Log)}, {reflect.ValueOf(cfg.Dispatcher)}, {reflect.ValueOf(cfg.Drift)}} {
+	}{{reflect.ValueOf(*cfg)}, {reflect.ValueOf(cfg.HTTP)}, {reflect.ValueOf(cfg.Log)}, {reflect.ValueOf(cfg.Dispatcher)}, {reflect.ValueOf(cfg.Drift)}, {reflect.ValueOf(cfg.Console)}} {
 		typ := s.v.Type()
 		for _, f := range yamlFields(typ) {
 			m := defaultRE.FindStringSubmatch(docs[typ.Name()][f.Name])

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -177,6 +178,7 @@ func (c *Config) validate(env map[string]string) (warnings []string, problems []
 	c.Drift.check(v, c.Kinds)
 	c.Reconcile.check(v)
 	c.Tracing.check(v)
+	c.Console.check(v, c.HTTP.Listen)
 	return v.warnings, v.problems
 }
 
@@ -636,6 +638,57 @@ func (t *TracingConfig) check(v *checker) {
 	}
 	if t.OTLPEndpoint == "" && len(t.HeadersEnv) > 0 {
 		v.fail("tracing.headers_env", "set without tracing.otlp_endpoint: tracing is off")
+	}
+}
+
+func (c *ConsoleConfig) check(v *checker, httpListen string) {
+	if c.Listen != "" {
+		checkListen(v, "console.listen", c.Listen)
+		if _, port, _ := net.SplitHostPort(c.Listen); c.Listen == httpListen && port != "0" {
+			v.fail("console.listen", "%q is http.listen's address: the console needs one of its own", c.Listen)
+		}
+	}
+	if c.TokensEnv != "" && !envNameRE.MatchString(c.TokensEnv) {
+		v.fail("console.tokens_env", "%q is not an environment variable name (want e.g. SIDEFX_CONSOLE_TOKENS)", c.TokensEnv)
+	}
+	for i, p := range c.TrustedProxies {
+		path := "console.trusted_proxies[" + strconv.Itoa(i) + "]"
+		prefix, err := netip.ParsePrefix(strings.TrimSpace(p))
+		switch {
+		case err != nil:
+			v.fail(path, "%q is not a CIDR (want e.g. 10.0.0.0/8, or 10.0.0.7/32 for one address)", p)
+		case prefix.Bits() == 0:
+			v.warn(path, "%q trusts every address: anyone who reaches the console can name any user and role", p)
+		}
+	}
+	for _, h := range []struct{ path, name string }{{"console.identity_header", c.IdentityHeader}, {"console.role_header", c.RoleHeader}} {
+		if h.name != "" && strings.ContainsFunc(h.name, func(r rune) bool { return !isTokenChar(r) }) {
+			v.fail(h.path, "%q is not a valid header name", h.name)
+		}
+	}
+	switch {
+	case len(c.TrustedProxies) > 0 && c.IdentityHeader == "":
+		v.fail("console.identity_header", "required with console.trusted_proxies: the header the proxy names the user in")
+	case c.IdentityHeader != "" && len(c.TrustedProxies) == 0:
+		v.fail("console.trusted_proxies", "required with console.identity_header: the proxies whose header is believed")
+	}
+	if c.RoleHeader != "" {
+		if c.IdentityHeader == "" {
+			v.fail("console.role_header", "set without console.identity_header")
+		} else if strings.EqualFold(c.RoleHeader, c.IdentityHeader) {
+			v.fail("console.role_header", "%q is console.identity_header too", c.RoleHeader)
+		}
+	}
+	for i, f := range c.HiddenFields {
+		if f == "" || slices.Contains(strings.Split(f, "."), "") {
+			v.fail("console.hidden_fields["+strconv.Itoa(i)+"]", "%q is not a field name or a dotted path (want e.g. personalizations.to.email)", f)
+		}
+	}
+	if c.Listen != "" && c.TokensFile == "" && c.TokensEnv == "" && c.IdentityHeader == "" {
+		v.fail("console.listen", "set without a way to sign in: give console.tokens_file, console.tokens_env, or console.trusted_proxies with console.identity_header")
+	}
+	if c.Listen == "" && (c.TokensFile != "" || c.TokensEnv != "" || len(c.TrustedProxies) > 0 || c.IdentityHeader != "") {
+		v.warn("console", "set without console.listen: the console is off")
 	}
 }
 

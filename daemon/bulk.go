@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/ops"
 )
@@ -13,11 +14,17 @@ import (
 // newOps returns the operations API on store, with the key windows and the
 // payload checks of the configuration, when one is given.
 func newOps(io *IO, c *common, store *effects.Store) (*ops.Ops, error) {
-	o := &ops.Ops{Store: store}
 	cfg, err := c.loadConfig(io)
 	if err != nil {
 		return nil, err
 	}
+	return opsFor(cfg, store), nil
+}
+
+// opsFor returns the operations API on store with cfg's key windows and
+// payload checks (none for a nil cfg), for the CLI and the console alike.
+func opsFor(cfg *config.Config, store *effects.Store) *ops.Ops {
+	o := &ops.Ops{Store: store}
 	if cfg != nil {
 		o.KeyWindow = func(kind string) time.Duration {
 			if w, ok := cfg.KeyWindow(kind); ok {
@@ -32,7 +39,7 @@ func newOps(io *IO, c *common, store *effects.Store) (*ops.Ops, error) {
 			return cfg.CheckPayload(kind, p)
 		}
 	}
-	return o, nil
+	return o
 }
 
 func bulkCmd(ctx context.Context, io *IO, args []string) error {

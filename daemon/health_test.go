@@ -109,13 +109,19 @@ func (d *daemon) logs() string {
 // waitFor polls path until it answers code with a body holding want.
 func (d *daemon) waitFor(path string, code int, want string) {
 	d.t.Helper()
+	d.waitAt(d.listen, path, code, want)
+}
+
+// waitAt is waitFor on another of the daemon's addresses.
+func (d *daemon) waitAt(addr, path string, code int, want string) {
+	d.t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second}
 	deadline := time.Now().Add(30 * time.Second)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	last := "no answer"
 	for {
-		if resp, err := client.Get("http://" + d.listen + path); err != nil {
+		if resp, err := client.Get("http://" + addr + path); err != nil {
 			last = err.Error()
 		} else {
 			b, _ := io.ReadAll(resp.Body)

@@ -122,6 +122,13 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The console, when console.listen is set, is built here (a tokens
+	// file that cannot be read stops the start) and served next to the
+	// HTTP endpoint, on its own address.
+	con, tokens, err := consoleHandler(cfg, io.Getenv, pool, store, log)
+	if err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -170,6 +177,13 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		_ = srv.Shutdown(sctx)
 	}()
 	log.Info("serving http", "http", ln.Addr().String())
+	if con != nil {
+		stopConsole, err := serveConsole(con, cfg.Console.Listen, tokens, len(cfg.Console.TrustedProxies) > 0, log)
+		if err != nil {
+			return err
+		}
+		defer stopConsole()
+	}
 
 	if ok, err := waitForDatabase(ctx, db, *migrate, log); err != nil || !ok {
 		return err // nil if stopped while waiting

@@ -36,6 +36,11 @@ GRANT SELECT ON public.sidefx_pauses TO sidefx_daemon;
 --   GRANT SELECT ON public.sidefx_dispatchers TO sidefx_operator;
 --   GRANT SELECT, INSERT, DELETE ON public.sidefx_pauses TO sidefx_operator;
 --   GRANT INSERT ON public.sidefx_pause_log TO sidefx_operator;
+--   GRANT SELECT ON public.sidefx_settings TO sidefx_operator;
 --   GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
 --   GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many_traced(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
--- and INSERT on side_effects (enqueue runs as the caller).
+-- and INSERT on side_effects (enqueue runs as the caller; supersede reads
+-- sidefx_settings). The web console (console.listen) acts with the
+-- daemon's own role: to pause and resume from it, and to supersede, grant
+-- the daemon's role the sidefx_pauses, sidefx_pause_log and
+-- sidefx_settings lines above as well.

@@ -1,0 +1,284 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/ops"
+)
+
+// note reads an action's note: required, it says why.
+func note(r *http.Request) string { return strings.TrimSpace(r.PostFormValue("note")) }
+
+const noteRequired = "a note is required: say why (it is recorded with your name)"
+
+// act performs an action on one effect (POST /effects/{id}/{action}).
+func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
+	ctx := r.Context()
+	eid, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		h.refuse(w, r, id, http.StatusNotFound, "no such effect")
+		return
+	}
+	action, err := ops.ParseAction(r.PathValue("action"))
+	if err != nil {
+		h.refuse(w, r, id, http.StatusNotFound, err.Error())
+		return
+	}
+	req := ops.Request{Action: action, Actor: id.Actor, Note: note(r), PastKeyWindow: r.PostFormValue("past_key_window") != ""}
+	if req.Note == "" {
+		h.badRequest(w, r, id, noteRequired)
+		return
+	}
+	e, err := h.cfg.Store.Get(ctx, eid)
+	if err != nil {
+		h.fail(w, r, id, err)
+		return
+	}
+	b := blotterOf(h.hider.hide(e.Payload).values)
+	switch action {
+	case ops.Resolve:
+		switch as := effects.State(r.PostFormValue("as")); as {
+		case effects.Confirmed:
+			req.As, req.Ref = as, strings.TrimSpace(r.PostFormValue("ref"))
+		case effects.Failed:
+			req.As = as
+		default:
+			h.badRequest(w, r, id, "resolve: as confirmed or as failed")
+			return
+		}
+	case ops.Supersede:
+		written := strings.TrimSpace(r.PostFormValue("payload"))
+		if written == "" || !json.Valid([]byte(written)) {
+			h.badRequest(w, r, id, "supersede: the payload is not JSON")
+			return
+		}
+		payload, err := h.hider.restore([]byte(written), e.Payload)
+		if err != nil {
+			h.badRequest(w, r, id, "supersede: "+err.Error())
+			return
+		}
+		req.Payload = payload
+		b = append(b, blotterOf(h.hider.hide(payload).values)...)
+	}
+	if _, err := h.cfg.Ops.Apply(ctx, e, req); err != nil {
+		h.log.Info("console: action refused", "actor", id.Actor, "action", string(action), "effect", e.ID, "err", b.text(err.Error()))
+		h.fail(w, r, id, blotted{err, b})
+		return
+	}
+	h.log.Info("console: action", "actor", id.Actor, "role", id.Role.String(), "action", string(action), "effect", e.ID)
+	http.Redirect(w, r, fmt.Sprintf("/effects/%d?done=%s", e.ID, action), http.StatusSeeOther)
+}
+
+// blotted is an error whose message has the hidden values blotted out; it
+// wraps the error for errors.Is.
+type blotted struct {
+	err error
+	b   blotter
+}
+
+func (e blotted) Error() string { return e.b.text(e.err.Error()) }
+func (e blotted) Unwrap() error { return e.err }
+
+// pause pauses or resumes a kind (operators) or a provider (admins).
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id *identity) {
+	scope := effects.PauseScope(r.PostFormValue("scope"))
+	switch scope {
+	case effects.PauseKind:
+	case effects.PauseProvider:
+		if !id.Can(Admin) {
+			h.refuse(w, r, id, http.StatusForbidden, "only an admin pauses or resumes a provider")
+			return
+		}
+	default:
+		h.badRequest(w, r, id, "pause a kind or a provider")
+		return
+	}
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	op := r.PostFormValue("op")
+	if name == "" || (op != "pause" && op != "resume") {
+		h.badRequest(w, r, id, "name the "+string(scope)+" to pause or resume")
+		return
+	}
+	n := note(r)
+	if n == "" {
+		h.badRequest(w, r, id, noteRequired)
+		return
+	}
+	changed, err := h.cfg.Store.SetPause(r.Context(), scope, name, op == "pause", effects.Action{Actor: id.Actor, Note: n})
+	if err != nil {
+		h.fail(w, r, id, err)
+		return
+	}
+	h.log.Info("console: "+op, "actor", id.Actor, "role", id.Role.String(), "scope", string(scope), "name", name)
+	done := map[bool]string{true: "paused", false: "resumed"}[op == "pause"]
+	if !changed {
+		done = "already"
+	}
+	http.Redirect(w, r, "/?done="+done, http.StatusSeeOther)
+}
+
+// bulkReq is a bulk action as its form gives it.
+type bulkReq struct {
+	req    ops.Request
+	filter effects.Filter
+	form   filterForm // with absolute times
+	max    int
+	as     string
+	patch  string
+}
+
+// statusError is a refusal with its status.
+type statusError struct {
+	status int
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// readBulk reads a bulk action from v (the preview's query, or the
+// confirmation's form): the action, its filter and its cap, which only an
+// admin raises above ops.DefaultMax.
+func (h *Handler) readBulk(v url.Values, id *identity) (bulkReq, error) {
+	var b bulkReq
+	action, err := ops.ParseAction(v.Get("action"))
+	if err != nil {
+		return b, &statusError{http.StatusBadRequest, err.Error()}
+	}
+	b.req = ops.Request{Action: action, Actor: id.Actor}
+	b.as, b.patch = v.Get("as"), strings.TrimSpace(v.Get("patch"))
+	switch {
+	case action == ops.Resolve:
+		if st := effects.State(b.as); st != effects.Confirmed && st != effects.Failed {
+			return b, &statusError{http.StatusBadRequest, "resolve: as confirmed or as failed"}
+		}
+		b.req.As = effects.State(b.as)
+	case b.as != "":
+		b.as = ""
+	}
+	switch {
+	case action == ops.Supersede:
+		if b.patch == "" || !json.Valid([]byte(b.patch)) {
+			return b, &statusError{http.StatusBadRequest, "supersede in bulk takes a patch: a JSON merge patch (RFC 7396) of each payload"}
+		}
+		b.req.Patch = json.RawMessage(b.patch)
+	case b.patch != "":
+		return b, &statusError{http.StatusBadRequest, "a patch is for supersede"}
+	}
+	if b.max, err = positiveInt(v.Get("max"), ops.DefaultMax); err != nil {
+		return b, &statusError{http.StatusBadRequest, "cap: " + err.Error()}
+	}
+	if b.max > ops.DefaultMax && !id.Can(Admin) {
+		return b, &statusError{http.StatusForbidden, fmt.Sprintf("only an admin raises the cap above %d", ops.DefaultMax)}
+	}
+	ff := readFilter(v)
+	if b.filter, b.form, err = ff.filter(h.now()); err != nil {
+		return b, &statusError{http.StatusBadRequest, err.Error()}
+	}
+	return b, nil
+}
+
+type bulkData struct {
+	Action        ops.Action
+	As, Patch     string
+	Max, Default  int
+	Form          filterForm
+	Count         int64
+	States        string
+	Sample        []effectRow
+	Over, Nothing bool
+}
+
+// bulkPreview shows what a bulk action would touch: the count, a sample
+// and the cap, and the form that confirms it.
+func (h *Handler) bulkPreview(w http.ResponseWriter, r *http.Request, id *identity) {
+	if !id.Can(Operator) {
+		h.refuse(w, r, id, http.StatusForbidden, fmt.Sprintf("a %s cannot act", id.Role))
+		return
+	}
+	b, err := h.readBulk(r.URL.Query(), id)
+	if err != nil {
+		h.refuseErr(w, r, id, err)
+		return
+	}
+	p, err := h.cfg.Ops.Preview(r.Context(), b.req, b.filter)
+	if err != nil {
+		h.fail(w, r, id, err)
+		return
+	}
+	d := bulkData{Action: b.req.Action, As: b.as, Patch: b.patch, Max: b.max, Default: ops.DefaultMax, Form: b.form, Count: p.Count,
+		Over: p.Count > int64(b.max), Nothing: p.Count == 0}
+	var states []string
+	for _, st := range p.Filter.States {
+		states = append(states, string(st))
+	}
+	d.States = strings.Join(states, "/")
+	for _, e := range p.Sample {
+		d.Sample = append(d.Sample, h.row(e))
+	}
+	pg := h.newPage("Bulk "+string(b.req.Action), id)
+	pg.D = d
+	h.render(w, r, http.StatusOK, "bulk", pg)
+}
+
+type doneData struct {
+	Action  ops.Action
+	Done    []int64
+	Skipped []ops.Skip
+}
+
+// bulk performs a confirmed bulk action.
+func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, id *identity) {
+	b, err := h.readBulk(r.PostForm, id)
+	if err != nil {
+		h.refuseErr(w, r, id, err)
+		return
+	}
+	if b.req.Note = note(r); b.req.Note == "" {
+		h.badRequest(w, r, id, noteRequired)
+		return
+	}
+	res, err := h.cfg.Ops.ApplyAll(r.Context(), b.req, b.filter, b.max)
+	if err != nil {
+		h.log.Info("console: bulk action refused", "actor", id.Actor, "action", string(b.req.Action), "err", err)
+		h.fail(w, r, id, err)
+		return
+	}
+	h.log.Info("console: bulk action", "actor", id.Actor, "role", id.Role.String(), "action", string(b.req.Action),
+		"done", len(res.Done), "skipped", len(res.Skipped), "cap", b.max)
+	d := doneData{Action: b.req.Action}
+	for _, e := range res.Done {
+		d.Done = append(d.Done, e.ID)
+	}
+	for _, s := range res.Skipped {
+		// A refusal may quote the payload (a provider's check): blot it.
+		if e, err := h.cfg.Store.Get(r.Context(), s.ID); err == nil {
+			values := h.hider.hide(e.Payload).values
+			if merged, err := ops.MergePatch(e.Payload, b.req.Patch); len(b.req.Patch) > 0 && err == nil {
+				values = append(values, h.hider.hide(merged).values...)
+			}
+			s.Reason = blotterOf(values).text(s.Reason)
+		} else {
+			s.Reason = "refused"
+		}
+		d.Skipped = append(d.Skipped, s)
+	}
+	p := h.newPage("Bulk "+string(b.req.Action)+": done", id)
+	p.D = d
+	h.render(w, r, http.StatusOK, "done", p)
+}
+
+func (h *Handler) refuseErr(w http.ResponseWriter, r *http.Request, id *identity, err error) {
+	var se *statusError
+	if errors.As(err, &se) {
+		h.refuse(w, r, id, se.status, se.msg)
+		return
+	}
+	h.fail(w, r, id, err)
+}

@@ -1,0 +1,254 @@
+package console
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Hidden is what the console shows in place of a hidden payload field.
+const Hidden = "(hidden)"
+
+// minBlot is the shortest hidden value blotted out of free text (errors,
+// answers, evidence, notes): a shorter one would blot out unrelated text.
+const minBlot = 3
+
+// hider hides the payload fields the configuration names.
+type hider struct {
+	paths [][]string
+}
+
+func newHider(fields []string) hider {
+	var h hider
+	for _, f := range fields {
+		if f = strings.TrimSpace(f); f != "" {
+			h.paths = append(h.paths, strings.Split(f, "."))
+		}
+	}
+	return h
+}
+
+// decodeJSON reads a JSON document keeping numbers as written.
+func decodeJSON(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value")
+	}
+	return v, nil
+}
+
+// shown is a payload as the console shows it, and the values it hid.
+type shown struct {
+	JSON   string // indented, the hidden fields replaced by Hidden
+	values []string
+}
+
+// hide returns payload with the hidden fields replaced, indented. A
+// payload that is not JSON (none is: the column is jsonb) is not shown.
+func (h hider) hide(payload []byte) shown {
+	if len(payload) == 0 {
+		return shown{}
+	}
+	doc, err := decodeJSON(payload)
+	if err != nil {
+		return shown{JSON: "(not shown: not JSON)"}
+	}
+	var values []string
+	for _, p := range h.paths {
+		doc = walkHide(doc, p, &values)
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return shown{JSON: "(not shown)"}
+	}
+	return shown{JSON: string(b), values: values}
+}
+
+// walkHide replaces what path reaches in v, collecting the values
+// replaced. An array is walked through: the path applies to each element,
+// unless its next segment is a number, which picks one.
+func walkHide(v any, path []string, values *[]string) any {
+	if len(path) == 0 {
+		collect(v, values)
+		return Hidden
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		if c, ok := x[path[0]]; ok {
+			x[path[0]] = walkHide(c, path[1:], values)
+		}
+	case []any:
+		if i, err := strconv.Atoi(path[0]); err == nil {
+			if i >= 0 && i < len(x) {
+				x[i] = walkHide(x[i], path[1:], values)
+			}
+			return x
+		}
+		for i := range x {
+			x[i] = walkHide(x[i], path, values)
+		}
+	}
+	return v
+}
+
+// collect adds the scalar values in v to values, as text.
+func collect(v any, values *[]string) {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, c := range x {
+			collect(c, values)
+		}
+	case []any:
+		for _, c := range x {
+			collect(c, values)
+		}
+	case string:
+		*values = append(*values, x)
+	case json.Number:
+		*values = append(*values, x.String())
+	}
+}
+
+// blotter blots hidden values out of free text.
+type blotter []string
+
+// blotterOf returns the blotter of the values s hid: each as it is and as
+// JSON writes it inside a string, longest first.
+func blotterOf(values []string) blotter {
+	var b blotter
+	for _, v := range values {
+		if len(v) < minBlot {
+			continue
+		}
+		b = append(b, v)
+		// As JSON writes it inside a string: Go's (escaping <, > and &)
+		// and PostgreSQL's (escaping only quotes, backslashes and
+		// controls).
+		for _, escapeHTML := range []bool{true, false} {
+			var j bytes.Buffer
+			enc := json.NewEncoder(&j)
+			enc.SetEscapeHTML(escapeHTML)
+			if err := enc.Encode(v); err == nil {
+				if e := strings.TrimSuffix(j.String(), "\n"); len(e) >= 2 && e[1:len(e)-1] != v {
+					b = append(b, e[1:len(e)-1])
+				}
+			}
+		}
+	}
+	slices.SortFunc(b, func(x, y string) int { return cmp.Or(cmp.Compare(len(y), len(x)), strings.Compare(x, y)) })
+	return slices.Compact(b)
+}
+
+// text returns s with every hidden value replaced by Hidden.
+func (b blotter) text(s string) string {
+	for _, v := range b {
+		s = strings.ReplaceAll(s, v, Hidden)
+	}
+	return s
+}
+
+// restore returns the payload an operator wrote for a supersession with
+// every hidden field left as Hidden given its current value back (from
+// old, at the same place): the form shows the payload hidden, and what it
+// did not show is kept. A hidden field left as Hidden with no current
+// value is refused.
+func (h hider) restore(written, old []byte) ([]byte, error) {
+	if len(h.paths) == 0 {
+		return written, nil
+	}
+	doc, err := decodeJSON(written)
+	if err != nil {
+		return nil, err
+	}
+	prev, err := decodeJSON(old)
+	if err != nil {
+		prev = nil
+	}
+	missing := false
+	for _, p := range h.paths {
+		doc = walkRestore(doc, prev, p, &missing)
+	}
+	if missing {
+		return nil, errors.New("a hidden field is left as " + strconv.Quote(Hidden) + " where the current payload has no value to keep: write its value, or remove it")
+	}
+	return json.Marshal(doc)
+}
+
+func walkRestore(v, old any, path []string, missing *bool) any {
+	if len(path) == 0 {
+		if hasHidden(v) {
+			if old == nil || hasHidden(old) {
+				*missing = true
+				return v
+			}
+			return old
+		}
+		return v
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		c, ok := x[path[0]]
+		if !ok {
+			return v
+		}
+		var oc any
+		if om, ok := old.(map[string]any); ok {
+			oc = om[path[0]]
+		}
+		x[path[0]] = walkRestore(c, oc, path[1:], missing)
+	case []any:
+		oa, _ := old.([]any)
+		at := func(i int) any {
+			if i < len(oa) {
+				return oa[i]
+			}
+			return nil
+		}
+		if i, err := strconv.Atoi(path[0]); err == nil {
+			if i >= 0 && i < len(x) {
+				x[i] = walkRestore(x[i], at(i), path[1:], missing)
+			}
+			return x
+		}
+		for i := range x {
+			x[i] = walkRestore(x[i], at(i), path, missing)
+		}
+	}
+	return v
+}
+
+// hasHidden reports whether v is, or holds, the Hidden placeholder.
+func hasHidden(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return x == Hidden
+	case map[string]any:
+		for _, c := range x {
+			if hasHidden(c) {
+				return true
+			}
+		}
+	case []any:
+		for _, c := range x {
+			if hasHidden(c) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// jsonIndent writes v as indented JSON.
+func jsonIndent(v any) (string, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	return string(b), err
+}

@@ -1,0 +1,108 @@
+package console
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestHide_PathsThroughObjectsAndArrays(t *testing.T) {
+	t.Parallel()
+	h := newHider([]string{"personalizations.to.email", "customer_email", "items.1.card", "missing.path", "meta"})
+	payload := `{"personalizations":[{"to":[{"email":"a@example.com","name":"A"},{"email":"b@example.com"}]},{"to":[{"email":"c@example.com"}]}],
+		"customer_email":"d@example.com","items":[{"card":"4242"},{"card":"5555-secret"}],"meta":{"ip":"192.0.2.1","n":12345678901234567890},
+		"email":"top-level-not-hidden","amount":12345678901234567890}`
+	s := h.hide([]byte(payload))
+	for _, gone := range []string{"a@example.com", "b@example.com", "c@example.com", "d@example.com", "5555-secret", "192.0.2.1", "12345678901234567890\n  }"} {
+		if strings.Contains(s.JSON, gone) {
+			t.Errorf("%q is shown:\n%s", gone, s.JSON)
+		}
+	}
+	for _, kept := range []string{`"name": "A"`, `"card": "4242"`, "top-level-not-hidden", `"amount": 12345678901234567890`} {
+		if !strings.Contains(s.JSON, kept) {
+			t.Errorf("%q is not shown:\n%s", kept, s.JSON)
+		}
+	}
+	b := blotterOf(s.values)
+	if got := b.text("550 mailbox a@example.com unknown; from 192.0.2.1"); got != "550 mailbox (hidden) unknown; from (hidden)" {
+		t.Errorf("blotted: %q", got)
+	}
+	if got := b.text("a number: 12345678901234567890"); strings.Contains(got, "1234567890") {
+		t.Errorf("a hidden number is not blotted: %q", got)
+	}
+	if s := h.hide([]byte(`nope`)); s.JSON != "(not shown: not JSON)" {
+		t.Errorf("not JSON: %q", s.JSON)
+	}
+}
+
+func TestHide_ShortValuesAreNotBlottedOutOfText(t *testing.T) {
+	t.Parallel()
+	s := newHider([]string{"n"}).hide([]byte(`{"n":"ab","m":"x"}`))
+	if !strings.Contains(s.JSON, `"n": "(hidden)"`) {
+		t.Errorf("payload %s", s.JSON)
+	}
+	if got := blotterOf(s.values).text("abc"); got != "abc" {
+		t.Errorf("a 2-character value blotted text: %q", got)
+	}
+	if got := blotterOf([]string{`a<b"c`}).text(`{"x":"a<b\"c"}`); got != `{"x":"(hidden)"}` {
+		t.Errorf("a value as JSON writes it is not blotted: %q", got)
+	}
+}
+
+func TestHide_RestoreKeepsWhatTheFormDidNotShow(t *testing.T) {
+	t.Parallel()
+	h := newHider([]string{"personalizations.to.email", "customer"})
+	old := `{"personalizations":[{"to":[{"email":"a@example.com"},{"email":"b@example.com"}]}],"customer":{"id":"cus_1"},"template":"old"}`
+	shown := h.hide([]byte(old)).JSON
+	written := strings.Replace(shown, `"old"`, `"new"`, 1)
+	got, err := h.restore([]byte(written), []byte(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, have any
+	_ = json.Unmarshal([]byte(strings.Replace(old, `"old"`, `"new"`, 1)), &want)
+	_ = json.Unmarshal(got, &have)
+	if wb, _ := json.Marshal(want); string(wb) != func() string { hb, _ := json.Marshal(have); return string(hb) }() {
+		t.Errorf("restored %s", got)
+	}
+	// An address written over the placeholder is taken as written.
+	got, err = h.restore([]byte(`{"personalizations":[{"to":[{"email":"new@example.com"}]}],"customer":"(hidden)"}`), []byte(old))
+	if err != nil || !strings.Contains(string(got), "new@example.com") || !strings.Contains(string(got), "cus_1") {
+		t.Errorf("restored %s, %v", got, err)
+	}
+	// A placeholder where the current payload has nothing is refused.
+	if _, err := h.restore([]byte(`{"personalizations":[{"to":[{"email":"(hidden)"},{"email":"(hidden)"},{"email":"(hidden)"}]}]}`), []byte(old)); err == nil {
+		t.Error("a placeholder with no value to keep was accepted")
+	}
+}
+
+func TestParseTokens(t *testing.T) {
+	t.Parallel()
+	const hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" // sha256("test")
+	ts, err := ParseTokens("# comment\n\n" + hash + " operator  on call ops\n")
+	if err != nil || len(ts) != 1 || ts[0].Role != Operator || ts[0].Actor != "on call ops" {
+		t.Fatalf("%+v, %v", ts, err)
+	}
+	a := Auth{Tokens: ts}
+	if tk, ok := a.lookupToken("test"); !ok || tk.Actor != "on call ops" {
+		t.Errorf("lookup: %+v %v", tk, ok)
+	}
+	if _, ok := a.lookupToken("Test"); ok {
+		t.Error("another token was accepted")
+	}
+	for _, bad := range []string{
+		"abc operator x",
+		hash + " root x",
+		hash + " viewer",
+		hash + " viewer a\n" + hash + " admin b",
+	} {
+		_, err := ParseTokens(bad)
+		if err == nil {
+			t.Errorf("%q accepted", bad)
+			continue
+		}
+		if strings.Contains(err.Error(), hash) || strings.Contains(err.Error(), "root") {
+			t.Errorf("the error quotes the line: %v", err)
+		}
+	}
+}

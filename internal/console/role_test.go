@@ -1,0 +1,97 @@
+package console_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/console"
+	"github.com/sidefx/sidefx/internal/ops"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	engine "github.com/sidefx/sidefx/internal/store"
+)
+
+// The console acts with the daemon's database role. With the least
+// privileges of deploy/postgres/daemon-role.sql its pages and the actions
+// on effects work; pausing and superseding need the operators' grants the
+// README names, and work with them.
+func TestConsole_WithTheDaemonsLeastPrivileges(t *testing.T) {
+	t.Parallel()
+	owner, daemon, role := pgtest.DaemonRole(t)
+	e := &env{t: t, pool: owner, tokens: map[console.Role]string{console.Admin: randomToken(t)}}
+	var err error
+	if e.store, err = effects.NewStore(owner, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e.eng, err = engine.New(owner, ""); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := effects.NewStore(daemon, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := console.ParseTokens(tokenLine(e.tokens[console.Admin], console.Admin, "admin on call"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.h, err = console.New(console.Config{Store: ds, Ops: &ops.Ops{Store: ds}, DB: daemon, Auth: console.Auth{Tokens: tokens}}); err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(e.h)
+	t.Cleanup(e.srv.Close)
+	e.enqueue("email.receipt", `{"n":1}`, "a", "b", "c", "d")
+	unsure := e.operate("email.receipt", 1, effects.Uncertain, "timeout")
+	failed := e.operate("email.receipt", 2, effects.Failed, "rejected")
+	c := e.login(console.Admin)
+	for _, p := range []string{"/", "/effects", fmt.Sprintf("/effects/%d", unsure[0]), "/runs", "/bulk?action=retry"} {
+		if a := c.get(p); a.status != http.StatusOK {
+			t.Errorf("GET %s as the daemon's role: %d", p, a.status)
+		}
+	}
+	token := csrf(t, c.page("/"))
+	act := func(path string, form url.Values) int {
+		form.Set("csrf", token)
+		form.Set("note", "least privileges")
+		return c.post(path, form).status
+	}
+	supersede := func() int {
+		return act(fmt.Sprintf("/effects/%d/supersede", failed[0]), url.Values{"payload": {`{"n":2}`}})
+	}
+	pause := func() int {
+		return act("/pause", url.Values{"scope": {"kind"}, "name": {"email.receipt"}, "op": {"pause"}})
+	}
+	if s := act(fmt.Sprintf("/effects/%d/resolve", unsure[0]), url.Values{"as": {"failed"}}); s != http.StatusSeeOther {
+		t.Errorf("resolve as the daemon's role: %d", s)
+	}
+	if s := act(fmt.Sprintf("/effects/%d/retry", failed[1]), url.Values{}); s != http.StatusSeeOther {
+		t.Errorf("retry as the daemon's role: %d", s)
+	}
+	if s := supersede(); s != http.StatusInternalServerError {
+		t.Errorf("supersede without SELECT on sidefx_settings: %d, want 500", s)
+	}
+	if s := pause(); s != http.StatusInternalServerError {
+		t.Errorf("pause without the grants on sidefx_pauses: %d, want 500", s)
+	}
+	for _, g := range []string{
+		"GRANT SELECT, INSERT, DELETE ON public.sidefx_pauses TO " + role,
+		"GRANT INSERT ON public.sidefx_pause_log TO " + role,
+		"GRANT SELECT ON public.sidefx_settings TO " + role,
+	} {
+		if _, err := owner.Exec(t.Context(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := supersede(); s != http.StatusSeeOther {
+		t.Errorf("supersede with the grants: %d", s)
+	}
+	if s := pause(); s != http.StatusSeeOther {
+		t.Errorf("pause with the grants: %d", s)
+	}
+	if body := c.page("/"); !strings.Contains(body, "<strong>email.receipt</strong>") {
+		t.Errorf("the pause is not shown")
+	}
+}
