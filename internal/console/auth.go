@@ -353,6 +353,12 @@ func (h *Handler) sameOrigin(r *http.Request) bool {
 	if o == "" {
 		return true
 	}
+	if o == "null" && r.Header.Get("Sec-Fetch-Site") == "same-origin" {
+		// A browser hides the origin of a request whose referrer policy
+		// says no-referrer, and says itself (Sec-Fetch-Site, which pages
+		// cannot set) that it is the console's own.
+		return true
+	}
 	u, err := url.Parse(o)
 	if err != nil || u.Host == "" {
 		return false // "null", among others

@@ -672,7 +672,7 @@ func TestConsole_TokensSignInAndNeverShow(t *testing.T) {
 		if strings.Contains(a.body, token) || strings.Contains(a.body, hex.EncodeToString(sum[:])) {
 			t.Errorf("GET %s shows the token or its hash", path)
 		}
-		for k, want := range map[string]string{"X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer"} {
+		for k, want := range map[string]string{"X-Frame-Options": "DENY", "Referrer-Policy": "same-origin"} {
 			if got := a.header.Get(k); got != want {
 				t.Errorf("GET %s: %s %q, want %q", path, k, got, want)
 			}
