@@ -773,9 +773,16 @@ func TestConsole_OverviewAndRunsShowTheLastRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A live dispatcher's heartbeat: the mail provider asked it to wait,
+	// and failed three times in a row.
+	if err := e.eng.Beat(ctx, engine.Beat{Worker: "replica-a", Kinds: []string{"email.receipt"}, Interval: time.Minute,
+		Status: []engine.KindBeat{{Kind: "email.receipt", Provider: "mail", PausedFor: time.Hour, InFlight: 2, Limit: 50, Failures: 3, MaxAttempts: 25}}}); err != nil {
+		t.Fatal(err)
+	}
 	v := e.login(console.Viewer)
 	overview := v.page("/")
-	for _, want := range []string{"email.receipt", "paid_orders_have_receipts", "order-77", "ch_orphan", "extra 1", `<span class="n">1</span> uncertain`, `<span class="n">1</span> failed`} {
+	for _, want := range []string{"email.receipt", "paid_orders_have_receipts", "order-77", "ch_orphan", "extra 1", `<span class="n">1</span> uncertain`, `<span class="n">1</span> failed`,
+		"<h2>Providers</h2>", "<strong>mail</strong>", "2 / 50", `<span class="warn">3</span>`, `<span class="warn">until `} {
 		if !strings.Contains(overview, want) {
 			t.Errorf("the overview lacks %q:\n%s", want, overview)
 		}

@@ -43,6 +43,19 @@ type overviewData struct {
 	KnownProviders    []string
 	Drift             *drift.RunRecord
 	Reconcile         *reconcile.Run
+	Providers         []providerRow
+}
+
+// providerRow is a provider's health, as the live dispatchers reported it
+// at their last heartbeat.
+type providerRow struct {
+	Name        string
+	Kinds       []string
+	Dispatchers int // live dispatchers serving its kinds (the most for one kind)
+	InFlight    int
+	Limit       int
+	Failures    int       // retryable or unknown answers in a row
+	PausedUntil time.Time // a Retry-After the provider asked for; zero: none
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request, id *identity) {
@@ -95,6 +108,38 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, id *identity)
 		if p.Name != "" {
 			providers[p.Name] = true
 		}
+	}
+	statuses, err := h.cfg.Store.KindStatuses(ctx)
+	if err != nil {
+		h.fail(w, r, id, err)
+		return
+	}
+	byProvider := map[string]*providerRow{}
+	for _, kind := range slices.Sorted(maps.Keys(statuses)) {
+		s := statuses[kind]
+		name := s.Provider
+		if name == "" {
+			name = h.cfg.Providers[kind].Name
+		}
+		if name == "" {
+			continue
+		}
+		pr := byProvider[name]
+		if pr == nil {
+			pr = &providerRow{Name: name}
+			byProvider[name] = pr
+		}
+		pr.Kinds = append(pr.Kinds, kind)
+		// A provider's numbers are the same for each of its kinds: the
+		// largest reading stands.
+		pr.Dispatchers, pr.InFlight, pr.Limit = max(pr.Dispatchers, s.Dispatchers), max(pr.InFlight, s.InFlight), max(pr.Limit, s.Limit)
+		pr.Failures = max(pr.Failures, s.Failures)
+		if s.Paused > 0 && s.PausedUntil.After(pr.PausedUntil) {
+			pr.PausedUntil = s.PausedUntil
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(byProvider)) {
+		d.Providers = append(d.Providers, *byProvider[name])
 	}
 	d.KnownKinds = slices.Sorted(maps.Keys(kinds))
 	d.KnownProviders = slices.Sorted(maps.Keys(providers))
