@@ -216,7 +216,7 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 		row("traceparent", e.Traceparent)
 	}
 	row("last error", orDash(e.LastError))
-	row("maybe performed", evidence(e))
+	row("maybe performed", effects.WhetherPerformed(e))
 	if e.Flag != "" {
 		row("flag", e.Flag)
 	}
@@ -245,25 +245,6 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 		}
 		fmt.Fprintln(io.Out, strings.TrimRight(line, " "))
 	}
-}
-
-// evidence says whether e may have been performed, and why.
-func evidence(e *effects.Effect) string {
-	switch {
-	case e.State == effects.Confirmed:
-		return "yes: confirmed"
-	case e.State == effects.Fired:
-		return "maybe: its call may be under way"
-	case len(e.MaybeAttempts) > 0:
-		s := make([]string, len(e.MaybeAttempts))
-		for i, a := range e.MaybeAttempts {
-			s[i] = strconv.Itoa(a)
-		}
-		return "maybe: attempt " + strings.Join(s, ", ") + " reached the provider without a definite answer"
-	case e.Attempts == 0:
-		return "no: never sent"
-	}
-	return "no: every attempt had a definite answer"
 }
 
 func orDash(s string) string {

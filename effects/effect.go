@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -185,4 +186,24 @@ type Rescued struct {
 	Kind    string
 	State   State // Pending or Uncertain
 	Attempt int   // the attempt whose lease expired
+}
+
+// WhetherPerformed says whether e may have been performed, and why: what
+// sidefx inspect and the console show.
+func WhetherPerformed(e *Effect) string {
+	switch {
+	case e.State == Confirmed:
+		return "yes: confirmed"
+	case e.State == Fired:
+		return "maybe: its call may be under way"
+	case len(e.MaybeAttempts) > 0:
+		s := make([]string, len(e.MaybeAttempts))
+		for i, a := range e.MaybeAttempts {
+			s[i] = strconv.Itoa(a)
+		}
+		return "maybe: attempt " + strings.Join(s, ", ") + " reached the provider without a definite answer"
+	case e.Attempts == 0:
+		return "no: never sent"
+	}
+	return "no: every attempt had a definite answer"
 }

@@ -280,7 +280,7 @@ func (h *Handler) effectPage(w http.ResponseWriter, r *http.Request, id *identit
 	}
 	s := h.hider.hide(e.Payload)
 	b := blotterOf(s.values)
-	d := effectData{E: e, Payload: s.JSON, LastError: b.text(e.LastError), MaybePerformed: maybePerformed(e), Provider: h.cfg.Providers[e.Kind]}
+	d := effectData{E: e, Payload: s.JSON, LastError: b.text(e.LastError), MaybePerformed: effects.WhetherPerformed(e), Provider: h.cfg.Providers[e.Kind]}
 	if len(e.Outcome) > 0 {
 		d.Outcome = b.text(indent(e.Outcome))
 	}
@@ -356,26 +356,6 @@ func dashboardLink(providerType, ref string) string {
 		return "https://dashboard.stripe.com/payments/" + url.PathEscape(ref)
 	}
 	return ""
-}
-
-// maybePerformed says whether e may have been performed, and why (as
-// sidefx inspect does).
-func maybePerformed(e *effects.Effect) string {
-	switch {
-	case e.State == effects.Confirmed:
-		return "yes: confirmed"
-	case e.State == effects.Fired:
-		return "maybe: its call may be under way"
-	case len(e.MaybeAttempts) > 0:
-		s := make([]string, len(e.MaybeAttempts))
-		for i, a := range e.MaybeAttempts {
-			s[i] = strconv.Itoa(a)
-		}
-		return "maybe: attempt " + strings.Join(s, ", ") + " reached the provider without a definite answer"
-	case e.Attempts == 0:
-		return "no: never sent"
-	}
-	return "no: every attempt had a definite answer"
 }
 
 // indent indents a JSON document, or returns it as it is.
