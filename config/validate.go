@@ -15,10 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/schedule"
 	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/providers/httpapi"
 	"github.com/sidefx/sidefx/providers/sendgrid"
@@ -786,15 +785,9 @@ func (r *ReconcileConfig) check(v *checker) {
 	}
 }
 
-// parseSchedule parses a drift schedule. cron.ParseStandard panics on some
-// malformed time zone prefixes; that is an error here.
-func parseSchedule(spec string) (err error) {
-	defer func() {
-		if recover() != nil {
-			err = errors.New("malformed time zone prefix")
-		}
-	}()
-	_, err = cron.ParseStandard(spec)
+// parseSchedule checks a schedule as the jobs read it (schedule.Parse).
+func parseSchedule(spec string) error {
+	_, err := schedule.Parse(spec)
 	return err
 }
 

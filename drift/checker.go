@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/robfig/cron/v3"
 
+	"github.com/sidefx/sidefx/internal/schedule"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
@@ -140,51 +141,25 @@ func (c *Checker) Rules() []Rule {
 
 // ParseSchedule reads a 5-field cron spec or a descriptor. An "@every D"
 // schedule is aligned to multiples of D since the Unix epoch, so that every
-// replica computes the same ticks.
+// replica computes the same ticks (schedule.Parse).
 func ParseSchedule(spec string) (cron.Schedule, error) {
-	s, err := cron.ParseStandard(spec)
+	s, err := schedule.Parse(spec)
 	if err != nil {
 		return nil, fmt.Errorf("drift schedule %q: %w", spec, err)
 	}
-	if every, ok := s.(cron.ConstantDelaySchedule); ok {
-		return alignedEvery(every.Delay), nil
-	}
 	return s, nil
-}
-
-type alignedEvery time.Duration
-
-func (a alignedEvery) Next(t time.Time) time.Time {
-	d := time.Duration(a)
-	return t.Truncate(d).Add(d)
 }
 
 // Start runs the schedule until ctx ends; the returned function stops it
 // and waits for a run in progress.
 func (c *Checker) Start(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		next := c.schedule.Next(time.Now())
-		for {
-			t := time.NewTimer(time.Until(next))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			tick := next
-			next = c.schedule.Next(time.Now())
-			if _, ran, err := c.run(ctx, tick); err != nil && ctx.Err() == nil {
-				c.log.Error("drift run failed", "tick", tick, "err", err)
-			} else if !ran {
-				c.log.Debug("drift tick taken by another replica", "tick", tick)
-			}
+	return schedule.Start(ctx, c.schedule, func(ctx context.Context, tick time.Time) {
+		if _, ran, err := c.run(ctx, tick); err != nil && ctx.Err() == nil {
+			c.log.Error("drift run failed", "tick", tick, "err", err)
+		} else if !ran {
+			c.log.Debug("drift tick taken by another replica", "tick", tick)
 		}
-	}()
-	return func() { cancel(); <-done }
+	})
 }
 
 // RunNow runs the rules once, now, whatever the schedule, and stores the

@@ -16,6 +16,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/schedule"
 	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/providers"
 )
@@ -199,42 +200,21 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Reconciler, error) {
 }
 
 // ParseSchedule parses a 5-field cron spec or a descriptor (@every 10m,
-// @hourly). A spec cron cannot read is an error, never a panic.
-func ParseSchedule(spec string) (s cron.Schedule, err error) {
-	defer func() {
-		if recover() != nil {
-			s, err = nil, errors.New("malformed time zone prefix")
-		}
-	}()
-	return cron.ParseStandard(spec)
-}
+// @hourly), "@every D" aligned to multiples of D since the Unix epoch so
+// that every replica computes the same ticks and each tick runs once
+// (schedule.Parse).
+func ParseSchedule(spec string) (cron.Schedule, error) { return schedule.Parse(spec) }
 
 // Start runs the schedule until ctx ends; the returned function stops it
 // and waits for a run in progress.
 func (r *Reconciler) Start(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		next := r.schedule.Next(time.Now())
-		for {
-			t := time.NewTimer(time.Until(next))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			tick := next
-			next = r.schedule.Next(time.Now())
-			if _, ran, err := r.run(ctx, tick); err != nil && ctx.Err() == nil {
-				r.log.Error("reconciliation run failed", "tick", tick, "err", err)
-			} else if !ran {
-				r.log.Debug("reconciliation tick taken by another replica", "tick", tick)
-			}
+	return schedule.Start(ctx, r.schedule, func(ctx context.Context, tick time.Time) {
+		if _, ran, err := r.run(ctx, tick); err != nil && ctx.Err() == nil {
+			r.log.Error("reconciliation run failed", "tick", tick, "err", err)
+		} else if !ran {
+			r.log.Debug("reconciliation tick taken by another replica", "tick", tick)
 		}
-	}()
-	return func() { cancel(); <-done }
+	})
 }
 
 // RunNow runs once, now, whatever the schedule, and stores the run like a

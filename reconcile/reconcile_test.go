@@ -403,3 +403,54 @@ func TestReconcile_AbsentIsLeftOrRefiredByPolicy(t *testing.T) {
 		})
 	}
 }
+
+// Two replicas on one schedule compute the same ticks ("@every" aligned to
+// the epoch), and each tick runs once, on one of them.
+func TestReconcile_ReplicasRunEachTickOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	var stops []func()
+	for _, name := range []string{"replica-a", "replica-b"} {
+		r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: providertest.New(providertest.Config{Name: "mail"})}},
+			Schedule: "@every 2s", Runner: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stops = append(stops, r.Start(ctx))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM sidefx_reconcile_runs WHERE finished_at IS NOT NULL`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runs in 30 s", n)
+		}
+		<-tick.C
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	rows, err := pool.Query(ctx, `SELECT tick, runner FROM sidefx_reconcile_runs ORDER BY tick`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var at time.Time
+		var runner string
+		if err := rows.Scan(&at, &runner); err != nil {
+			t.Fatal(err)
+		}
+		if at.Nanosecond() != 0 || at.Unix()%2 != 0 {
+			t.Errorf("tick %s by %s is not a multiple of 2 s: the replicas' schedules are not aligned", at, runner)
+		}
+	}
+}
