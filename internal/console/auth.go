@@ -427,8 +427,12 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, nil, http.StatusForbidden, "the form has expired or was not sent by this console: load the sign-in page again")
 		return
 	}
+	if h.throttled(w, r) {
+		return
+	}
 	t, ok := h.cfg.Auth.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
+		h.fails.failed(h.clientAddr(r))
 		h.log.Warn("console: sign-in refused: unknown token", "remote", r.RemoteAddr)
 		csrf, _ := h.loginCSRF(w, r)
 		h.render(w, r, http.StatusUnauthorized, "login", &page{Title: "Sign in", CSRF: csrf, Error: "That token is not recognised.",

@@ -73,6 +73,7 @@ type Handler struct {
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 	log   *slog.Logger
+	fails *throttle // failed sign-ins, by client address
 }
 
 // New returns the console's handler. The key that signs sessions is made
@@ -92,6 +93,7 @@ func New(cfg Config) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
+	h.fails = newThrottle(h.now)
 	for _, name := range []string{"login", "overview", "effects", "effect", "bulk", "done", "runs", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
@@ -147,9 +149,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // get wraps a page: the user must be known (else, to the sign-in page).
 func (h *Handler) get(fn func(http.ResponseWriter, *http.Request, *identity)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" && h.throttled(w, r) {
+			return
+		}
 		id, err := h.identify(r)
 		switch {
 		case err != nil:
+			h.fails.failed(h.clientAddr(r))
 			h.refuse(w, r, nil, http.StatusUnauthorized, err.Error())
 		case id == nil:
 			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -169,9 +175,13 @@ func (h *Handler) post(min Role, fn func(http.ResponseWriter, *http.Request, *id
 			h.refuse(w, r, nil, http.StatusForbidden, "this form was sent from another site")
 			return
 		}
+		if r.Header.Get("Authorization") != "" && h.throttled(w, r) {
+			return
+		}
 		id, err := h.identify(r)
 		switch {
 		case err != nil:
+			h.fails.failed(h.clientAddr(r))
 			h.refuse(w, r, nil, http.StatusUnauthorized, err.Error())
 			return
 		case id == nil:

@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -793,4 +794,34 @@ func TestConsole_OverviewAndRunsShowTheLastRuns(t *testing.T) {
 			t.Errorf("the runs page lacks %q", want)
 		}
 	}
+}
+
+// Failed sign-ins are limited per address: after ten, the form and bearer
+// tokens get 429 with Retry-After, the right token included, until the
+// allowance comes back with time.
+func TestConsole_FailedSignInsAreThrottled(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, func(c *console.Config) {
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	c := e.client()
+	for i := range 10 {
+		c.signIn(fmt.Sprintf("sfxc_guess_%d", i), http.StatusUnauthorized)
+	}
+	a := c.signIn(e.tokens[console.Operator], http.StatusTooManyRequests)
+	if a.header.Get("Retry-After") == "" || !strings.Contains(a.body, "too many failed sign-ins") {
+		t.Fatalf("the 11th try: Retry-After %q\n%s", a.header.Get("Retry-After"), a.body)
+	}
+	// A bearer token from the same address is refused too, unchecked.
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/effects", nil)
+	req.Header.Set("Authorization", "Bearer "+e.tokens[console.Operator])
+	if b := c.do(req); b.status != http.StatusTooManyRequests {
+		t.Fatalf("a bearer token while throttled: %d", b.status)
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	c.signIn(e.tokens[console.Operator], http.StatusSeeOther)
 }
