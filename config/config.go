@@ -652,3 +652,9 @@ func joinErrors(ps []*FieldError) error {
 	}
 	return errors.Join(errs...)
 }
+
+// HasKind reports whether the configuration serves kind.
+func (c *Config) HasKind(kind string) bool {
+	_, ok := c.Kinds[kind]
+	return ok
+}

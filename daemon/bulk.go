@@ -33,7 +33,7 @@ func opsFor(cfg *config.Config, store *effects.Store) *ops.Ops {
 			return assumedKeyWindow
 		}
 		o.Check = func(kind string, p json.RawMessage) error {
-			if _, ok := cfg.Kinds[kind]; !ok {
+			if !cfg.HasKind(kind) {
 				return nil
 			}
 			return cfg.CheckPayload(kind, p)
@@ -94,11 +94,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	now, err := store.Now(ctx)
-	if err != nil {
-		return err
-	}
-	f, err := ff.filter(now)
+	f, err := ff.filterAt(ctx, store)
 	if err != nil {
 		return err
 	}

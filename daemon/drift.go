@@ -75,14 +75,7 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 			fmt.Fprintln(io.Out, "no drift runs yet")
 		}
 		for _, r := range runs {
-			how := "by hand"
-			if !r.Tick.IsZero() {
-				how = "scheduled " + r.Tick.UTC().Format(time.RFC3339)
-			}
-			took := "unfinished"
-			if !r.Finished.IsZero() {
-				took = r.Finished.Sub(r.Started).Round(time.Millisecond).String()
-			}
+			how, took := runWhen(r.Tick, r.Started, r.Finished)
 			fmt.Fprintf(io.Out, "run %d  %s  %s, took %s, by %s, %d errors\n", r.ID, r.Started.UTC().Format(time.RFC3339), how, took, r.Runner, r.Errors)
 			for _, f := range r.Findings {
 				printFinding(io.Out, f)
@@ -171,4 +164,17 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// runWhen says how a stored run of a scheduled job (drift, reconciliation)
+// came about, by hand or for its tick, and how long it took.
+func runWhen(tick, started, finished time.Time) (how, took string) {
+	how, took = "by hand", "unfinished"
+	if !tick.IsZero() {
+		how = "scheduled " + tick.UTC().Format(time.RFC3339)
+	}
+	if !finished.IsZero() {
+		took = finished.Sub(started).Round(time.Millisecond).String()
+	}
+	return how, took
 }

@@ -61,6 +61,16 @@ func (ff *filterFlags) filter(now time.Time) (effects.Filter, error) {
 	return f, nil
 }
 
+// filterAt turns the flags into a filter on the database's clock, for
+// durations ago.
+func (ff *filterFlags) filterAt(ctx context.Context, store *effects.Store) (effects.Filter, error) {
+	now, err := store.Now(ctx)
+	if err != nil {
+		return effects.Filter{}, err
+	}
+	return ff.filter(now)
+}
+
 // parseWhen reads an RFC 3339 time, or a duration before now ("2h").
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
@@ -112,11 +122,7 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	now, err := store.Now(ctx)
-	if err != nil {
-		return err
-	}
-	f, err := ff.filter(now)
+	f, err := ff.filterAt(ctx, store)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/ops"
 )
 
 // opFlags are the flags of the operators' commands.
@@ -50,21 +51,26 @@ func target(ctx context.Context, io *IO, c *common, fs *flag.FlagSet) (*effects.
 // does not name (or without --config): Stripe's, the shortest common one.
 const assumedKeyWindow = 24 * time.Hour
 
-// refireOptions says what sending e again accepts: its provider's key
-// window, from the configuration, and whether the operator accepts sending
-// it past that window.
-func refireOptions(io *IO, c *common, e *effects.Effect, past bool) (effects.RefireOptions, error) {
-	o := effects.RefireOptions{KeyWindow: assumedKeyWindow, PastKeyWindow: past}
-	cfg, err := c.loadConfig(io)
+// act performs r on e through the operations API, the console's too: the
+// configuration's key windows and payload checks, the state rules, one
+// history entry with the operator's actor and note.
+func act(ctx context.Context, io *IO, c *common, store *effects.Store, e *effects.Effect, r ops.Request, op *opFlags) (*effects.Effect, error) {
+	o, err := newOps(io, c, store)
 	if err != nil {
-		return o, err
+		return nil, err
 	}
-	if cfg != nil {
-		if w, ok := cfg.KeyWindow(e.Kind); ok {
-			o.KeyWindow = w
-		}
+	r.Actor, r.Note = actor(op.actor), op.note
+	return o.Apply(ctx, e, r)
+}
+
+// apply performs r on the effect the command's one argument names.
+func apply(ctx context.Context, io *IO, c *common, fs *flag.FlagSet, r ops.Request, op *opFlags) (*effects.Effect, error) {
+	store, e, done, err := target(ctx, io, c, fs)
+	if err != nil {
+		return nil, err
 	}
-	return o, nil
+	defer done()
+	return act(ctx, io, c, store, e, r, op)
 }
 
 // report says what an operator's command did to e and the state it is in
@@ -85,16 +91,10 @@ func retryCmd(ctx context.Context, io *IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	store, e, done, err := target(ctx, io, c, fs)
-	if err != nil {
-		return err
+	if *attempts < 1 {
+		return usageErr("--attempts %d: want 1 or more", *attempts)
 	}
-	defer done()
-	opts, err := refireOptions(io, c, e, *past)
-	if err != nil {
-		return err
-	}
-	e, err = store.Retry(ctx, e.ID, *attempts, opts, op.action())
+	e, err := apply(ctx, io, c, fs, ops.Request{Action: ops.Retry, Attempts: *attempts, PastKeyWindow: *past}, op)
 	if err != nil {
 		return err
 	}
@@ -116,17 +116,11 @@ func resolveCmd(ctx context.Context, io *IO, args []string) error {
 	if *refire == (*as != "") {
 		return usageErr("give --as confirmed|failed, or --refire")
 	}
-	store, e, done, err := target(ctx, io, c, fs)
-	if err != nil {
-		return err
-	}
-	defer done()
 	if *refire {
-		opts, err := refireOptions(io, c, e, *past)
-		if err != nil {
-			return err
+		if *attempts < 1 {
+			return usageErr("--attempts %d: want 1 or more", *attempts)
 		}
-		e, err = store.Refire(ctx, e.ID, *attempts, opts, op.action())
+		e, err := apply(ctx, io, c, fs, ops.Request{Action: ops.Refire, Attempts: *attempts, PastKeyWindow: *past}, op)
 		if err != nil {
 			return err
 		}
@@ -137,7 +131,7 @@ func resolveCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil || (to != effects.Confirmed && to != effects.Failed) {
 		return usageErr("--as %q: want confirmed or failed", *as)
 	}
-	e, err = store.Resolve(ctx, e.ID, to, *ref, op.action())
+	e, err := apply(ctx, io, c, fs, ops.Request{Action: ops.Resolve, As: to, Ref: *ref}, op)
 	if err != nil {
 		return err
 	}
@@ -166,18 +160,14 @@ func cancelCmd(ctx context.Context, io *IO, args []string) error {
 		if err != nil {
 			return err
 		}
-		if e, err = store.CancelByID(ctx, e.ID, op.action()); err != nil {
+		if e, err = act(ctx, io, c, store, e, ops.Request{Action: ops.Cancel}, op); err != nil {
 			return err
 		}
 		report(io, "cancelled", e)
 		return nil
 	}
-	store, e, done, err := target(ctx, io, c, fs)
+	e, err := apply(ctx, io, c, fs, ops.Request{Action: ops.Cancel}, op)
 	if err != nil {
-		return err
-	}
-	defer done()
-	if e, err = store.CancelByID(ctx, e.ID, op.action()); err != nil {
 		return err
 	}
 	report(io, "cancelled", e)
@@ -192,6 +182,9 @@ func supersedeCmd(ctx context.Context, io *IO, args []string) error {
 	op := addOpFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *attempts < 1 {
+		return usageErr("--attempts %d: want 1 or more", *attempts)
 	}
 	if (*payload == "") == (*payloadFile == "") {
 		return usageErr("give the corrected payload with --payload JSON or --payload-file FILE")
@@ -208,24 +201,18 @@ func supersedeCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	defer done()
-	// Checked as the provider would before sending it, when the
-	// configuration names the kind: the correction must not fail the same way.
+	// The operations API checks the correction as the provider would before
+	// sending it, when the configuration names the kind: it must not fail
+	// the same way.
 	cfg, err := c.loadConfig(io)
 	if err != nil {
 		return err
 	}
-	if cfg != nil {
-		if _, ok := cfg.Kinds[e.Kind]; ok {
-			if err := cfg.CheckPayload(e.Kind, json.RawMessage(body)); err != nil {
-				return fmt.Errorf("supersede effect %d: %w", e.ID, &effects.ValidationError{Index: -1, Field: "payload",
-					Reason: fmt.Sprintf("is not one the %s provider can send: %v", e.Kind, err)})
-			}
-		} else {
-			fmt.Fprintf(io.Err, "note: kind %s is not in the configuration; the payload was not checked against its provider\n", e.Kind)
-		}
+	if cfg != nil && !cfg.HasKind(e.Kind) {
+		fmt.Fprintf(io.Err, "note: kind %s is not in the configuration; the payload was not checked against its provider\n", e.Kind)
 	}
 	old := e.Key
-	e, err = store.Supersede(ctx, e.ID, json.RawMessage(body), *attempts, op.action())
+	e, err = act(ctx, io, c, store, e, ops.Request{Action: ops.Supersede, Payload: json.RawMessage(body), Attempts: *attempts}, op)
 	if err != nil {
 		return err
 	}

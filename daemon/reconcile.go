@@ -61,14 +61,7 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 			fmt.Fprintln(io.Out, "no reconciliation runs yet")
 		}
 		for _, r := range runs {
-			how := "by hand"
-			if !r.Tick.IsZero() {
-				how = "scheduled " + r.Tick.UTC().Format(time.RFC3339)
-			}
-			took := "unfinished"
-			if !r.Finished.IsZero() {
-				took = r.Finished.Sub(r.StartedAt).Round(time.Millisecond).String()
-			}
+			how, took := runWhen(r.Tick, r.StartedAt, r.Finished)
 			fmt.Fprintf(io.Out, "run %d  %s  %s, took %s, by %s: %s\n", r.ID, r.StartedAt.UTC().Format(time.RFC3339), how, took, r.Runner, countsLine(r.Counts))
 			total := 0
 			for _, n := range r.Counts {

@@ -138,7 +138,8 @@ func (o *Ops) Apply(ctx context.Context, e *effects.Effect, r Request) (*effects
 		}
 		if o.Check != nil {
 			if err := o.Check(e.Kind, payload); err != nil {
-				return nil, &effects.ValidationError{Index: -1, Field: "payload", Reason: fmt.Sprintf("is not one the %s provider can send: %v", e.Kind, err)}
+				return nil, fmt.Errorf("supersede effect %d: %w", e.ID, &effects.ValidationError{Index: -1, Field: "payload",
+					Reason: fmt.Sprintf("is not one the %s provider can send: %v", e.Kind, err)})
 			}
 		}
 		return o.Store.Supersede(ctx, e.ID, payload, attempts(r.Attempts, 5), a)
