@@ -174,25 +174,11 @@ func (c *Checker) RunNow(ctx context.Context) (Report, error) {
 func (c *Checker) run(ctx context.Context, tick time.Time) (rep Report, ran bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// One run at a time across replicas: a run still going when the next
-	// tick comes makes the other replicas skip that tick.
-	conn, err := c.pool.Acquire(ctx)
-	if err != nil {
-		return rep, false, fmt.Errorf("drift: %w", err)
-	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", c.lockKey()).Scan(&locked); err != nil {
-		return rep, false, fmt.Errorf("drift lock: %w", err)
-	}
-	if !locked {
-		return rep, false, nil
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", c.lockKey()) //nolint:errcheck // released with the session anyway
-	id, ok, err := claimTick(ctx, c.pool, c.schema, tick, c.cfg.Runner)
+	id, end, ok, err := c.job().Begin(ctx, tick)
 	if err != nil || !ok {
 		return rep, false, err
 	}
+	defer end()
 	rep = run(ctx, c.pool, c.schema, c.cfg.Rules, c.refused, c.cfg.PendingAfter)
 	if err := save(ctx, c.pool, c.schema, id, rep); err != nil {
 		return rep, true, err
@@ -204,7 +190,7 @@ func (c *Checker) run(ctx context.Context, tick time.Time) (rep Report, ran bool
 	if c.alerts != nil {
 		c.alerts.notify(ctx, rep)
 	}
-	if _, err := prune(ctx, c.pool, c.schema, time.Now().Add(-c.cfg.Retention)); err != nil {
+	if _, err := c.job().Prune(ctx, time.Now().Add(-c.cfg.Retention)); err != nil {
 		c.log.Warn("pruning old drift runs failed", "err", err)
 	}
 	return rep, true, nil
@@ -240,6 +226,11 @@ func (c *Checker) logReport(rep Report) {
 			c.log.Error("effects stuck", "reason", k, "count", reasons[k])
 		}
 	}
+}
+
+// job is the drift job's runs and lock, for package schedule.
+func (c *Checker) job() schedule.Job {
+	return schedule.Job{Name: "drift", Pool: c.pool, Runs: runsTable(c.schema), Lock: c.lockKey(), Runner: c.cfg.Runner}
 }
 
 func (c *Checker) lockKey() int64 {

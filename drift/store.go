@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sidefx/sidefx/effects"
@@ -19,22 +18,6 @@ import (
 
 func runsTable(schema string) string     { return sqlname.Quote(schema) + ".sidefx_drift_runs" }
 func findingsTable(schema string) string { return sqlname.Quote(schema) + ".sidefx_drift_findings" }
-
-// claimTick records the start of a run. For a scheduled run (tick not zero)
-// it reports false when another replica has claimed the tick already.
-func claimTick(ctx context.Context, db effects.DB, schema string, tick time.Time, runner string) (int64, bool, error) {
-	t := pgtype.Timestamptz{Time: tick, Valid: !tick.IsZero()}
-	var id int64
-	err := db.QueryRow(ctx, `INSERT INTO `+runsTable(schema)+` (tick, runner) VALUES ($1, $2)
-		ON CONFLICT (tick) DO NOTHING RETURNING id`, t, runner).Scan(&id)
-	if err == pgx.ErrNoRows {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("claim drift tick: %s", pgMessage(err))
-	}
-	return id, true, nil
-}
 
 // save stores a run's findings and finishes its record.
 func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Report) error {
@@ -68,15 +51,6 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-// prune deletes runs (and their findings) that started before cutoff.
-func prune(ctx context.Context, db effects.DB, schema string, before time.Time) (int64, error) {
-	tag, err := db.Exec(ctx, `DELETE FROM `+runsTable(schema)+` WHERE started_at < $1`, before)
-	if err != nil {
-		return 0, fmt.Errorf("prune drift runs: %s", pgMessage(err))
-	}
-	return tag.RowsAffected(), nil
 }
 
 // RunRecord is a stored run, with its findings.

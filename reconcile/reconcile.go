@@ -226,6 +226,11 @@ func (r *Reconciler) RunNow(ctx context.Context) (Report, error) {
 
 // lockKey is the session advisory lock that makes one run at a time
 // across replicas.
+// job is the reconciliation job's runs and lock, for package schedule.
+func (r *Reconciler) job() schedule.Job {
+	return schedule.Job{Name: "reconciliation", Pool: r.pool, Runs: runsTable(r.schema), Lock: r.lockKey(), Runner: r.cfg.Runner}
+}
+
 func (r *Reconciler) lockKey() int64 {
 	h := fnv.New64a()
 	h.Write([]byte("sidefx reconcile " + r.schema))
@@ -238,23 +243,11 @@ func (r *Reconciler) lockKey() int64 {
 func (r *Reconciler) run(ctx context.Context, tick time.Time) (rep Report, ran bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return rep, false, fmt.Errorf("reconcile: %w", err)
-	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", r.lockKey()).Scan(&locked); err != nil {
-		return rep, false, fmt.Errorf("reconcile lock: %w", err)
-	}
-	if !locked {
-		return rep, false, nil
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", r.lockKey()) //nolint:errcheck // released with the session anyway
-	id, ok, err := claimTick(ctx, r.pool, r.schema, tick, r.cfg.Runner)
+	id, end, ok, err := r.job().Begin(ctx, tick)
 	if err != nil || !ok {
 		return rep, false, err
 	}
+	defer end()
 	rep = Report{RunID: id, Started: r.cfg.Now(), Looked: map[string]int{}}
 	kinds := make([]string, 0, len(r.cfg.Kinds))
 	for kind := range r.cfg.Kinds {
@@ -276,7 +269,7 @@ func (r *Reconciler) run(ctx context.Context, tick time.Time) (rep Report, ran b
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.Reconciled(rep)
 	}
-	if err := prune(ctx, r.pool, r.schema, time.Now().Add(-r.cfg.Retention)); err != nil {
+	if _, err := r.job().Prune(ctx, time.Now().Add(-r.cfg.Retention)); err != nil {
 		r.log.Warn("pruning old reconciliation runs failed", "err", err)
 	}
 	return rep, true, nil

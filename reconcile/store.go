@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -202,21 +201,6 @@ func confirmedIn(ctx context.Context, db effects.DB, schema, kind string, from, 
 	})
 }
 
-// claimTick records the start of a run. For a scheduled run (tick not
-// zero) it reports false when another replica has claimed the tick.
-func claimTick(ctx context.Context, db effects.DB, schema string, tick time.Time, runner string) (int64, bool, error) {
-	var id int64
-	err := db.QueryRow(ctx, `INSERT INTO `+runsTable(schema)+` (tick, runner) VALUES ($1, $2)
-		ON CONFLICT (tick) DO NOTHING RETURNING id`, pgtype.Timestamptz{Time: tick, Valid: !tick.IsZero()}, runner).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("claim reconciliation tick: %w", err)
-	}
-	return id, true, nil
-}
-
 // save stores a run's findings and finishes its record.
 func save(ctx context.Context, db effects.DB, schema string, rep *Report) error {
 	for _, f := range rep.Findings {
@@ -230,12 +214,6 @@ func save(ctx context.Context, db effects.DB, schema string, rep *Report) error 
 		return fmt.Errorf("finish reconciliation run: %w", err)
 	}
 	return nil
-}
-
-// prune deletes runs (and their findings) that started before cutoff.
-func prune(ctx context.Context, db effects.DB, schema string, before time.Time) error {
-	_, err := db.Exec(ctx, `DELETE FROM `+runsTable(schema)+` WHERE started_at < $1`, before)
-	return err
 }
 
 // Run is a stored reconciliation run.
