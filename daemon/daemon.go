@@ -10,7 +10,8 @@ import (
 )
 
 // Daemon is the sidefx program: its commands (run, migrate, enqueue,
-// status, inspect, retry, resolve, cancel, supersede, drift, demo) with the
+// status, list, inspect, retry, resolve, cancel, supersede, bulk, pause,
+// resume, drift, reconcile, demo, version) with the
 // built-in provider types and those in ProviderTypes. The zero Daemon is
 // the sidefx binary.
 type Daemon struct {

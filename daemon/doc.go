@@ -1,8 +1,11 @@
 // Package daemon is the sidefx program: `sidefx run` (the dispatcher, the
-// rescuer and reaper, drift on its schedule, /metrics, /healthz, /readyz)
-// and the operators' commands (migrate, enqueue, status, inspect, retry,
-// resolve, cancel, supersede, drift, demo), configured by sidefx.yaml
-// (package config).
+// rescuer and reaper, drift and reconciliation on their schedules, the
+// providers' events at /events/NAME, /metrics, /healthz, /readyz, and the
+// web console when console.listen is set) and the operators' commands
+// (migrate, enqueue, status, list, inspect, retry, resolve, cancel,
+// supersede, bulk, pause, resume, drift, reconcile, demo, version),
+// configured by sidefx.yaml (package config). The operators' actions, from
+// the commands and the console alike, go through internal/ops.
 //
 // The sidefx binary is Main. A team with a provider sidefx does not build
 // in runs its own binary, the same program with its provider types
