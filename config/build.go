@@ -370,7 +370,7 @@ func newProvider(name string, pc ProviderConfig, s secrets, ops map[string]strin
 	case TypeHTTP:
 		return httpapi.New(&httpapi.Config{Name: name, Method: pc.Method, URL: pc.URL, KeyHeader: pc.KeyHeader, KeyMaxLength: pc.KeyMaxLength,
 			Headers: mergeHeaders(pc.Headers, s.headers), Timeout: time.Duration(pc.Timeout), KeyWindow: time.Duration(pc.KeyWindow),
-			Confirmed: pc.Statuses.Confirmed, Rejected: pc.Statuses.Rejected, Retryable: pc.Statuses.Retryable, Unknown: pc.Statuses.Unknown,
+			Confirmed: pc.Statuses.Confirmed, Rejected: pc.Statuses.Rejected, Retryable: pc.Statuses.Retryable, Unknown: pc.Statuses.Unknown, ForKey: pc.Statuses.ForKey,
 			RefPointer: pc.Reference.JSONPointer, RefHeader: pc.Reference.Header, ReplayedHeader: pc.ReplayedHeader})
 	}
 	return nil, fmt.Errorf("unknown provider type %q", pc.Type)

@@ -298,7 +298,7 @@ type ProviderConfig struct {
 
 	// EventDelay is how soon SendGrid's events follow a mail it accepted
 	// (sendgrid, with event_public_key): reconciliation takes an uncertain
-	// email with no event this long after its first attempt as never
+	// email with no event this long after its latest attempt as never
 	// received. Default 1h.
 	EventDelay Duration `yaml:"event_delay"`
 
@@ -368,6 +368,13 @@ type StatusRules struct {
 	// flight, a failure after the work began): retried with the same key
 	// inside the key window. Default none beyond 409 and 5xx.
 	Unknown []string `yaml:"unknown"`
+	// ForKey: the refusals the API makes behind its idempotency layer,
+	// stored under the key and replayed (a declined payment, for one): a
+	// rejected answer matching one of these speaks for every attempt under
+	// the key. Default none: a refusal speaks for its own attempt, and an
+	// effect an earlier attempt may have performed ends uncertain, never
+	// failed.
+	ForKey []string `yaml:"for_key"`
 }
 
 // ReferenceConfig says where an http provider's confirmed answer holds the
@@ -429,7 +436,7 @@ type KindConfig struct {
 
 	// RefireWhenAbsentAfter, when set, has reconciliation send again an
 	// uncertain effect its provider says it never got, once this long has
-	// passed since the first attempt (with up to 5 more attempts): a lost email
+	// passed since its latest attempt (with up to 5 more attempts): a lost email
 	// is sent rather than left to an operator. Only for providers without
 	// idempotency keys (sendgrid). Default 0: an absent effect is left to
 	// an operator, with the evidence.

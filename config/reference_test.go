@@ -57,6 +57,7 @@ providers:
     statuses:
       unknown: ["4xx /errorCode=704"]
       retryable: ["503"]
+      for_key: ["422 /resultCode=Refused"]
     reference: {json_pointer: /pspReference}
   ledger:
     type: http

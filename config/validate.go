@@ -437,7 +437,7 @@ func (p ProviderConfig) checkHTTP(v *checker, path string) {
 	for _, l := range []struct {
 		name  string
 		rules []string
-	}{{"confirmed", p.Statuses.Confirmed}, {"rejected", p.Statuses.Rejected}, {"retryable", p.Statuses.Retryable}, {"unknown", p.Statuses.Unknown}} {
+	}{{"confirmed", p.Statuses.Confirmed}, {"rejected", p.Statuses.Rejected}, {"retryable", p.Statuses.Retryable}, {"unknown", p.Statuses.Unknown}, {"for_key", p.Statuses.ForKey}} {
 		for i, r := range l.rules {
 			if _, _, _, _, err := httpapi.ParseRule(r); err != nil {
 				v.fail(fmt.Sprintf("%s.statuses.%s[%d]", path, l.name, i), "%v", err)

@@ -726,11 +726,16 @@ func dueAt(e *effects.Effect) time.Time {
 // decide turns a provider's answer into the effect's next state.
 func decide(e *effects.Effect, k Kind, res providers.Result) store.Outcome {
 	out := store.Outcome{ID: e.ID, Attempt: e.Attempts, ProviderRef: res.Ref, Detail: res.Detail,
-		// Evidence: an unknown answer may have been performed; a
-		// confirmation or refusal from a provider that honours keys answers
-		// for every attempt under the key.
-		MaybePerformed: res.IsUnknown(),
-		Settles:        k.Provider.Idempotent() && (res.IsConfirmed() || res.IsRejected()),
+		// Evidence: an unknown answer may have been performed, and an
+		// answer that proves an earlier request under the key reached the
+		// provider is evidence too; only a confirmation, or a refusal a
+		// provider that honours keys stored under the key, answers for
+		// every attempt under it. A refusal made before the key was read
+		// (a rolled API key, a validation error, a 404) speaks for its own
+		// attempt: an earlier one may still have been performed, and the
+		// effect then ends uncertain, not failed.
+		MaybePerformed: res.IsUnknown() || res.ProvesEarlier(),
+		Settles:        k.Provider.Idempotent() && res.SettlesKey(),
 		KeyWindow:      k.keyWindow(),
 		CallTimeout:    k.Timeout,
 		Notify:         k.NotifyOutcome,

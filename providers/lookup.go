@@ -46,6 +46,20 @@ type Query struct {
 	// FirstFiredAt is when the effect was first sent: the provider's
 	// object, if any, was made at or after it (clock skew aside).
 	FirstFiredAt time.Time
+	// LastFiredAt is when the latest attempt that may have reached the
+	// provider was sent: absence is measured from it, never from the
+	// first attempt (an effect retried a second ago may be on its way).
+	// Zero: FirstFiredAt.
+	LastFiredAt time.Time
+}
+
+// Latest returns q.LastFiredAt, or q.FirstFiredAt when it is zero or
+// earlier.
+func (q Query) Latest() time.Time {
+	if q.LastFiredAt.After(q.FirstFiredAt) {
+		return q.LastFiredAt
+	}
+	return q.FirstFiredAt
 }
 
 // Evidence is what a provider said of an effect, kept with the effect and
@@ -77,12 +91,24 @@ type Evidence struct {
 type Looker interface {
 	// Lookup says whether the peer holds an object made under q.Key. It
 	// answers Absent only once the peer's consistency delay has passed
-	// since q.FirstFiredAt, and NotKnown (with a nil error or not) when it
-	// cannot tell.
+	// since q.Latest(), the latest attempt, and NotKnown (with a nil error
+	// or not) when it cannot tell.
 	Lookup(ctx context.Context, q Query) (Evidence, error)
 	// ConsistencyDelay is how long after an object is made the peer's
 	// listing is sure to show it.
 	ConsistencyDelay() time.Duration
+}
+
+// RefChecker is implemented by a provider whose peer makes objects of
+// several types (Stripe: PaymentIntents, charges, customers…), so that
+// evidence about an object of another type — a customer whose metadata
+// names a charge effect's key, a charge event carrying its PaymentIntent's
+// key — never settles an effect. Evidence for a provider that does not
+// implement it is taken whatever its reference.
+type RefChecker interface {
+	// MakesRef reports whether ref names an object of the type kind's
+	// effects make.
+	MakesRef(kind, ref string) bool
 }
 
 // Object is one object a Lister found at the peer, carrying sidefx's key.

@@ -64,10 +64,55 @@ func (c Class) String() string {
 	return fmt.Sprintf("class(%d)", int(c))
 }
 
+// Speaks says for which attempts under an effect's key an answer speaks.
+//
+// An answer produced behind the provider's idempotency layer — a success,
+// a replay, a refusal the provider stored under the key — says what
+// happened to every attempt under the key: it may clear the evidence that
+// an earlier attempt was performed. A refusal made before the provider
+// read the key — authentication (a rolled API key), permission, routing,
+// validation the provider stores no result for, rate limits, a key in use
+// — says only that this attempt did nothing: an earlier attempt whose
+// answer was lost may still have been performed, and the effect then ends
+// uncertain, never failed. Each provider's package documentation holds its
+// table, from its vendor's documentation.
+type Speaks int
+
+// For which attempts an answer speaks.
+const (
+	// ForAttempt: this attempt only. The zero value, and the safe
+	// default for a refusal.
+	ForAttempt Speaks = iota
+	// ForKey: every attempt under the key (the provider stored the answer
+	// under the key and replays it).
+	ForKey
+	// ForEarlier: this attempt did nothing, and the answer proves an
+	// earlier request under the key reached the provider (Stripe's
+	// idempotency_error): evidence that the effect may have been
+	// performed.
+	ForEarlier
+)
+
+func (s Speaks) String() string {
+	switch s {
+	case ForAttempt:
+		return "attempt"
+	case ForKey:
+		return "key"
+	case ForEarlier:
+		return "earlier"
+	}
+	return fmt.Sprintf("speaks(%d)", int(s))
+}
+
 // Result is a provider's classified answer to one Call. Build one with
 // Confirm, Reject, Retry or Unsure; read it with the predicates.
 type Result struct {
 	Class Class
+	// Speaks says for which attempts under the key the answer speaks
+	// (ForAttempt by default). A confirmation speaks for the key whatever
+	// it says: the effect was performed.
+	Speaks Speaks
 	// Ref is the provider's reference for the object it made (pi_…, a
 	// message id); set when confirmed, optional otherwise.
 	Ref string
@@ -113,6 +158,24 @@ func orUnknown(err error, what string) error {
 	return err
 }
 
+// For returns r speaking for s: providers.Reject(err, d).For(providers.ForKey)
+// for a refusal the provider stored under the key.
+func (r Result) For(s Speaks) Result {
+	r.Speaks = s
+	return r
+}
+
+// SettlesKey reports whether r is a definite answer for every attempt under
+// the key: a confirmation, or a refusal the provider stored under the key.
+// Only such an answer clears the evidence of earlier attempts.
+func (r Result) SettlesKey() bool {
+	return r.IsConfirmed() || (r.IsRejected() && r.Speaks == ForKey)
+}
+
+// ProvesEarlier reports whether r proves that an earlier request under the
+// key reached the provider (ForEarlier).
+func (r Result) ProvesEarlier() bool { return r.Speaks == ForEarlier }
+
 // IsConfirmed reports whether the provider accepted the effect.
 func (r Result) IsConfirmed() bool { return r.Class == Confirmed }
 
@@ -127,7 +190,9 @@ func (r Result) IsRetryable() bool { return r.Class == Retryable }
 func (r Result) IsUnknown() bool { return r.Class == Unknown }
 
 // Valid reports whether r has one of the four classes.
-func (r Result) Valid() bool { return r.Class >= Confirmed && r.Class <= Unknown }
+func (r Result) Valid() bool {
+	return r.Class >= Confirmed && r.Class <= Unknown && r.Speaks >= ForAttempt && r.Speaks <= ForEarlier
+}
 
 // Provider turns one claimed effect into one call and classifies the answer.
 //

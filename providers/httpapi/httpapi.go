@@ -25,6 +25,17 @@
 // 4xx rejected; 5xx and anything else unknown. A retryable answer's
 // Retry-After is honoured.
 //
+// # Which answers speak for the key
+//
+// A refusal speaks for its own attempt only (providers.ForAttempt) unless
+// it matches one of the ForKey rules — the refusals the API stores under
+// the key and replays, such as a payment declined by the endpoint — or the
+// ReplayedHeader says "true". Only an answer for the key clears the
+// evidence that an earlier attempt, whose answer was lost, was performed:
+// an authentication or validation refusal after a lost answer leaves the
+// effect uncertain, never failed. Name in ForKey only what the vendor's
+// documentation says it stores under the key.
+//
 // # Reference
 //
 // A confirmed answer's reference is read from RefPointer, a JSON pointer
@@ -100,6 +111,13 @@ type Config struct {
 	// classify answers (see the package documentation); an answer no
 	// rule matches takes the contract's class.
 	Confirmed, Rejected, Retryable, Unknown []string
+	// ForKey are rules (the same syntax) for the refusals the API makes
+	// behind its idempotency layer, stored under the key and replayed:
+	// a rejected answer that matches one speaks for every attempt under
+	// the key. Default none: a refusal speaks for its own attempt only,
+	// and an effect whose earlier attempt may have been performed then
+	// ends uncertain, never failed.
+	ForKey []string
 	// RefPointer is a JSON pointer to the reference in a confirmed
 	// answer's body ("/id"). RefHeader is a header that holds it. At
 	// most one.
@@ -122,6 +140,7 @@ type Provider struct {
 	headers                  http.Header
 	timeout, window          time.Duration
 	rules                    []rule
+	forKey                   []rule
 	refPointer, refHeader    string
 	replayedHeader           string
 	maxBody                  int64
@@ -296,6 +315,13 @@ func New(cfg *Config) (*Provider, error) {
 			p.rules = append(p.rules, r)
 		}
 	}
+	for _, s := range c.ForKey {
+		lo, hi, ptr, val, err := ParseRule(s)
+		if err != nil {
+			return nil, fmt.Errorf("httpapi: for_key: %w", err)
+		}
+		p.forKey = append(p.forKey, rule{class: providers.Rejected, lo: lo, hi: hi, pointer: ptr, value: val, text: s, fromList: "for_key"})
+	}
 	if c.HTTPClient != nil {
 		hc := *c.HTTPClient
 		p.hc = &hc
@@ -440,7 +466,11 @@ func (p *Provider) classify(resp *http.Response, body []byte, complete bool, key
 		replayed := p.replayedHeader != "" && strings.EqualFold(strings.TrimSpace(resp.Header.Get(p.replayedHeader)), "true")
 		return providers.Confirm(ref, replayed, detail())
 	case providers.Rejected:
-		return p.redact.Result(providers.Reject(errors.New(what), detail()))
+		r := providers.Reject(errors.New(what), detail())
+		if p.speaksForKey(resp, code, body) {
+			r = r.For(providers.ForKey)
+		}
+		return p.redact.Result(r)
 	case providers.Retryable:
 		r := providers.Retry(errors.New(what), providers.RetryAfter(resp.Header, time.Now()))
 		r.Detail = detail()
@@ -449,6 +479,21 @@ func (p *Provider) classify(resp *http.Response, body []byte, complete bool, key
 	r := providers.Unsure(errors.New(what))
 	r.Detail = detail()
 	return p.redact.Result(r)
+}
+
+// speaksForKey reports whether a refusal came from behind the API's
+// idempotency layer: it matches a ForKey rule, or the API says it replayed
+// it.
+func (p *Provider) speaksForKey(resp *http.Response, code int, body []byte) bool {
+	if p.replayedHeader != "" && strings.EqualFold(strings.TrimSpace(resp.Header.Get(p.replayedHeader)), "true") {
+		return true
+	}
+	for _, r := range p.forKey {
+		if r.matches(code, body) {
+			return true
+		}
+	}
+	return false
 }
 
 // Pointer returns the value at the RFC 6901 JSON pointer ptr in body, as a

@@ -57,6 +57,15 @@ const (
 	// processed and points elsewhere for the result; never followed.
 	// Unknown.
 	AnswerSeeOther
+	// AnswerForbidden: 403, the credentials lack the permission, refused
+	// before the key is read. Rejected, for this attempt only.
+	AnswerForbidden
+	// AnswerNotFound: 404 from the peer's routing (no such endpoint),
+	// before the key is read. Rejected, for this attempt only.
+	AnswerNotFound
+	// AnswerInvalid: 400, the request failed validation, which the peer
+	// stores under no key. Rejected, for this attempt only.
+	AnswerInvalid
 )
 
 // String names the answer as the suite's subtests do.
@@ -80,6 +89,12 @@ func (a Answer) String() string {
 		return "conflict_409"
 	case AnswerSeeOther:
 		return "see_other_303"
+	case AnswerForbidden:
+		return "forbidden_403"
+	case AnswerNotFound:
+		return "not_found_404"
+	case AnswerInvalid:
+		return "invalid_400"
 	}
 	return fmt.Sprintf("answer(%d)", int(a))
 }
@@ -118,6 +133,11 @@ type Conformance struct {
 	// or hostile peer echoes what it was sent. The suite has set Location to
 	// echo already.
 	Respond func(w http.ResponseWriter, r *http.Request, a Answer, echo string)
+	// RejectSpeaks is what the provider's AnswerReject speaks for
+	// (providers.Speaks): ForKey where the peer stores that refusal under
+	// the key and replays it (Stripe's card decline), else ForAttempt,
+	// the default. Every other refusal must speak for its attempt only.
+	RejectSpeaks providers.Speaks
 }
 
 // conformanceServer answers every request with the current answer and
@@ -185,6 +205,7 @@ func RespondJSON(okStatus int) func(w http.ResponseWriter, r *http.Request, a An
 		status := map[Answer]int{
 			AnswerOK: okStatus, AnswerReplay: 200, AnswerReject: 400, AnswerUnauthorized: 401, AnswerUnavailable: 503,
 			AnswerServerError: 500, AnswerConflict: 409, AnswerSeeOther: 303, AnswerRateLimited: 429,
+			AnswerForbidden: 403, AnswerNotFound: 404, AnswerInvalid: 400,
 		}[a]
 		switch a {
 		case AnswerReplay:
@@ -292,27 +313,37 @@ func RunConformance(t *testing.T, c Conformance) {
 			t.Fatal("an idempotent provider did not report the replay")
 		}
 	})
+	// Which attempts each answer speaks for: a refusal made before the
+	// peer reads the key says nothing of an earlier attempt whose answer
+	// was lost, and must not clear its evidence (providers.Speaks).
 	classes := []struct {
 		answer Answer
 		want   providers.Class
+		speaks providers.Speaks
 		after  time.Duration
 		why    string
 	}{
-		{AnswerReject, providers.Rejected, 0, "a definite refusal"},
-		{AnswerUnauthorized, providers.Rejected, 0, "credentials refused: nothing was done"},
-		{AnswerRateLimited, providers.Retryable, 7 * time.Second, "refused before any work, retried after Retry-After"},
-		{AnswerServerError, providers.Unknown, 0, "the peer may have acted before failing"},
-		{AnswerUnavailable, providers.Unknown, 0, "a 503 does not prove nothing was done"},
-		{AnswerConflict, providers.Unknown, 0, "another attempt under the key is in flight"},
-		{AnswerSeeOther, providers.Unknown, 0, "a 303 answers a POST that was processed"},
+		{AnswerReject, providers.Rejected, c.RejectSpeaks, 0, "a definite refusal"},
+		{AnswerUnauthorized, providers.Rejected, providers.ForAttempt, 0, "credentials refused before the key is read: nothing was done by this attempt"},
+		{AnswerForbidden, providers.Rejected, providers.ForAttempt, 0, "permission refused before the key is read"},
+		{AnswerNotFound, providers.Rejected, providers.ForAttempt, 0, "routed nowhere before the key is read"},
+		{AnswerInvalid, providers.Rejected, providers.ForAttempt, 0, "a validation error is stored under no key"},
+		{AnswerRateLimited, providers.Retryable, providers.ForAttempt, 7 * time.Second, "refused before any work, retried after Retry-After"},
+		{AnswerServerError, providers.Unknown, providers.ForAttempt, 0, "the peer may have acted before failing"},
+		{AnswerUnavailable, providers.Unknown, providers.ForAttempt, 0, "a 503 does not prove nothing was done"},
+		{AnswerConflict, providers.Unknown, providers.ForAttempt, 0, "another attempt under the key is in flight"},
+		{AnswerSeeOther, providers.Unknown, providers.ForAttempt, 0, "a 303 answers a POST that was processed"},
 	}
 	for i, cc := range classes {
-		t.Run(cc.answer.String()+" is "+cc.want.String(), func(t *testing.T) {
+		t.Run(cc.answer.String()+" is "+cc.want.String()+" for the "+cc.speaks.String(), func(t *testing.T) {
 			s := server(t)
 			s.set(cc.answer, false, false)
 			r := do(t, s, context.Background(), call(13+i))
 			if r.Class != cc.want || r.Err == nil {
 				t.Fatalf("got %s (%v), want %s with an error: %s", r.Class, r.Err, cc.want, cc.why)
+			}
+			if r.Speaks != cc.speaks {
+				t.Fatalf("the answer speaks for the %s, want the %s: %s", r.Speaks, cc.speaks, cc.why)
 			}
 			if cc.after > 0 && r.RetryAfter != cc.after {
 				t.Fatalf("RetryAfter %s, want %s", r.RetryAfter, cc.after)

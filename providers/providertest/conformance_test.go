@@ -121,6 +121,12 @@ func refConformance(broken string) providertest.Conformance {
 				http.Error(w, "declined: "+echo, http.StatusPaymentRequired)
 			case providertest.AnswerUnauthorized:
 				http.Error(w, "who are you? "+echo, http.StatusUnauthorized)
+			case providertest.AnswerForbidden:
+				http.Error(w, "not for you: "+echo, http.StatusForbidden)
+			case providertest.AnswerNotFound:
+				http.Error(w, "no such route: "+echo, http.StatusNotFound)
+			case providertest.AnswerInvalid:
+				http.Error(w, "invalid: "+echo, http.StatusBadRequest)
 			case providertest.AnswerUnavailable:
 				http.Error(w, "down: "+echo, http.StatusServiceUnavailable)
 			case providertest.AnswerServerError:

@@ -111,7 +111,10 @@
 // classified by providers.TransportResult alone.
 //
 // SendGrid has no idempotency key, so the provider has no key window
-// (providers.KeyWindow reports 0).
+// (providers.KeyWindow reports 0), and no answer speaks for more than its
+// own attempt (providers.Speaks ForAttempt, always): a 400 after an
+// attempt whose answer was lost does not say that attempt sent nothing,
+// and the effect ends uncertain, never failed.
 //
 // # Secrets
 //

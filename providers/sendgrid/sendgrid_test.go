@@ -126,6 +126,12 @@ func TestProvider_Conformance(t *testing.T) {
 				errs(http.StatusBadRequest, "The from email does not contain a valid address.")
 			case providertest.AnswerUnauthorized:
 				errs(http.StatusUnauthorized, "The provided authorization grant is invalid, expired, or revoked")
+			case providertest.AnswerForbidden:
+				errs(http.StatusForbidden, "access forbidden")
+			case providertest.AnswerNotFound:
+				errs(http.StatusNotFound, "not found")
+			case providertest.AnswerInvalid:
+				errs(http.StatusBadRequest, "The subject is required.")
 			case providertest.AnswerUnavailable:
 				errs(http.StatusServiceUnavailable, "service unavailable")
 			case providertest.AnswerServerError:

@@ -102,10 +102,16 @@ func newAPIError(op string, se *stripego.Error, redact func(string) string) *API
 func classifyAPIError(e *APIError, header http.Header) providers.Result {
 	after := providers.RetryAfter(header, time.Now())
 	detail, _ := json.Marshal(e)
+	replayed := header.Get("Idempotent-Replayed") == "true"
 	with := func(r providers.Result) providers.Result {
 		r.Detail = detail
 		if r.RetryAfter == 0 {
 			r.RetryAfter = after
+		}
+		if replayed && r.Speaks == providers.ForAttempt {
+			// Stripe's idempotency layer answered from what it stored
+			// under the key: the answer speaks for every attempt.
+			r.Speaks = providers.ForKey
 		}
 		return r
 	}
@@ -121,11 +127,14 @@ func classifyAPIError(e *APIError, header http.Header) providers.Result {
 		// answer becomes that attempt's.
 		return with(providers.Unsure(e))
 	case e.Type == string(stripego.ErrorTypeCard):
-		return with(providers.Reject(e, detail)) // declined: definitely refused
+		// Declined: definitely refused, by the endpoint, which Stripe
+		// stored under the key: it speaks for every attempt.
+		return with(providers.Reject(e, detail).For(providers.ForKey))
 	case e.mismatch():
-		// This request is refused; an earlier one under the key, with
-		// other parameters, may have performed something: an alarm.
-		return with(providers.Reject(fmt.Errorf("%w: %w", e, ErrIdempotencyMismatch), detail))
+		// This request is refused, and an earlier one under the key
+		// reached Stripe (with other parameters) and may have performed
+		// something: an alarm, and evidence.
+		return with(providers.Reject(fmt.Errorf("%w: %w", e, ErrIdempotencyMismatch), detail).For(providers.ForEarlier))
 	case e.Status == http.StatusTooManyRequests:
 		// Rate limited, or an object locked (lock_timeout): refused before
 		// the endpoint ran.

@@ -24,6 +24,8 @@ func stripeConformance() providertest.Conformance {
 		BadPayload: json.RawMessage(`{"amount":"lots","unknown_field":1}`),
 		Secrets:    []string{testAPIKey},
 		Key:        func(r *http.Request, _ []byte) string { return r.Header.Get("Idempotency-Key") },
+		// A card decline is stored under the key and replayed.
+		RejectSpeaks: providers.ForKey,
 		Respond: func(w http.ResponseWriter, r *http.Request, a providertest.Answer, echo string) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Request-Id", echo)
@@ -42,6 +44,12 @@ func stripeConformance() providertest.Conformance {
 				fail(http.StatusPaymentRequired, "card_error", "card_declined", "Your card was declined.")
 			case providertest.AnswerUnauthorized:
 				fail(http.StatusUnauthorized, "invalid_request_error", "", "Invalid API Key provided")
+			case providertest.AnswerForbidden:
+				fail(http.StatusForbidden, "invalid_request_error", "", "The provided key does not have the required permissions for this endpoint")
+			case providertest.AnswerNotFound:
+				fail(http.StatusNotFound, "invalid_request_error", "", "Unrecognized request URL (POST: /v1/payment_intents)")
+			case providertest.AnswerInvalid:
+				fail(http.StatusBadRequest, "invalid_request_error", "parameter_invalid_integer", "Invalid integer: amount")
 			case providertest.AnswerUnavailable:
 				fail(http.StatusServiceUnavailable, "api_error", "", "The service is temporarily unavailable.")
 			case providertest.AnswerServerError:

@@ -117,6 +117,30 @@
 // A 401 or 403 (a revoked or wrong key) rejects every effect it meets:
 // alert on a run of them rather than on each.
 //
+// # Which answers speak for the key
+//
+// An answer speaks for every attempt under the key only when it comes from
+// behind Stripe's idempotency layer; only such an answer clears the
+// evidence that an earlier attempt, whose answer was lost, was performed
+// (providers.Speaks). A refusal made before Stripe reads the key speaks for
+// its own attempt: with evidence left, the effect ends uncertain, never
+// failed, and cannot be cancelled or superseded.
+//
+//	Stripe's answer                           speaks for   why (Stripe's idempotency documentation)
+//	2xx, replayed or not                      the key      performed; a replay is the stored answer
+//	card_error (402)                          the key      the endpoint ran and Stripe stored the decline
+//	any answer with Idempotent-Replayed: true the key      the stored answer for the key, replayed
+//	5xx                                       (unknown)    stored once execution began: may have acted
+//	idempotency_error (key reused)            earlier      proves an earlier request under the key reached
+//	                                                       Stripe: evidence, the effect ends uncertain
+//	400 validation, invalid_request_error     the attempt  "if incoming parameters failed validation ... no
+//	                                                       idempotent result is saved"
+//	401, 403 (a rolled or restricted key)     the attempt  refused before the key is read
+//	404 (routing, resource_missing)           the attempt  nothing says it was stored
+//	409 idempotency_key_in_use                the attempt  another request under the key is executing
+//	429 rate limited, lock_timeout            the attempt  the limiter runs before the idempotency layer
+//	4xx with Stripe-Should-Retry: true        the attempt  a hint about this request only
+//
 // # Secrets
 //
 // The Err of a result answered with a Stripe error object is an *APIError

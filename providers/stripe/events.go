@@ -22,8 +22,11 @@ import (
 // An event whose object carries sidefx's metadata (charge.succeeded,
 // payment_intent.succeeded, refund.created, customer.created, … for the
 // objects the provider creates) is evidence that Stripe made the object:
-// its id is the reference, its status the object's, performed unless that
-// status says it failed or was canceled.
+// its id is the reference, its status the object's, performed as the
+// lookup reads the same object (Performed's table). Which effects it may
+// settle is the reconciler's check: only those of the kinds this
+// provider serves, and only with an object of the type their operation
+// makes (MakesRef).
 type Events struct {
 	secret string
 }
@@ -38,9 +41,6 @@ func NewEvents(secret string) (*Events, error) {
 	}
 	return &Events{secret: secret}, nil
 }
-
-// failedStatuses are the object statuses that say it did not perform.
-var failedStatuses = map[string]bool{"failed": true, "canceled": true, "requires_payment_method": true}
 
 // Events verifies a delivery and returns its event (with Key empty when
 // its object carries no sidefx key, or it has no object).
@@ -72,7 +72,7 @@ func (e *Events) Events(header http.Header, body []byte) ([]providers.Event, err
 	}
 	detail, _ := json.Marshal(map[string]string{"event": string(ev.Type), "object": obj.Object})
 	out.Key = obj.Metadata[MetadataKey]
-	out.Evidence = providers.Evidence{Verdict: providers.Found, Ref: obj.ID, Succeeded: !failedStatuses[obj.Status], Status: status,
+	out.Evidence = providers.Evidence{Verdict: providers.Found, Ref: obj.ID, Succeeded: Performed(obj.Object, obj.Status), Status: status,
 		Source: "stripe webhook " + string(ev.Type), Detail: detail}
 	if obj.Created > 0 {
 		out.Evidence.At = time.Unix(obj.Created, 0).UTC()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	stripego "github.com/stripe/stripe-go/v76"
@@ -42,7 +43,7 @@ var listers = map[string]lister{
 		for it.Next() {
 			c := it.Charge()
 			last = c.ID
-			out = append(out, object4(c.ID, c.Metadata, string(c.Status), c.Status == stripego.ChargeStatusSucceeded || c.Status == stripego.ChargeStatusPending, c.Created))
+			out = append(out, object4(c.ID, c.Metadata, string(c.Status), Performed("charge", string(c.Status)), c.Created))
 		}
 		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
 	},
@@ -57,9 +58,7 @@ var listers = map[string]lister{
 			// more of the caller (succeeded, processing, or authorised for
 			// a later capture) performed the effect; one still waiting for
 			// a payment method or an action, or canceled, did not.
-			ok := pi.Status == stripego.PaymentIntentStatusSucceeded || pi.Status == stripego.PaymentIntentStatusProcessing ||
-				pi.Status == stripego.PaymentIntentStatusRequiresCapture
-			out = append(out, object4(pi.ID, pi.Metadata, string(pi.Status), ok, pi.Created))
+			out = append(out, object4(pi.ID, pi.Metadata, string(pi.Status), Performed("payment_intent", string(pi.Status)), pi.Created))
 		}
 		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
 	},
@@ -70,8 +69,7 @@ var listers = map[string]lister{
 		for it.Next() {
 			r := it.Refund()
 			last = r.ID
-			ok := r.Status == stripego.RefundStatusSucceeded || r.Status == stripego.RefundStatusPending || r.Status == stripego.RefundStatusRequiresAction
-			out = append(out, object4(r.ID, r.Metadata, string(r.Status), ok, r.Created))
+			out = append(out, object4(r.ID, r.Metadata, string(r.Status), Performed("refund", string(r.Status)), r.Created))
 		}
 		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
 	},
@@ -82,7 +80,7 @@ var listers = map[string]lister{
 		for it.Next() {
 			c := it.Customer()
 			last = c.ID
-			out = append(out, object4(c.ID, c.Metadata, "created", true, c.Created))
+			out = append(out, object4(c.ID, c.Metadata, "created", Performed("customer", ""), c.Created))
 		}
 		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
 	},
@@ -97,7 +95,7 @@ var listers = map[string]lister{
 			if t.Reversed {
 				status = "reversed"
 			}
-			out = append(out, object4(t.ID, t.Metadata, status, true, t.Created))
+			out = append(out, object4(t.ID, t.Metadata, status, Performed("transfer", status), t.Created))
 		}
 		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
 	},
@@ -109,9 +107,68 @@ func object4(id string, md map[string]string, status string, ok bool, created in
 }
 
 var (
-	_ providers.Looker = (*Provider)(nil)
-	_ providers.Lister = (*Provider)(nil)
+	_ providers.Looker     = (*Provider)(nil)
+	_ providers.Lister     = (*Provider)(nil)
+	_ providers.RefChecker = (*Provider)(nil)
 )
+
+// MakesRef reports whether ref names an object of the type kind's
+// operation makes or acts on, by Stripe's id prefix: pi_ for the
+// PaymentIntent operations, ch_ (or py_) for charges.create, re_ (or
+// pyr_) for refunds.create, cus_ for customers.create, tr_ for
+// transfers.create. A charge event carrying its PaymentIntent's metadata,
+// or a customer whose metadata names a charge's key, settles nothing.
+func (p *Provider) MakesRef(kind, ref string) bool {
+	op, ok := p.Operation(kind)
+	if !ok {
+		return false
+	}
+	o, ok := operations[op]
+	if !ok || o.prefix == "" {
+		return false
+	}
+	for _, pre := range append([]string{o.prefix}, otherPrefixes[o.prefix]...) {
+		if strings.HasPrefix(ref, pre) && len(ref) > len(pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// otherPrefixes are the other prefixes of an object type's ids: a charge
+// made by a non-card payment method is py_…, its refund pyr_….
+var otherPrefixes = map[string][]string{"ch_": {"py_"}, "re_": {"pyr_"}}
+
+// Performed reports whether a Stripe object of type object ("charge",
+// "payment_intent", …) in status says the effect that made it was
+// performed. The lookup and the events read objects with this one table:
+//
+//	object          performed                                not performed
+//	payment_intent  succeeded, processing, requires_capture  requires_payment_method, requires_confirmation,
+//	                                                         requires_action, canceled
+//	charge          succeeded, pending                       failed
+//	refund          succeeded, pending, requires_action      failed, canceled
+//	customer        (always: it exists)
+//	transfer        (always: made, even if later reversed)
+//
+// A PaymentIntent that still waits for its customer (requires_action: 3-D
+// Secure) has not taken the payment: the effect is not settled by it, and
+// stays uncertain with the evidence until the intent moves on.
+func Performed(object, status string) bool {
+	switch object {
+	case "payment_intent":
+		return status == string(stripego.PaymentIntentStatusSucceeded) || status == string(stripego.PaymentIntentStatusProcessing) ||
+			status == string(stripego.PaymentIntentStatusRequiresCapture)
+	case "charge":
+		return status == string(stripego.ChargeStatusSucceeded) || status == string(stripego.ChargeStatusPending)
+	case "refund":
+		return status == string(stripego.RefundStatusSucceeded) || status == string(stripego.RefundStatusPending) ||
+			status == string(stripego.RefundStatusRequiresAction)
+	case "customer", "transfer":
+		return true
+	}
+	return false
+}
 
 // ErrNotListable is returned by List for a kind whose operation makes no
 // object of its own (a capture, a cancel) or none Stripe lists.
@@ -182,7 +239,7 @@ var errFound = errors.New("found")
 // Lookup lists the objects kind's operation made since q.FirstFiredAt (less
 // a skew) and finds the one whose metadata sidefx_key is q.Key: Found, with
 // its id and status. None: Absent once ConsistencyDelay has passed since
-// the first fire, NotKnown before. A kind whose operation cannot be listed
+// the latest attempt (q.Latest()), NotKnown before. A kind whose operation cannot be listed
 // is NotKnown, with no error.
 func (p *Provider) Lookup(ctx context.Context, q providers.Query) (providers.Evidence, error) {
 	objects, ok := p.objects(q.Kind)
@@ -205,7 +262,7 @@ func (p *Provider) Lookup(ctx context.Context, q providers.Query) (providers.Evi
 			At: found.Created, Source: source}, nil
 	case err != nil:
 		return providers.Evidence{Verdict: providers.NotKnown, Source: source}, err
-	case now.Sub(q.FirstFiredAt) < p.consistency:
+	case now.Sub(q.Latest()) < p.consistency:
 		return providers.Evidence{Verdict: providers.NotKnown, Source: source + ": too early to say absent"}, nil
 	}
 	return providers.Evidence{Verdict: providers.Absent, Source: source}, nil

@@ -94,6 +94,15 @@ func TestLookup_AbsentOnlyAfterTheConsistencyDelay(t *testing.T) {
 	if ev, err := p.Lookup(ctx, q); err != nil || ev.Verdict != providers.Absent {
 		t.Errorf("2 minutes after: %+v, %v; want absent", ev, err)
 	}
+	// Absence counts from the latest attempt, which may be on its way.
+	q.FirstFiredAt, q.LastFiredAt = now.Add(-2*time.Hour), now.Add(-time.Second)
+	if ev, err := p.Lookup(ctx, q); err != nil || ev.Verdict != providers.NotKnown {
+		t.Errorf("first fired 2 h ago, retried a second ago: %+v, %v; want not known", ev, err)
+	}
+	q.LastFiredAt = now.Add(-2 * time.Minute)
+	if ev, err := p.Lookup(ctx, q); err != nil || ev.Verdict != providers.Absent {
+		t.Errorf("retried 2 minutes ago: %+v, %v; want absent", ev, err)
+	}
 	// A capture makes no object of its own: it cannot be looked up.
 	if ev, err := p.Lookup(ctx, providers.Query{Kind: "charge.capture", Key: "k", FirstFiredAt: now.Add(-time.Hour)}); err != nil || ev.Verdict != providers.NotKnown {
 		t.Errorf("a capture: %+v, %v; want not known", ev, err)

@@ -110,6 +110,15 @@
 // 401 or 403 usually means the receiver holds another secret: also
 // rejected, also fixed by configuration (or a rotation, above) and a retry.
 //
+// Which answers speak for the key (providers.Speaks): a confirmation, and
+// a refusal the receiver marks Idempotent-Replayed: true (its stored answer
+// for the webhook-id), speak for every attempt under the webhook-id. Every
+// other refusal — 4xx, 3xx, 410, a receiver that checks the signature
+// before it looks at the id (401, 403) — speaks for its own attempt: Standard
+// Webhooks says nothing of what a receiver stores, so when an earlier
+// attempt may have been acted on (its answer lost), the effect ends
+// uncertain, never failed.
+//
 // Every Result for an answer has a Detail, a JSON object stored in the
 // effect's outcome column:
 //

@@ -586,6 +586,11 @@ func (p *Provider) classify(resp *http.Response, body []byte, complete bool, id 
 			r.RetryAfter = after
 		}
 	}
+	if r.IsRejected() && strings.EqualFold(strings.TrimSpace(resp.Header.Get(HeaderReplayed)), "true") {
+		// The receiver's stored answer for the webhook-id: it speaks for
+		// every attempt under it.
+		r = r.For(providers.ForKey)
+	}
 	r.Detail = d.encode()
 	return r
 }
