@@ -88,14 +88,14 @@ type Kind struct {
 	Provider providers.Provider
 	// RefireWhenAbsentAfter, when positive, sends again an uncertain effect
 	// the provider never got (Absent) once this long has passed since its
-	// first fire: for kinds whose provider takes no key, so that a lost
+	// latest attempt (a refire is an attempt like any other): for kinds whose provider takes no key, so that a lost
 	// email is sent rather than left to an operator. Zero: an absent
 	// effect is left to an operator, with the evidence.
 	RefireWhenAbsentAfter time.Duration
 	// EventsWithin, when positive, is how soon the provider's events follow
 	// a request it got (SendGrid's "processed" comes within seconds): an
-	// uncertain effect with no event this long after its first fire never
-	// reached the provider, and is Absent. Zero: the lack of an event says
+	// uncertain effect with no event this long after its latest attempt
+	// never reached the provider, and is Absent. Zero: the lack of an event says
 	// nothing.
 	EventsWithin time.Duration
 }
@@ -280,12 +280,13 @@ func (r *Reconciler) run(ctx context.Context, tick time.Time) (rep Report, ran b
 func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 	k := r.cfg.Kinds[kind]
 	prov := k.Provider.Name()
-	us, err := uncertainOf(ctx, r.pool, r.schema, kind, r.cfg.Limit)
+	us, err := uncertainOf(ctx, r.pool, r.schema, kind, prov, r.cfg.Limit)
 	if err != nil {
 		rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: prov, Detail: err.Error()})
 		return
 	}
 	looker, _ := k.Provider.(providers.Looker)
+	checker, _ := k.Provider.(providers.RefChecker)
 	for _, u := range us {
 		if ctx.Err() != nil {
 			return
@@ -293,21 +294,38 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 		rep.Looked[kind]++
 		f := Finding{Kind: kind, Provider: prov, EffectID: u.id, Key: u.key}
 		var ev providers.Evidence
+		// The provider's own event about an object of the type the kind
+		// makes, performed: a customer carrying a charge's key, or a
+		// charge carrying its PaymentIntent's, settles nothing.
+		var event *eventEvidence
+		for i, e := range u.events {
+			if e.succeeded && (checker == nil || checker.MakesRef(kind, e.ref)) {
+				event = &u.events[i]
+				break
+			}
+		}
+		// Absence and refires are measured from the latest attempt, which
+		// may be on its way: never from the first.
+		since := r.cfg.Now().Sub(u.lastFiredAt)
 		switch {
-		case u.eventFound && u.eventSucceeded:
-			ev = providers.Evidence{Verdict: providers.Found, Ref: u.eventRef, Succeeded: true, Status: u.eventStatus, At: u.eventAt, Source: "the provider's events"}
+		case event != nil:
+			ev = providers.Evidence{Verdict: providers.Found, Ref: event.ref, Succeeded: true, Status: event.status, At: event.at, Source: "the provider's events"}
 		case looker != nil:
 			var lerr error
-			ev, lerr = looker.Lookup(ctx, providers.Query{EffectID: u.id, SourceID: u.sourceID, Kind: kind, Key: u.key, FirstFiredAt: u.firstFiredAt})
+			ev, lerr = looker.Lookup(ctx, providers.Query{EffectID: u.id, SourceID: u.sourceID, Kind: kind, Key: u.key,
+				FirstFiredAt: u.firstFiredAt, LastFiredAt: u.lastFiredAt})
 			if lerr != nil {
 				f.Finding, f.Detail = Error, "lookup: "+lerr.Error()
 				rep.Findings = append(rep.Findings, f)
 				continue
 			}
+			if ev.Verdict == providers.Found && checker != nil && !checker.MakesRef(kind, ev.Ref) {
+				ev = providers.Evidence{Verdict: providers.NotKnown, Source: fmt.Sprintf("%s: %s is not an object %s makes", ev.Source, ev.Ref, kind)}
+			}
 			if ev.Verdict != providers.NotKnown {
 				eventID := "" // a finding, stored each time…
 				if ev.Verdict == providers.Absent {
-					eventID = "absent:" + u.key // …but an absence once, however many runs find it
+					eventID = absentID(u) // …but an attempt's absence once, however many runs find it
 				}
 				if _, err := Record(ctx, r.pool, r.schema, u.id, u.key, prov, "lookup", eventID, ev); err != nil {
 					f.Finding, f.Detail = Error, err.Error()
@@ -315,10 +333,10 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 					continue
 				}
 			}
-		case k.EventsWithin > 0 && r.cfg.Now().Sub(u.firstFiredAt) >= k.EventsWithin:
-			ev = providers.Evidence{Verdict: providers.Absent, Source: fmt.Sprintf("no event from the provider in the %s after the first attempt", k.EventsWithin)}
-			// Recorded once however many runs find it so.
-			if _, err := Record(ctx, r.pool, r.schema, u.id, u.key, prov, "no event", "absent:"+u.key, ev); err != nil {
+		case k.EventsWithin > 0 && since >= k.EventsWithin:
+			ev = providers.Evidence{Verdict: providers.Absent, Source: fmt.Sprintf("no event from the provider in the %s after the latest attempt (%d)", k.EventsWithin, u.attempts)}
+			// Recorded once per attempt however many runs find it so.
+			if _, err := Record(ctx, r.pool, r.schema, u.id, u.key, prov, "no event", absentID(u), ev); err != nil {
 				f.Finding, f.Detail = Error, err.Error()
 				rep.Findings = append(rep.Findings, f)
 				continue
@@ -336,7 +354,7 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 			}
 		case ev.Verdict == providers.Absent:
 			f.Finding, f.Detail = Absent, "the provider never got it ("+ev.Source+")"
-			if after := k.RefireWhenAbsentAfter; after > 0 && r.cfg.Now().Sub(u.firstFiredAt) >= after {
+			if after := k.RefireWhenAbsentAfter; after > 0 && since >= after {
 				note := fmt.Sprintf("the provider never got it (%s); refire_when_absent_after %s", ev.Source, after)
 				if _, err := r.store.Refire(ctx, u.id, RefireAttempts, effects.RefireOptions{}, effects.Action{Actor: r.cfg.Actor, Note: note}); err != nil {
 					f.Finding, f.Detail = Error, "refire: "+err.Error()
@@ -413,6 +431,10 @@ func (r *Reconciler) compare(ctx context.Context, kind string, rep *Report) {
 	}
 }
 
+// absentID is the id an absence of u's latest attempt is recorded under:
+// once per attempt, however many runs find it.
+func absentID(u uncertain) string { return fmt.Sprintf("absent:%s:%d", u.key, u.attempts) }
+
 // RefireAttempts is how many more attempts an effect refired for its
 // absence gets: a refusal before the provider began (a 429) is retried,
 // an unknown outcome leaves it uncertain again, for the next run.
@@ -430,7 +452,13 @@ func (r *Reconciler) compareEvents(ctx context.Context, rep *Report) {
 			continue
 		}
 		seen[p.Name()] = true
-		objs, err := eventObjects(ctx, r.pool, r.schema, p.Name(), r.cfg.Now().Add(-r.cfg.Window))
+		var own []string
+		for k, kk := range r.cfg.Kinds {
+			if kk.Provider.Name() == p.Name() {
+				own = append(own, k)
+			}
+		}
+		objs, err := eventObjects(ctx, r.pool, r.schema, p.Name(), own, r.cfg.Now().Add(-r.cfg.Window))
 		if err != nil {
 			rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: p.Name(), Detail: err.Error()})
 			continue

@@ -454,3 +454,103 @@ func TestReconcile_ReplicasRunEachTickOnce(t *testing.T) {
 		}
 	}
 }
+
+// Absence, events_within and refire_when_absent_after count from the latest
+// attempt, never the first: an email first sent two hours ago and retried
+// a second ago (by an operator, after a 429, after a pause, or refired by
+// the reconciler itself) may be on its way, and is not sent again.
+func TestReconcile_AbsenceCountsFromTheLatestAttempt(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	f := uncertainMail(t, pool)
+	st, _ := effects.NewStore(pool, nil)
+	unsent, _ := st.GetBySource(ctx, "unsent", chargeKind)
+	r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: f,
+		EventsWithin: 10 * time.Minute, RefireWhenAbsentAfter: 10 * time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(first, last time.Duration) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `UPDATE side_effects SET first_fired_at = now() - $2 * interval '1 second',
+			fired_at = now() - $3 * interval '1 second' WHERE id = $1`, unsent.ID, first.Seconds(), last.Seconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at(2*time.Hour, time.Second)
+	rep, err := r.RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rep.Findings {
+		if x.EffectID == unsent.ID {
+			t.Fatalf("retried a second ago: %+v; want nothing yet", x)
+		}
+	}
+	if e, _ := st.Get(ctx, unsent.ID); e.State != effects.Uncertain || e.Attempts != 1 {
+		t.Fatalf("retried a second ago: %s after %d attempts, want uncertain, not refired", e.State, e.Attempts)
+	}
+	at(2*time.Hour, 11*time.Minute)
+	rep, err = r.RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := findings(rep, reconcile.Refired); len(got) != 1 || got[0].EffectID != unsent.ID {
+		t.Fatalf("retried 11 minutes ago with no event: %+v; want it refired", rep.Findings)
+	}
+}
+
+// Evidence settles only effects of the kinds its provider serves, and only
+// with an object of the type the kind makes: an event of another provider
+// (any object in a Stripe account can carry a computed key in its
+// metadata) naming an email's key settles nothing, nor does a customer or
+// a PaymentIntent naming a charge's key.
+func TestReconcile_EvidenceIsTheProvidersOwn(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	f := uncertainMail(t, pool) // served by provider "mail"
+	st, _ := effects.NewStore(pool, nil)
+	sent, _ := st.GetBySource(ctx, "sent", chargeKind)
+	record := func(provider, id, ref string) {
+		t.Helper()
+		if _, err := reconcile.Record(ctx, pool, "", 0, sent.Key, provider, "event", id,
+			providers.Evidence{Verdict: providers.Found, Ref: ref, Succeeded: true, Status: "succeeded"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("stripe", "evt_foreign", "cus_foreign")
+	rep, err := newReconciler(t, pool, f).RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := findings(rep, reconcile.Settled); len(s) != 0 {
+		t.Fatalf("another provider's event settled %+v", s)
+	}
+	if e, _ := st.Get(ctx, sent.ID); e.State != effects.Uncertain {
+		t.Fatalf("the email after another provider's event: %s, want uncertain", e.State)
+	}
+
+	// The same effects reconciled as charges at Stripe (the provider whose
+	// events these are): a customer and a PaymentIntent carrying the key
+	// are no charge; a charge is.
+	p := newStripe(t, "http://127.0.0.1:1", nil) // lookups fail: only events can settle
+	record("stripe", "evt_pi", "pi_123")
+	for _, want := range []string{"", "ch_123"} {
+		if want != "" {
+			record("stripe", "evt_ch", want)
+		}
+		rep, err := newReconciler(t, pool, p).RunNow(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := findings(rep, reconcile.Settled)
+		switch {
+		case want == "" && len(s) != 0:
+			t.Fatalf("settled by a customer's or a PaymentIntent's event: %+v", s)
+		case want != "" && (len(s) != 1 || s[0].EffectID != sent.ID || s[0].Ref != want):
+			t.Fatalf("findings %+v; want %d settled with %s", rep.Findings, sent.ID, want)
+		}
+	}
+}

@@ -102,36 +102,71 @@ func verdictOf(s string) providers.Verdict {
 
 // uncertain is an uncertain effect to settle.
 type uncertain struct {
-	id                    int64
-	sourceID, key         string
-	firstFiredAt          time.Time
-	eventFound            bool // an event says the provider has it
-	eventRef, eventStatus string
-	eventSucceeded        bool
-	eventAt               time.Time
+	id            int64
+	sourceID, key string
+	attempts      int
+	firstFiredAt  time.Time
+	// lastFiredAt is when the latest attempt was sent: absence is measured
+	// from it.
+	lastFiredAt time.Time
+	events      []eventEvidence // the provider's events naming the key, the best first
+}
+
+// eventEvidence is what one of the provider's events said of an object
+// carrying an effect's key.
+type eventEvidence struct {
+	ref, status string
+	succeeded   bool
+	at          time.Time
 }
 
 // uncertainOf returns up to limit uncertain effects of kind, oldest first,
-// each with the provider's latest event about it, if any.
-func uncertainOf(ctx context.Context, db effects.DB, schema, kind string, limit int) ([]uncertain, error) {
-	rows, err := db.Query(ctx, `SELECT e.id, e.source_id, e.idempotency_key, coalesce(e.first_fired_at, e.created_at),
-			ev.verdict IS NOT NULL, coalesce(ev.ref, ''), coalesce(ev.status, ''), coalesce(ev.succeeded, false), ev.observed_at
+// each with the events provider (the kind's own) sent about its key,
+// performed first, then the latest. Events of another provider are never
+// read for it: they speak of another account's objects.
+func uncertainOf(ctx context.Context, db effects.DB, schema, kind, provider string, limit int) ([]uncertain, error) {
+	rows, err := db.Query(ctx, `SELECT e.id, e.source_id, e.idempotency_key, e.attempts, coalesce(e.first_fired_at, e.created_at),
+			coalesce(greatest(e.fired_at, e.first_fired_at), e.created_at)
 		FROM `+effectsTable(schema)+` e
-		LEFT JOIN LATERAL (SELECT verdict, ref, status, succeeded, observed_at FROM `+evidenceTable(schema)+` v
-			WHERE v.key = e.idempotency_key AND v.source = 'event' AND v.verdict = 'found'
-			ORDER BY v.succeeded DESC, v.recorded_at DESC LIMIT 1) ev ON true
 		WHERE e.state = 'uncertain' AND e.kind = $1
 		ORDER BY e.id LIMIT $2`, kind, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list uncertain %s effects: %w", kind, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (uncertain, error) {
+	us, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uncertain, error) {
 		var u uncertain
-		var at pgtype.Timestamptz
-		err := r.Scan(&u.id, &u.sourceID, &u.key, &u.firstFiredAt, &u.eventFound, &u.eventRef, &u.eventStatus, &u.eventSucceeded, &at)
-		u.eventAt = at.Time
+		err := r.Scan(&u.id, &u.sourceID, &u.key, &u.attempts, &u.firstFiredAt, &u.lastFiredAt)
 		return u, err
 	})
+	if err != nil || len(us) == 0 {
+		return us, err
+	}
+	keys := make([]string, len(us))
+	byKey := make(map[string]*uncertain, len(us))
+	for i := range us {
+		keys[i] = us[i].key
+		byKey[us[i].key] = &us[i]
+	}
+	rows, err = db.Query(ctx, `SELECT key, ref, coalesce(status, ''), coalesce(succeeded, false), observed_at
+		FROM `+evidenceTable(schema)+`
+		WHERE key = ANY($1) AND provider = $2 AND source = 'event' AND verdict = 'found' AND ref IS NOT NULL
+		ORDER BY succeeded DESC, recorded_at DESC, id DESC`, keys, provider)
+	if err != nil {
+		return nil, fmt.Errorf("read %s's events about uncertain %s effects: %w", provider, kind, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var ev eventEvidence
+		var at pgtype.Timestamptz
+		if err := rows.Scan(&key, &ev.ref, &ev.status, &ev.succeeded, &at); err != nil {
+			return nil, err
+		}
+		ev.at = at.Time
+		u := byKey[key]
+		u.events = append(u.events, ev)
+	}
+	return us, rows.Err()
 }
 
 // confirmedRef is a confirmed effect and the reference it was confirmed
@@ -190,7 +225,7 @@ type stateRef struct {
 // in [from, to).
 func confirmedIn(ctx context.Context, db effects.DB, schema, kind string, from, to time.Time) ([]confirmedRef, error) {
 	rows, err := db.Query(ctx, `SELECT id, idempotency_key, coalesce(provider_ref, '') FROM `+effectsTable(schema)+`
-		WHERE kind = $1 AND state = 'confirmed' AND first_fired_at >= $2 AND first_fired_at < $3`, kind, from, to)
+		WHERE kind = $1 AND state = 'confirmed' AND first_fired_at >= $2 AND coalesce(fired_at, first_fired_at) < $3`, kind, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("list confirmed %s effects: %w", kind, err)
 	}
@@ -298,13 +333,14 @@ type eventObject struct {
 }
 
 // eventObjects returns the distinct objects the provider's events named
-// since from, each with its effect.
-func eventObjects(ctx context.Context, db effects.DB, schema, provider string, from time.Time) ([]eventObject, error) {
+// since from, each with its effect among kinds, the provider's own: a key
+// of another provider's effect is no effect of this one's.
+func eventObjects(ctx context.Context, db effects.DB, schema, provider string, kinds []string, from time.Time) ([]eventObject, error) {
 	rows, err := db.Query(ctx, `SELECT v.key, v.ref, coalesce(e.id, 0), coalesce(e.kind, ''), coalesce(e.state, ''), coalesce(e.provider_ref, '')
 		FROM (SELECT DISTINCT key, ref FROM `+evidenceTable(schema)+`
 			WHERE provider = $1 AND source = 'event' AND verdict = 'found' AND ref IS NOT NULL AND recorded_at >= $2) v
-		LEFT JOIN `+effectsTable(schema)+` e ON e.idempotency_key = v.key
-		ORDER BY v.key, v.ref`, provider, from)
+		LEFT JOIN `+effectsTable(schema)+` e ON e.idempotency_key = v.key AND e.kind = ANY($3)
+		ORDER BY v.key, v.ref`, provider, from, kinds)
 	if err != nil {
 		return nil, fmt.Errorf("read %s's events: %w", provider, err)
 	}
