@@ -78,6 +78,12 @@ type Request struct {
 	// merge patch (RFC 7396) applied to each effect's payload, in bulk.
 	Payload json.RawMessage
 	Patch   json.RawMessage
+	// From is the version of the effect Payload was written from, on one
+	// effect (the revision and payload hash the operator saw): Supersede is
+	// refused with an *effects.ChangedError if the effect is at another one
+	// by then. Nil: the version of the effect passed to Apply, which a
+	// Patch is applied to, in bulk too.
+	From *effects.Version
 	// Actor and Note are recorded in each effect's history. A note is
 	// required in bulk.
 	Actor, Note string
@@ -142,7 +148,11 @@ func (o *Ops) Apply(ctx context.Context, e *effects.Effect, r Request) (*effects
 					Reason: fmt.Sprintf("is not one the %s provider can send: %v", e.Kind, err)})
 			}
 		}
-		return o.Store.Supersede(ctx, e.ID, payload, attempts(r.Attempts, 5), a)
+		from := e.Version()
+		if r.From != nil {
+			from = *r.From
+		}
+		return o.Store.Supersede(ctx, e.ID, from, payload, attempts(r.Attempts, 5), a)
 	}
 	return nil, fmt.Errorf("unknown action %q", r.Action)
 }
@@ -212,8 +222,8 @@ func (o *Ops) ApplyAll(ctx context.Context, r Request, f effects.Filter, max int
 	if strings.TrimSpace(r.Note) == "" {
 		return res, errors.New("a bulk action needs a note: say why")
 	}
-	if r.Ref != "" || len(r.Payload) > 0 {
-		return res, errors.New("a bulk action takes no reference and no payload (each effect has its own; supersede in bulk takes a patch)")
+	if r.Ref != "" || len(r.Payload) > 0 || r.From != nil {
+		return res, errors.New("a bulk action takes no reference, no payload and no version (each effect has its own; supersede in bulk takes a patch)")
 	}
 	if r.Action == Supersede && len(r.Patch) == 0 {
 		return res, errors.New("supersede in bulk needs a patch (a JSON merge patch of each payload)")
