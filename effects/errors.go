@@ -127,6 +127,10 @@ type ChangedError struct {
 }
 
 func (e *ChangedError) Error() string {
+	if e.Now.Revision == e.From.Revision {
+		return fmt.Sprintf("%s effect %d: refused, it changed since it was read: its payload hash is %x, not %x; look at it again",
+			e.Op, e.ID, e.Now.PayloadHash, e.From.PayloadHash)
+	}
 	return fmt.Sprintf("%s effect %d: refused, it changed since it was read: it is at %s, not %s; look at it again",
 		e.Op, e.ID, e.Now, e.From)
 }

@@ -32,7 +32,7 @@ func (v Version) String() string {
 func ParsePayloadHash(s string) ([]byte, error) {
 	h, err := hex.DecodeString(s)
 	if err != nil || len(h) != 32 {
-		return nil, invalid("payload hash", fmt.Sprintf("%q is not a SHA-256 in hex (want 64 hex digits)", s))
+		return nil, fmt.Errorf("%q is not a payload hash: want its SHA-256 in 64 hex digits", s)
 	}
 	return h, nil
 }
