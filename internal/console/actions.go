@@ -1,6 +1,9 @@
 package console
 
 import (
+	"crypto/hmac"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,6 +57,13 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 			return
 		}
 	case ops.Supersede:
+		// The payload written replaces the one shown, or nothing: the
+		// form's version must be the effect's now, and the operations
+		// check that it still is when they replace it.
+		if !h.sameVersion(r.PostFormValue("version"), e) {
+			h.fail(w, r, id, changed{&effects.ChangedError{ID: e.ID, Op: "supersede", Now: e.Version()}, true})
+			return
+		}
 		written := strings.TrimSpace(r.PostFormValue("payload"))
 		if written == "" || !json.Valid([]byte(written)) {
 			h.badRequest(w, r, id, "supersede: the payload is not JSON")
@@ -68,12 +78,55 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 		b = append(b, blotterOf(h.hider.hide(payload).values)...)
 	}
 	if _, err := h.cfg.Ops.Apply(ctx, e, req); err != nil {
+		err = unhashed(err)
 		h.log.Info("console: action refused", "actor", id.Actor, "action", string(action), "effect", e.ID, "err", b.text(err.Error()))
 		h.fail(w, r, id, blotted{err, b})
 		return
 	}
 	h.log.Info("console: action", "actor", id.Actor, "role", id.Role.String(), "action", string(action), "effect", e.ID)
 	http.Redirect(w, r, fmt.Sprintf("/effects/%d?done=%s", e.ID, action), http.StatusSeeOther)
+}
+
+// version signs the version of e shown on its page (its id, revision and
+// payload hash) with the console's key: the supersede form carries it, not
+// the payload hash itself, which would let a reader test guesses of the
+// hidden fields.
+func (h *Handler) version(e *effects.Effect) string {
+	return h.keys.macString("version", strconv.FormatInt(e.ID, 10), strconv.Itoa(e.Revision), hex.EncodeToString(e.PayloadHash))
+}
+
+// sameVersion reports whether v, a form's version, is e's.
+func (h *Handler) sameVersion(v string, e *effects.Effect) bool {
+	got, err := base64.RawURLEncoding.DecodeString(v)
+	return err == nil && v != "" && hmac.Equal(got, h.keys.mac("version", strconv.FormatInt(e.ID, 10), strconv.Itoa(e.Revision), hex.EncodeToString(e.PayloadHash)))
+}
+
+// changed is an *effects.ChangedError as the console says it: by revision,
+// never by payload hash.
+type changed struct {
+	err *effects.ChangedError
+	// form: the form's version was found stale (it may also be from
+	// before the console restarted, which changes its key).
+	form bool
+}
+
+func (c changed) Error() string {
+	if c.form {
+		return fmt.Sprintf("%s effect %d: refused, it changed since you loaded its page, or the console restarted since (it is at revision %d): load it again",
+			c.err.Op, c.err.ID, c.err.Now.Revision)
+	}
+	return fmt.Sprintf("%s effect %d: refused, it changed since it was read (it is at revision %d): load it again", c.err.Op, c.err.ID, c.err.Now.Revision)
+}
+
+func (c changed) Unwrap() error { return c.err }
+
+// unhashed returns err with an *effects.ChangedError said by revision.
+func unhashed(err error) error {
+	var ce *effects.ChangedError
+	if errors.As(err, &ce) {
+		return changed{err: ce}
+	}
+	return err
 }
 
 // blotted is an error whose message has the hidden values blotted out; it
@@ -257,6 +310,9 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, id *identity) {
 		d.Done = append(d.Done, e.ID)
 	}
 	for _, s := range res.Skipped {
+		if s.Err != nil {
+			s.Reason = unhashed(s.Err).Error()
+		}
 		// A refusal may quote the payload (a provider's check): blot it.
 		if e, err := h.cfg.Store.Get(r.Context(), s.ID); err == nil {
 			values := h.hider.hide(e.Payload).values

@@ -254,7 +254,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id *identity, err
 	case errors.Is(err, effects.ErrNotFound):
 		status = http.StatusNotFound
 	case errors.Is(err, ops.ErrOverCap), errors.Is(err, effects.ErrWrongState), errors.Is(err, effects.ErrMaybePerformed),
-		errors.Is(err, effects.ErrPastKeyWindow), errors.Is(err, effects.ErrNotPaused):
+		errors.Is(err, effects.ErrPastKeyWindow), errors.Is(err, effects.ErrNotPaused), errors.Is(err, effects.ErrChanged):
 		status = http.StatusConflict
 	case errors.Is(err, effects.ErrInvalid):
 		status = http.StatusBadRequest

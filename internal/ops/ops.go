@@ -210,6 +210,8 @@ type Result struct {
 type Skip struct {
 	ID     int64
 	Reason string
+	// Err is the refusal, for errors.Is and errors.As.
+	Err error
 }
 
 // ApplyAll performs r on every effect f matches (the action's state when f
@@ -252,7 +254,7 @@ func (o *Ops) ApplyAll(ctx context.Context, r Request, f effects.Filter, max int
 			}
 			done, err := o.Apply(ctx, e, r)
 			if err != nil {
-				res.Skipped = append(res.Skipped, Skip{ID: e.ID, Reason: err.Error()})
+				res.Skipped = append(res.Skipped, Skip{ID: e.ID, Reason: err.Error(), Err: err})
 				continue
 			}
 			res.Done = append(res.Done, done)
