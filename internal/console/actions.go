@@ -34,7 +34,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 		h.refuse(w, r, id, http.StatusNotFound, err.Error())
 		return
 	}
-	req := ops.Request{Action: action, Actor: id.Actor, Note: note(r), PastKeyWindow: r.PostFormValue("past_key_window") != ""}
+	req := ops.Request{Action: action, Actor: id.Actor, Note: note(r), PastKeyWindow: r.PostFormValue("past_key_window") != "", Guard: h.keepHidden}
 	if req.Note == "" {
 		h.badRequest(w, r, id, noteRequired)
 		return
@@ -85,6 +85,30 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 	}
 	h.log.Info("console: action", "actor", id.Actor, "role", id.Role.String(), "action", string(action), "effect", e.ID)
 	http.Redirect(w, r, fmt.Sprintf("/effects/%d?done=%s", e.ID, action), http.StatusSeeOther)
+}
+
+// keepHidden refuses a superseding payload that changes, adds or removes
+// a hidden field: no user of the console sees them, so none changes them
+// (the CLI, with the database, does).
+func (h *Handler) keepHidden(e *effects.Effect, payload json.RawMessage) error {
+	field, err := h.hider.changedField(e.Payload, payload)
+	if err != nil {
+		return fmt.Errorf("supersede effect %d: %w", e.ID, err)
+	}
+	if field != "" {
+		return &hiddenChange{id: e.ID, field: field}
+	}
+	return nil
+}
+
+// hiddenChange refuses a supersede that would change a hidden field.
+type hiddenChange struct {
+	id    int64
+	field string
+}
+
+func (e *hiddenChange) Error() string {
+	return fmt.Sprintf("supersede effect %d: refused, it would change the hidden field %s: the console keeps the fields it hides as they are (leave them as %q); sidefx supersede changes them", e.id, e.field, Hidden)
 }
 
 // version signs the version of e shown on its page (its id, revision and
@@ -204,7 +228,7 @@ func (h *Handler) readBulk(v url.Values, id *identity) (bulkReq, error) {
 	if err != nil {
 		return b, &statusError{http.StatusBadRequest, err.Error()}
 	}
-	b.req = ops.Request{Action: action, Actor: id.Actor}
+	b.req = ops.Request{Action: action, Actor: id.Actor, Guard: h.keepHidden}
 	b.as, b.patch = v.Get("as"), strings.TrimSpace(v.Get("patch"))
 	switch {
 	case action == ops.Resolve:

@@ -620,6 +620,75 @@ func TestConsole_SupersedeRefusesAStalePage(t *testing.T) {
 	}
 }
 
+// No user of the console sees the hidden fields, so none changes them:
+// a supersede, on one effect or in bulk, that would change, remove or add
+// a hidden field (a recipient among them) is refused and changes nothing;
+// one that leaves them as they are goes through and keeps their values.
+func TestConsole_SupersedeKeepsTheHiddenFields(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	const to, customer = "recipient.secret@example.com", "customer.hidden@example.com"
+	e.enqueue("email.receipt", `{"personalizations":[{"to":[{"email":"`+to+`","name":"A"}]}],"customer_email":"`+customer+`","template_id":"d-old"}`, "h-1", "h-2")
+	ids := e.operate("email.receipt", 2, effects.Failed, "400: no such template")
+	before := map[int64]string{}
+	for _, id := range ids {
+		before[id] = string(e.effect(id).Payload)
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		for _, id := range ids {
+			if got := e.effect(id); got.Revision != 0 || string(got.Payload) != before[id] {
+				t.Fatalf("%s changed effect %d: %s", what, id, got.Payload)
+			}
+		}
+	}
+	op := e.login(console.Operator)
+	path := fmt.Sprintf("/effects/%d/supersede", ids[0])
+	page := op.page(fmt.Sprintf("/effects/%d", ids[0]))
+	for name, written := range map[string]string{
+		"another recipient":        `{"personalizations":[{"to":[{"email":"me@example.com","name":"A"}]}],"customer_email":"(hidden)","template_id":"d-new"}`,
+		"a recipient added":        `{"personalizations":[{"to":[{"email":"(hidden)","name":"A"},{"email":"me@example.com"}]}],"customer_email":"(hidden)","template_id":"d-new"}`,
+		"a hidden field removed":   `{"personalizations":[{"to":[{"email":"(hidden)","name":"A"}]}],"template_id":"d-new"}`,
+		"a hidden field rewritten": `{"personalizations":[{"to":[{"email":"(hidden)","name":"A"}]}],"customer_email":"me@example.com","template_id":"d-new"}`,
+	} {
+		form := hiddenInputs(t, page, path)
+		form.Set("payload", written)
+		form.Set("note", "send it to me")
+		if a := op.post(path, form); a.status != http.StatusForbidden || !strings.Contains(a.body, "it would change the hidden field") {
+			t.Errorf("%s: %d\n%s", name, a.status, a.body)
+		}
+	}
+	unchanged("a supersede of a hidden field")
+
+	bulk := func(patch string) answer {
+		t.Helper()
+		preview := op.page("/bulk?action=supersede&state=failed&kind=email.receipt&patch=" + url.QueryEscape(patch))
+		form := hiddenInputs(t, preview, "/bulk")
+		form.Set("note", "the template was renamed")
+		return op.post("/bulk", form)
+	}
+	for _, patch := range []string{
+		`{"customer_email":"me@example.com"}`,
+		`{"customer_email":null}`,
+		`{"personalizations":[{"to":[{"email":"me@example.com"}]}]}`,
+	} {
+		a := bulk(patch)
+		if a.status != http.StatusOK || !strings.Contains(a.body, "0 done, 2 skipped") || !strings.Contains(a.body, "it would change the hidden field") {
+			t.Errorf("bulk patch %s: %d\n%s", patch, a.status, a.body)
+		}
+	}
+	unchanged("a bulk supersede of a hidden field")
+
+	if a := bulk(`{"template_id":"d-new"}`); a.status != http.StatusOK || !strings.Contains(a.body, "2 done, 0 skipped") {
+		t.Fatalf("a bulk patch of a visible field: %d\n%s", a.status, a.body)
+	}
+	for _, id := range ids {
+		if got := string(e.effect(id).Payload); !strings.Contains(got, "d-new") || !strings.Contains(got, to) || !strings.Contains(got, customer) {
+			t.Errorf("effect %d after the patch: %s", id, got)
+		}
+	}
+}
+
 func TestConsole_ProxyHeadersOnlyFromATrustedAddress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *console.Config) {

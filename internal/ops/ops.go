@@ -84,6 +84,11 @@ type Request struct {
 	// by then. Nil: the version of the effect passed to Apply, which a
 	// Patch is applied to, in bulk too.
 	From *effects.Version
+	// Guard, if set, may refuse Supersede's payload for effect e, as it
+	// read it, before it is checked and stored (the console refuses one
+	// that changes a field its user cannot see); the refusal is returned
+	// as it is, and in bulk the effect is skipped.
+	Guard func(e *effects.Effect, payload json.RawMessage) error
 	// Actor and Note are recorded in each effect's history. A note is
 	// required in bulk.
 	Actor, Note string
@@ -141,6 +146,11 @@ func (o *Ops) Apply(ctx context.Context, e *effects.Effect, r Request) (*effects
 		}
 		if len(payload) == 0 {
 			return nil, errors.New("supersede: no payload")
+		}
+		if r.Guard != nil {
+			if err := r.Guard(e, payload); err != nil {
+				return nil, err
+			}
 		}
 		if o.Check != nil {
 			if err := o.Check(e.Kind, payload); err != nil {
