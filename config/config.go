@@ -558,8 +558,8 @@ type ConsoleConfig struct {
 	// top-level name ("customer_email") or a dotted path through objects
 	// and arrays ("personalizations.to.email" reaches into every element
 	// of an array; a number picks one). Their values are blotted out of the
-	// errors, answers and evidence shown with the effect too. Default
-	// none.
+	// errors, answers and evidence shown with the effect too, and a
+	// supersede from the console keeps them as they are. Default none.
 	HiddenFields []string `yaml:"hidden_fields"`
 
 	// SecureCookie marks the session cookie Secure although the console

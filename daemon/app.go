@@ -47,7 +47,7 @@ func commands() []command {
 		{"retry", "ID [--attempts N] [--note T]", "move a failed effect back to pending", retryCmd},
 		{"resolve", "ID --as confirmed|failed [--ref R] | ID --refire; [--note T]", "settle an uncertain effect", resolveCmd},
 		{"cancel", "ID | --source ID --kind KIND; [--note T]", "cancel a pending effect", cancelCmd},
-		{"supersede", "ID --payload JSON|--payload-file FILE [--note T]", "replace the payload of an effect that did nothing; it is sent under a new key", supersedeCmd},
+		{"supersede", "ID --payload JSON|--payload-file FILE [--expect-hash HEX] [--note T]", "replace the payload of an effect that did nothing; it is sent under a new key", supersedeCmd},
 		{"bulk", "retry|resolve|refire|cancel|supersede [filter] --note T [--yes] [--max N]", "one action on every effect a filter matches: shown first, capped, done with --yes", bulkCmd},
 		{"pause", "--kind K | --provider P --note T", "stop claiming a kind's, or a provider's, effects (its incident)", pauseCmd},
 		{"resume", "--kind K | --provider P --note T", "claim a paused kind's or provider's effects again", resumeCmd},

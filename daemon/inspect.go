@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -60,6 +61,8 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	type record struct {
 		*effects.Effect
+		// PayloadHash in hex, as sidefx supersede --expect-hash takes it.
+		Hash string `json:"payload_hash_hex"`
 		// Why a pending effect waits.
 		Why     string          `json:"why_pending,omitempty"`
 		History []effects.Event `json:"history"`
@@ -106,7 +109,7 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 					p.PausedAt.UTC().Format(time.RFC3339), p.Actor, orDash(p.Note), p.Scope, p.Name)
 			}
 		}
-		recs = append(recs, record{Effect: e, Why: why, History: h, Evidence: ev})
+		recs = append(recs, record{Effect: e, Hash: hex.EncodeToString(e.PayloadHash), Why: why, History: h, Evidence: ev})
 	}
 	if *asJSON {
 		enc := json.NewEncoder(io.Out)
@@ -224,6 +227,7 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 		row("tombstone", "reaped at "+when(e.ReapedAt)+": payload and stored answer dropped; the key and guard stay")
 	} else {
 		row("payload", string(e.Payload))
+		row("payload hash", fmt.Sprintf("%x (sidefx supersede --expect-hash)", e.PayloadHash))
 		row("outcome", orDash(string(e.Outcome)))
 	}
 	w.Flush()

@@ -179,6 +179,7 @@ func supersedeCmd(ctx context.Context, io *IO, args []string) error {
 	payload := fs.String("payload", "", "the corrected payload, a JSON object")
 	payloadFile := fs.String("payload-file", "", "read the corrected payload from `file` (- for standard input)")
 	attempts := fs.Int("attempts", 5, "attempts granted beyond those made")
+	expect := fs.String("expect-hash", "", "the payload hash (`hex`, as inspect shows it) of the payload the correction was written from: refused if the effect's is another by now (default: the effect's when the command starts)")
 	op := addOpFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -188,6 +189,14 @@ func supersedeCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	if (*payload == "") == (*payloadFile == "") {
 		return usageErr("give the corrected payload with --payload JSON or --payload-file FILE")
+	}
+	var from *effects.Version
+	if *expect != "" {
+		h, err := effects.ParsePayloadHash(*expect)
+		if err != nil {
+			return usageErr("--expect-hash: %v", err)
+		}
+		from = &effects.Version{PayloadHash: h}
 	}
 	body := []byte(*payload)
 	if *payloadFile != "" {
@@ -211,12 +220,18 @@ func supersedeCmd(ctx context.Context, io *IO, args []string) error {
 	if cfg != nil && !cfg.HasKind(e.Kind) {
 		fmt.Fprintf(io.Err, "note: kind %s is not in the configuration; the payload was not checked against its provider\n", e.Kind)
 	}
+	// The correction replaces the payload the operator read (--expect-hash),
+	// at the revision read now, else the effect as read now: the database
+	// refuses it if the effect changed since.
+	if from != nil {
+		from.Revision = e.Revision
+	}
 	old := e.Key
-	e, err = act(ctx, io, c, store, e, ops.Request{Action: ops.Supersede, Payload: json.RawMessage(body), Attempts: *attempts}, op)
+	e, err = act(ctx, io, c, store, e, ops.Request{Action: ops.Supersede, Payload: json.RawMessage(body), Attempts: *attempts, From: from}, op)
 	if err != nil {
 		return err
 	}
-	report(io, fmt.Sprintf("superseded (revision %d, key %s replaces %s)", e.Revision, e.Key, old), e)
+	report(io, fmt.Sprintf("superseded (revision %d, key %s replaces %s; payload hash %x)", e.Revision, e.Key, old, e.PayloadHash), e)
 	return nil
 }
 

@@ -3,12 +3,14 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -480,7 +482,7 @@ kinds:
 	}
 	out := c.ok("supersede", "--config", cfg, id, "--payload-file", payload, "--actor", "ops@host", "--note", "another card")
 	newKey := derive.Revision(declined.Key, 1)
-	if !strings.Contains(out, "superseded (revision 1, key "+newKey+" replaces "+declined.Key+")") || !strings.Contains(out, "now pending") {
+	if !strings.Contains(out, "superseded (revision 1, key "+newKey+" replaces "+declined.Key+"; payload hash ") || !strings.Contains(out, "now pending") {
 		t.Fatalf("supersede said:\n%s", out)
 	}
 	out = c.ok("inspect", newKey)
@@ -492,6 +494,45 @@ kinds:
 	// The producer's event replayed: a duplicate, under the new key.
 	if out := c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "charge.create", "--payload", `{"amount": 100, "currency": "usd", "source": "tok_chargeDeclined"}`); !strings.Contains(out, "already present: effect "+id+" key "+newKey) {
 		t.Fatalf("replay of the old payload: %s", out)
+	}
+}
+
+// sidefx supersede --expect-hash corrects the payload inspect showed: an
+// operator who read the effect before another corrected it is refused,
+// naming both versions, and changes nothing.
+func TestCLI_SupersedeRefusesAStaleExpectedHash(t *testing.T) {
+	t.Parallel()
+	c, _, store := newCLI(t)
+	ctx := context.Background()
+	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "email.receipt", "--payload", `{"template": "old"}`)
+	e, err := store.GetBySource(ctx, "o1", "email.receipt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(e.ID)
+	m := regexp.MustCompile(`payload hash\s+([0-9a-f]{64}) `).FindStringSubmatch(c.ok("inspect", id))
+	if m == nil || m[1] != hex.EncodeToString(e.PayloadHash) {
+		t.Fatalf("inspect shows no payload hash, or another: %v", m)
+	}
+	seen := m[1]
+	if out := c.ok("inspect", "--json", id); !strings.Contains(out, `"payload_hash_hex": "`+seen+`"`) {
+		t.Fatalf("inspect --json lacks the payload hash in hex:\n%s", out)
+	}
+	// Two operators saw the same payload; the first corrects it.
+	c.ok("supersede", id, "--expect-hash", seen, "--payload", `{"template": "new"}`, "--actor", "first", "--note", "renamed")
+	first, err := store.Get(ctx, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.refuse("supersede", id, "--expect-hash", seen, "--payload", `{"template": "newer"}`, "--actor", "second", "--note", "renamed")
+	if !errors.Is(err, effects.ErrChanged) || !strings.Contains(err.Error(), "its payload hash is "+hex.EncodeToString(first.PayloadHash)+", not "+seen) {
+		t.Fatalf("a stale --expect-hash: %v, want ErrChanged naming the hash expected", err)
+	}
+	if after, _ := store.Get(ctx, e.ID); after.Revision != 1 || !strings.Contains(string(after.Payload), `"new"`) {
+		t.Fatalf("after the refusal: %s (revision %d), want the first correction", after.Payload, after.Revision)
+	}
+	if err := c.refuse("supersede", id, "--expect-hash", "abc", "--payload", `{"template": "x"}`); !strings.Contains(err.Error(), "--expect-hash") {
+		t.Fatalf("a malformed hash: %v", err)
 	}
 }
 

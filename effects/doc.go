@@ -74,14 +74,17 @@
 // keep counting, so no answer to an old attempt passes for a new one. The
 // old payload hashes are kept: a replay of the old payload is a duplicate.
 // The history (action supersede) records both keys and both payload
-// hashes. Anything that may have been performed is refused.
+// hashes. Anything that may have been performed is refused. The caller
+// names the version it read (Effect.Version: revision and payload hash):
+// one changed since, by another operator's correction say, is refused with
+// a *ChangedError, checked in the statement that replaces the payload.
 //
 // # Errors
 //
 // Driver errors are translated here: callers branch on ErrNotFound,
-// ErrPayloadMismatch, ErrInvalid and ErrWrongState with errors.Is, and read
-// the details from *PayloadMismatchError, *ValidationError and *StateError
-// with errors.As. They never see pgx.ErrNoRows or a raw SQLSTATE from the
+// ErrPayloadMismatch, ErrInvalid, ErrWrongState and ErrChanged with
+// errors.Is, and read the details from *PayloadMismatchError,
+// *ValidationError, *StateError and *ChangedError with errors.As. They never see pgx.ErrNoRows or a raw SQLSTATE from the
 // sidefx functions.
 //
 // # Canonical payloads

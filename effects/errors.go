@@ -35,6 +35,9 @@ var (
 	// because its provider's key window has passed since it was first fired;
 	// an operator must say so explicitly.
 	ErrPastKeyWindow = errors.New("the provider's key window has passed")
+	// ErrChanged: the effect changed since the caller read the version its
+	// operation was computed from (see ChangedError).
+	ErrChanged = errors.New("effect changed since it was read")
 	// ErrUnknownKind: the kind is not one the caller knows, or no live
 	// dispatcher serves it; its effects would wait forever.
 	ErrUnknownKind = errors.New("unknown kind")
@@ -112,6 +115,28 @@ func joinInts(xs []int) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// ChangedError says an operation was computed from one version of an
+// effect (From) and found it at another (Now): another operator, or the
+// dispatcher, changed it meanwhile; nothing was changed.
+type ChangedError struct {
+	ID   int64
+	Op   string
+	From Version // the version the operation was computed from
+	Now  Version // the version the effect is at
+}
+
+func (e *ChangedError) Error() string {
+	if e.Now.Revision == e.From.Revision {
+		return fmt.Sprintf("%s effect %d: refused, it changed since it was read: its payload hash is %x, not %x; look at it again",
+			e.Op, e.ID, e.Now.PayloadHash, e.From.PayloadHash)
+	}
+	return fmt.Sprintf("%s effect %d: refused, it changed since it was read: it is at %s, not %s; look at it again",
+		e.Op, e.ID, e.Now, e.From)
+}
+
+// Is makes errors.Is(err, ErrChanged) hold.
+func (e *ChangedError) Is(target error) bool { return target == ErrChanged }
 
 // PastKeyWindowError says an operator asked to send an effect again after
 // its provider's key window; nothing was changed.

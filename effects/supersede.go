@@ -3,11 +3,39 @@ package effects
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
+
+// Version is the version of an effect an operator's correction was
+// computed from: its revision and payload hash as the operator read them.
+type Version struct {
+	Revision int
+	// PayloadHash is the SHA-256 of the canonical (jsonb) text of the
+	// payload, as Effect.PayloadHash holds it; sidefx inspect and the
+	// console show it in hex.
+	PayloadHash []byte
+}
+
+// Version returns the version of e as it was read.
+func (e *Effect) Version() Version { return Version{Revision: e.Revision, PayloadHash: e.PayloadHash} }
+
+func (v Version) String() string {
+	return fmt.Sprintf("revision %d, payload hash %x", v.Revision, v.PayloadHash)
+}
+
+// ParsePayloadHash reads a payload hash written in hex, as sidefx inspect
+// and the console show it.
+func ParsePayloadHash(s string) ([]byte, error) {
+	h, err := hex.DecodeString(s)
+	if err != nil || len(h) != 32 {
+		return nil, fmt.Errorf("%q is not a payload hash: want its SHA-256 in 64 hex digits", s)
+	}
+	return h, nil
+}
 
 // Supersede replaces the payload of an effect that definitely did nothing
 // with a corrected one, and sends it again: the way out when a payload
@@ -25,21 +53,31 @@ import (
 // actor and the note. A replay of the old payload (the producer's event
 // delivered again) is a duplicate of the effect, not a mismatch.
 //
+// The correction is computed from one version of the effect, from: the
+// payload it replaces must still be that one (the same revision, the same
+// payload hash) when it is replaced, checked in the statement that replaces
+// it. Of two operators correcting one payload at once, the second is
+// refused with a *ChangedError rather than silently undo the first.
+//
 // Only an effect that definitely did nothing may be superseded: pending or
 // failed, with no attempt that may have reached its provider without a
 // definite answer, and no flag. One that may have been performed (fired,
 // uncertain, evidence of an attempt, or a late answer flagged) is refused
 // with a *MaybePerformedError; a confirmed or cancelled effect, or a
-// tombstone, with a *StateError; a payload that is not a JSON object, that
+// tombstone, with a *StateError; one at another version than from, with a
+// *ChangedError; a payload that is not a JSON object, that
 // exceeds the database's payload limit, or that is the effect's payload
 // already, with a *ValidationError. Nothing is changed when it is refused.
 //
 // The caller checks the payload against its provider first (sidefx
 // supersede does, with the daemon's configuration).
-func (s *Store) Supersede(ctx context.Context, id int64, payload json.RawMessage, extra int, a Action) (*Effect, error) {
+func (s *Store) Supersede(ctx context.Context, id int64, from Version, payload json.RawMessage, extra int, a Action) (*Effect, error) {
 	const op = "supersede"
 	if err := a.validate(); err != nil {
 		return nil, err
+	}
+	if len(from.PayloadHash) != 32 {
+		return nil, invalid("payload hash", "of the version superseded is not a SHA-256: read the effect first")
 	}
 	if extra < 1 {
 		return nil, invalid("attempts", "must be at least 1")
@@ -51,7 +89,8 @@ func (s *Store) Supersede(ctx context.Context, id int64, payload json.RawMessage
 	t := s.q.table
 	// The subquery locks the row and returns its version before the update
 	// (FOR UPDATE makes it the latest committed one), so the history
-	// records the key and hash that were replaced.
+	// records the key and hash that were replaced, and the version checked
+	// is the one replaced.
 	sql := `WITH upd AS (
 			UPDATE ` + t + ` AS e SET
 				payload = n.p,
@@ -69,6 +108,7 @@ func (s *Store) Supersede(ctx context.Context, id int64, payload json.RawMessage
 				` + q + `.sidefx_settings st
 			WHERE e.id = o.id AND e.state IN ('pending', 'failed') AND e.reaped_at IS NULL
 				AND ` + neverPerformed + ` AND e.flag IS NULL
+				AND o.revision = $6 AND o.payload_hash = $7
 				AND n.h <> o.payload_hash AND n.len <= st.max_payload_bytes
 			RETURNING e.*, o.state AS old_state, o.idempotency_key AS old_key,
 				o.payload_hash AS old_hash, o.provider_ref AS old_ref
@@ -79,18 +119,18 @@ func (s *Store) Supersede(ctx context.Context, id int64, payload json.RawMessage
 			FROM upd
 		)
 		SELECT ` + columns + ` FROM upd`
-	e, err := scanEffect(s.db.QueryRow(ctx, sql, id, string(payload), extra, a.Actor, a.Note))
+	e, err := scanEffect(s.db.QueryRow(ctx, sql, id, string(payload), extra, a.Actor, a.Note, from.Revision, from.PayloadHash))
 	if err == nil {
 		return e, nil
 	}
 	if err = translate(err); err != ErrNotFound {
 		return nil, fmt.Errorf("%s effect %d: %w", op, id, err)
 	}
-	return nil, s.supersedeRefusal(ctx, id, payload)
+	return nil, s.supersedeRefusal(ctx, id, from, payload)
 }
 
 // supersedeRefusal explains why Supersede changed nothing.
-func (s *Store) supersedeRefusal(ctx context.Context, id int64, payload json.RawMessage) error {
+func (s *Store) supersedeRefusal(ctx context.Context, id int64, from Version, payload json.RawMessage) error {
 	const op = "supersede"
 	cur, err := s.Get(ctx, id)
 	if err != nil {
@@ -106,6 +146,8 @@ func (s *Store) supersedeRefusal(ctx context.Context, id int64, payload json.Raw
 		}
 		return &MaybePerformedError{ID: cur.ID, Op: op, State: cur.State, Attempts: cur.Attempts,
 			MaybeAttempts: cur.MaybeAttempts, Why: why}
+	case cur.Revision != from.Revision || !bytes.Equal(cur.PayloadHash, from.PayloadHash):
+		return &ChangedError{ID: cur.ID, Op: op, From: from, Now: cur.Version()}
 	}
 	var (
 		hash        []byte

@@ -3,6 +3,7 @@ package effects_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func TestStore_SupersedeAnEffectThatDidNothing(t *testing.T) {
 	before := get(t, b, id)
 	ops := effects.Action{Actor: "ops@host", Note: "customer gave another card"}
 
-	e, err := b.store.Supersede(b.ctx, id, good, 3, ops)
+	e, err := b.store.Supersede(b.ctx, id, get(t, b, id).Version(), good, 3, ops)
 	if err != nil {
 		t.Fatalf("supersede: %v", err)
 	}
@@ -73,12 +74,12 @@ func TestStore_SupersedeAnEffectThatDidNothing(t *testing.T) {
 	}
 
 	// Pending and never sent: superseded again, the key chains.
-	e, err = b.store.Supersede(b.ctx, id, json.RawMessage(`{"amount": 1000, "source": "tok_mastercard"}`), 1, ops)
+	e, err = b.store.Supersede(b.ctx, id, get(t, b, id).Version(), json.RawMessage(`{"amount": 1000, "source": "tok_mastercard"}`), 1, ops)
 	if err != nil || e.Revision != 2 || e.Key != derive.Revision(wantKey, 2) || e.MaxAttempts != 2 {
 		t.Fatalf("second supersede = %+v, %v", e, err)
 	}
 	// The same payload again changes nothing and says why.
-	if _, err := b.store.Supersede(b.ctx, id, json.RawMessage(`{"source": "tok_mastercard", "amount": 1000}`), 1, ops); !errors.Is(err, effects.ErrInvalid) ||
+	if _, err := b.store.Supersede(b.ctx, id, get(t, b, id).Version(), json.RawMessage(`{"source": "tok_mastercard", "amount": 1000}`), 1, ops); !errors.Is(err, effects.ErrInvalid) ||
 		!strings.Contains(err.Error(), "payload already") {
 		t.Fatalf("the same payload: %v", err)
 	}
@@ -121,7 +122,7 @@ func TestStore_SupersedeRefusesWhatMayHaveBeenPerformed(t *testing.T) {
 
 	for name, id := range map[string]int64{"lost answer": lost, "fired": fired, "uncertain": unsure} {
 		before := get(t, b, id)
-		_, err := b.store.Supersede(b.ctx, id, fix, 1, ops)
+		_, err := b.store.Supersede(b.ctx, id, get(t, b, id).Version(), fix, 1, ops)
 		var mp *effects.MaybePerformedError
 		if !errors.As(err, &mp) || !errors.Is(err, effects.ErrMaybePerformed) || mp.Op != "supersede" {
 			t.Errorf("%s: err = %v, want a MaybePerformedError", name, err)
@@ -131,28 +132,28 @@ func TestStore_SupersedeRefusesWhatMayHaveBeenPerformed(t *testing.T) {
 		}
 	}
 	for name, id := range map[string]int64{"confirmed": done, "cancelled": gone, "tombstone": reaped} {
-		_, err := b.store.Supersede(b.ctx, id, fix, 1, ops)
+		_, err := b.store.Supersede(b.ctx, id, get(t, b, id).Version(), fix, 1, ops)
 		var se *effects.StateError
 		if !errors.As(err, &se) || !errors.Is(err, effects.ErrWrongState) {
 			t.Errorf("%s: err = %v, want a StateError", name, err)
 		}
 	}
-	if _, err := b.store.Supersede(b.ctx, 999999, fix, 1, ops); !errors.Is(err, effects.ErrNotFound) {
+	if _, err := b.store.Supersede(b.ctx, 999999, effects.Version{PayloadHash: make([]byte, 32)}, fix, 1, ops); !errors.Is(err, effects.ErrNotFound) {
 		t.Errorf("a missing effect: %v", err)
 	}
 	fresh := one(t, b, "fresh", "k.fresh")
 	for name, bad := range map[string]json.RawMessage{"not JSON": json.RawMessage(`{"a":`), "an array": json.RawMessage(`[1]`)} {
-		if _, err := b.store.Supersede(b.ctx, fresh, bad, 1, ops); !errors.Is(err, effects.ErrInvalid) {
+		if _, err := b.store.Supersede(b.ctx, fresh, get(t, b, fresh).Version(), bad, 1, ops); !errors.Is(err, effects.ErrInvalid) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := b.store.Supersede(b.ctx, fresh, fix, 1, effects.Action{}); !errors.Is(err, effects.ErrInvalid) {
+	if _, err := b.store.Supersede(b.ctx, fresh, get(t, b, fresh).Version(), fix, 1, effects.Action{}); !errors.Is(err, effects.ErrInvalid) {
 		t.Errorf("no actor: %v", err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `UPDATE sidefx_settings SET max_payload_bytes = 20`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.Supersede(b.ctx, fresh, json.RawMessage(`{"long": "`+strings.Repeat("x", 40)+`"}`), 1, ops); !errors.Is(err, effects.ErrInvalid) ||
+	if _, err := b.store.Supersede(b.ctx, fresh, get(t, b, fresh).Version(), json.RawMessage(`{"long": "`+strings.Repeat("x", 40)+`"}`), 1, ops); !errors.Is(err, effects.ErrInvalid) ||
 		!strings.Contains(err.Error(), "the limit is 20") {
 		t.Errorf("too long: %v", err)
 	}
@@ -183,8 +184,93 @@ func TestStore_DueAtOfScheduledEffects(t *testing.T) {
 	if e := get(t, b, res[2].ID); !e.DueAt.IsZero() {
 		t.Errorf("not_before in the past: DueAt %s, want none", e.DueAt)
 	}
-	e, err := b.store.Supersede(b.ctx, res[0].ID, json.RawMessage(`{"v": 2}`), 1, effects.Action{Actor: "ops"})
+	e, err := b.store.Supersede(b.ctx, res[0].ID, get(t, b, res[0].ID).Version(), json.RawMessage(`{"v": 2}`), 1, effects.Action{Actor: "ops"})
 	if err != nil || e.DueAt.IsZero() || e.DueAt.Before(e.CreatedAt) {
 		t.Fatalf("superseded: DueAt %s (created %s), %v", e.DueAt, e.CreatedAt, err)
+	}
+}
+
+// Two operators correct one payload at once, each from the version they
+// read: the second waits on the first's lock and, once the first commits,
+// is refused with a *ChangedError instead of overwriting the first's
+// correction. A version read earlier is refused too, even when the payload
+// has come back to the one read (the revision differs).
+func TestStore_SupersedeRefusesAnEffectChangedSinceItWasRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orig := json.RawMessage(`{"amount": 1000, "source": "tok_chargeDeclined"}`)
+	first, second := json.RawMessage(`{"amount": 1000, "source": "tok_visa"}`), json.RawMessage(`{"amount": 1000, "source": "tok_amex"}`)
+	id := insert(t, b, effects.NewEffect{SourceID: "o1", Kind: "charge", Payload: orig})[0].ID
+	read := get(t, b, id).Version()
+	ops := effects.Action{Actor: "ops", Note: "another card"}
+
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx)
+	inTx, err := effects.NewStore(tx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	won, err := inTx.Supersede(b.ctx, id, read, first, 1, ops)
+	if err != nil {
+		t.Fatalf("the first supersede: %v", err)
+	}
+	type result struct {
+		e   *effects.Effect
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		e, err := b.store.Supersede(b.ctx, id, read, second, 1, ops)
+		done <- result{e, err}
+	}()
+	// The second waits on the first's row lock before the first commits.
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for waiting := false; !waiting; {
+		if err := b.pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE '%sidefx_revision_key%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the second supersede did not wait for the first: %+v, %v", r.e, r.err)
+		case <-deadline.C:
+			t.Fatal("the second supersede never waited for the first")
+		case <-tick.C:
+		}
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	var ce *effects.ChangedError
+	if !errors.As(r.err, &ce) || !errors.Is(r.err, effects.ErrChanged) || ce.ID != id || ce.Op != "supersede" ||
+		ce.From.Revision != 0 || !slices.Equal(ce.From.PayloadHash, read.PayloadHash) ||
+		ce.Now.Revision != 1 || !slices.Equal(ce.Now.PayloadHash, won.PayloadHash) {
+		t.Fatalf("the second supersede: %+v, %v; want a ChangedError from revision 0 to 1", r.e, r.err)
+	}
+	if msg := r.err.Error(); !strings.Contains(msg, fmt.Sprintf("it is at revision 1, payload hash %x, not revision 0, payload hash %x", won.PayloadHash, read.PayloadHash)) {
+		t.Errorf("message %q does not name both versions", msg)
+	}
+	after := get(t, b, id)
+	if after.Revision != 1 || !slices.Equal(after.PayloadHash, won.PayloadHash) {
+		t.Fatalf("after both: %+v, want the first's correction", after)
+	}
+
+	// Back to the payload first read, under revision 2: the version read
+	// before is still refused.
+	if _, err := b.store.Supersede(b.ctx, id, after.Version(), orig, 1, ops); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Supersede(b.ctx, id, read, second, 1, ops); !errors.Is(err, effects.ErrChanged) {
+		t.Fatalf("a version with the current payload hash and an old revision: %v, want ErrChanged", err)
+	}
+	if hist, _ := b.store.History(b.ctx, id); len(hist) != 2 {
+		t.Fatalf("history has %d events, want 2 (the refusals record none)", len(hist))
 	}
 }

@@ -1,6 +1,9 @@
 package console
 
 import (
+	"crypto/hmac"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,7 +34,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 		h.refuse(w, r, id, http.StatusNotFound, err.Error())
 		return
 	}
-	req := ops.Request{Action: action, Actor: id.Actor, Note: note(r), PastKeyWindow: r.PostFormValue("past_key_window") != ""}
+	req := ops.Request{Action: action, Actor: id.Actor, Note: note(r), PastKeyWindow: r.PostFormValue("past_key_window") != "", Guard: h.keepHidden}
 	if req.Note == "" {
 		h.badRequest(w, r, id, noteRequired)
 		return
@@ -54,6 +57,13 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 			return
 		}
 	case ops.Supersede:
+		// The payload written replaces the one shown, or nothing: the
+		// form's version must be the effect's now, and the operations
+		// check that it still is when they replace it.
+		if !h.sameVersion(r.PostFormValue("version"), e) {
+			h.fail(w, r, id, changed{&effects.ChangedError{ID: e.ID, Op: "supersede", Now: e.Version()}, true})
+			return
+		}
 		written := strings.TrimSpace(r.PostFormValue("payload"))
 		if written == "" || !json.Valid([]byte(written)) {
 			h.badRequest(w, r, id, "supersede: the payload is not JSON")
@@ -68,12 +78,79 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 		b = append(b, blotterOf(h.hider.hide(payload).values)...)
 	}
 	if _, err := h.cfg.Ops.Apply(ctx, e, req); err != nil {
+		err = unhashed(err)
 		h.log.Info("console: action refused", "actor", id.Actor, "action", string(action), "effect", e.ID, "err", b.text(err.Error()))
 		h.fail(w, r, id, blotted{err, b})
 		return
 	}
 	h.log.Info("console: action", "actor", id.Actor, "role", id.Role.String(), "action", string(action), "effect", e.ID)
 	http.Redirect(w, r, fmt.Sprintf("/effects/%d?done=%s", e.ID, action), http.StatusSeeOther)
+}
+
+// keepHidden refuses a superseding payload that changes, adds or removes
+// a hidden field: no user of the console sees them, so none changes them
+// (the CLI, with the database, does).
+func (h *Handler) keepHidden(e *effects.Effect, payload json.RawMessage) error {
+	field, err := h.hider.changedField(e.Payload, payload)
+	if err != nil {
+		return fmt.Errorf("supersede effect %d: %w", e.ID, err)
+	}
+	if field != "" {
+		return &hiddenChange{id: e.ID, field: field}
+	}
+	return nil
+}
+
+// hiddenChange refuses a supersede that would change a hidden field.
+type hiddenChange struct {
+	id    int64
+	field string
+}
+
+func (e *hiddenChange) Error() string {
+	return fmt.Sprintf("supersede effect %d: refused, it would change the hidden field %s: the console keeps the fields it hides as they are (leave them as %q); sidefx supersede changes them", e.id, e.field, Hidden)
+}
+
+// version signs the version of e shown on its page (its id, revision and
+// payload hash) with the console's key: the supersede form carries it, not
+// the payload hash itself, which would let a reader test guesses of the
+// hidden fields.
+func (h *Handler) version(e *effects.Effect) string {
+	return h.keys.macString("version", strconv.FormatInt(e.ID, 10), strconv.Itoa(e.Revision), hex.EncodeToString(e.PayloadHash))
+}
+
+// sameVersion reports whether v, a form's version, is e's.
+func (h *Handler) sameVersion(v string, e *effects.Effect) bool {
+	got, err := base64.RawURLEncoding.DecodeString(v)
+	return err == nil && v != "" && hmac.Equal(got, h.keys.mac("version", strconv.FormatInt(e.ID, 10), strconv.Itoa(e.Revision), hex.EncodeToString(e.PayloadHash)))
+}
+
+// changed is an *effects.ChangedError as the console says it: by revision,
+// never by payload hash.
+type changed struct {
+	err *effects.ChangedError
+	// form: the form's version was found stale (it may also be from
+	// before the console restarted, which changes its key).
+	form bool
+}
+
+func (c changed) Error() string {
+	if c.form {
+		return fmt.Sprintf("%s effect %d: refused, it changed since you loaded its page, or the console restarted since (it is at revision %d): load it again",
+			c.err.Op, c.err.ID, c.err.Now.Revision)
+	}
+	return fmt.Sprintf("%s effect %d: refused, it changed since it was read (it is at revision %d): load it again", c.err.Op, c.err.ID, c.err.Now.Revision)
+}
+
+func (c changed) Unwrap() error { return c.err }
+
+// unhashed returns err with an *effects.ChangedError said by revision.
+func unhashed(err error) error {
+	var ce *effects.ChangedError
+	if errors.As(err, &ce) {
+		return changed{err: ce}
+	}
+	return err
 }
 
 // blotted is an error whose message has the hidden values blotted out; it
@@ -151,7 +228,7 @@ func (h *Handler) readBulk(v url.Values, id *identity) (bulkReq, error) {
 	if err != nil {
 		return b, &statusError{http.StatusBadRequest, err.Error()}
 	}
-	b.req = ops.Request{Action: action, Actor: id.Actor}
+	b.req = ops.Request{Action: action, Actor: id.Actor, Guard: h.keepHidden}
 	b.as, b.patch = v.Get("as"), strings.TrimSpace(v.Get("patch"))
 	switch {
 	case action == ops.Resolve:
@@ -257,6 +334,9 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, id *identity) {
 		d.Done = append(d.Done, e.ID)
 	}
 	for _, s := range res.Skipped {
+		if s.Err != nil {
+			s.Reason = unhashed(s.Err).Error()
+		}
 		// A refusal may quote the payload (a provider's check): blot it.
 		if e, err := h.cfg.Store.Get(r.Context(), s.ID); err == nil {
 			values := h.hider.hide(e.Payload).values

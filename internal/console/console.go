@@ -9,7 +9,7 @@
 // Every POST carries a CSRF token bound to the user's session and is
 // refused when its Origin is another host. No provider secret reaches the
 // console, and the payload fields the configuration hides never reach a
-// page or a log.
+// page or a log, and no supersede from the console changes them.
 package console
 
 import (
@@ -254,10 +254,12 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id *identity, err
 	case errors.Is(err, effects.ErrNotFound):
 		status = http.StatusNotFound
 	case errors.Is(err, ops.ErrOverCap), errors.Is(err, effects.ErrWrongState), errors.Is(err, effects.ErrMaybePerformed),
-		errors.Is(err, effects.ErrPastKeyWindow), errors.Is(err, effects.ErrNotPaused):
+		errors.Is(err, effects.ErrPastKeyWindow), errors.Is(err, effects.ErrNotPaused), errors.Is(err, effects.ErrChanged):
 		status = http.StatusConflict
 	case errors.Is(err, effects.ErrInvalid):
 		status = http.StatusBadRequest
+	case errors.As(err, new(*hiddenChange)):
+		status = http.StatusForbidden
 	}
 	if status == http.StatusInternalServerError {
 		h.log.Error("console: request failed", "path", r.URL.Path, "err", err)

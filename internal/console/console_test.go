@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -525,7 +526,10 @@ func TestConsole_HiddenFieldsNeverReachAPage(t *testing.T) {
 		t.Fatalf("no supersede form:\n%s", page)
 	}
 	written := strings.Replace(html.UnescapeString(m[1]), "d-old", "d-new", 1)
-	a := op.post(fmt.Sprintf("/effects/%d/supersede", id), url.Values{"csrf": {csrf(t, page)}, "payload": {written}, "note": {"the template was renamed"}})
+	form := hiddenInputs(t, page, fmt.Sprintf("/effects/%d/supersede", id))
+	form.Set("payload", written)
+	form.Set("note", "the template was renamed")
+	a := op.post(fmt.Sprintf("/effects/%d/supersede", id), form)
 	if a.status != http.StatusSeeOther {
 		t.Fatalf("supersede: %d\n%s", a.status, a.body)
 	}
@@ -542,6 +546,146 @@ func TestConsole_HiddenFieldsNeverReachAPage(t *testing.T) {
 	}
 	if body := op.page(fmt.Sprintf("/effects/%d", id)); strings.Contains(body, to) || strings.Contains(body, customer) {
 		t.Errorf("the superseded effect's page shows a hidden field")
+	}
+}
+
+// The supersede form carries the version of the effect its page showed
+// (signed, not the payload hash, which would let a reader test guesses of
+// the hidden fields): of two operators who loaded the page, the second to
+// supersede is refused, the first's correction kept. A change between the
+// console's read and the database's write is refused the same way.
+func TestConsole_SupersedeRefusesAStalePage(t *testing.T) {
+	t.Parallel()
+	var meanwhile atomic.Pointer[func() error]
+	e := newEnv(t, func(c *console.Config) {
+		c.Ops.Check = func(kind string, p json.RawMessage) error {
+			if f := meanwhile.Swap(nil); f != nil {
+				return (*f)()
+			}
+			return nil
+		}
+	})
+	e.enqueue("email.receipt", `{"template_id":"d-old","customer_email":"c@example.com"}`, "s-1")
+	id := e.operate("email.receipt", 1, effects.Failed, "400: no such template")[0]
+	path := fmt.Sprintf("/effects/%d/supersede", id)
+	first, second := e.login(console.Operator), e.login(console.Admin)
+	firstPage, secondPage := first.page(fmt.Sprintf("/effects/%d", id)), second.page(fmt.Sprintf("/effects/%d", id))
+	if hash := hex.EncodeToString(e.effect(id).PayloadHash); strings.Contains(firstPage, hash) {
+		t.Fatalf("the page shows the payload hash %s", hash)
+	}
+	submit := func(c *client, page, template string) answer {
+		form := hiddenInputs(t, page, path)
+		form.Set("payload", `{"template_id":"`+template+`","customer_email":"(hidden)"}`)
+		form.Set("note", "the template was renamed")
+		return c.post(path, form)
+	}
+	if a := submit(first, firstPage, "d-first"); a.status != http.StatusSeeOther {
+		t.Fatalf("the first supersede: %d\n%s", a.status, a.body)
+	}
+	a := submit(second, secondPage, "d-second")
+	if a.status != http.StatusConflict || !strings.Contains(a.body, "it changed since you loaded its page") || !strings.Contains(a.body, "it is at revision 1") {
+		t.Fatalf("the second supersede, from a stale page: %d\n%s", a.status, a.body)
+	}
+	got := e.effect(id)
+	if got.Revision != 1 || !strings.Contains(string(got.Payload), "d-first") || len(e.history(id)) != 1 {
+		t.Fatalf("after the refusal: %s (revision %d), %d events; want the first's correction only", got.Payload, got.Revision, len(e.history(id)))
+	}
+	// A form without the version is refused too.
+	form := hiddenInputs(t, secondPage, path)
+	form.Del("version")
+	form.Set("payload", `{"template_id":"d-third"}`)
+	form.Set("note", "x")
+	if a := second.post(path, form); a.status != http.StatusConflict {
+		t.Errorf("a supersede without the version: %d, want 409", a.status)
+	}
+
+	// Another supersede lands while the console's is being checked: the
+	// database refuses the console's, which says so by revision.
+	page := second.page(fmt.Sprintf("/effects/%d", id))
+	other := func() error {
+		cur, err := e.store.Get(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		_, err = e.store.Supersede(context.Background(), id, cur.Version(), json.RawMessage(`{"template_id":"d-cli","customer_email":"c@example.com"}`), 1, effects.Action{Actor: "cli", Note: "fix"})
+		return err
+	}
+	meanwhile.Store(&other)
+	a = submit(second, page, "d-console")
+	if a.status != http.StatusConflict || !strings.Contains(a.body, "it changed since it was read (it is at revision 2)") || regexp.MustCompile(`[0-9a-f]{64}`).MatchString(a.body) {
+		t.Fatalf("a supersede overtaken in the database: %d\n%s", a.status, a.body)
+	}
+	if got := e.effect(id); got.Revision != 2 || !strings.Contains(string(got.Payload), "d-cli") {
+		t.Fatalf("after the overtaken supersede: %s (revision %d), want the other's", got.Payload, got.Revision)
+	}
+}
+
+// No user of the console sees the hidden fields, so none changes them:
+// a supersede, on one effect or in bulk, that would change, remove or add
+// a hidden field (a recipient among them) is refused and changes nothing;
+// one that leaves them as they are goes through and keeps their values.
+func TestConsole_SupersedeKeepsTheHiddenFields(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	const to, customer = "recipient.secret@example.com", "customer.hidden@example.com"
+	e.enqueue("email.receipt", `{"personalizations":[{"to":[{"email":"`+to+`","name":"A"}]}],"customer_email":"`+customer+`","template_id":"d-old"}`, "h-1", "h-2")
+	ids := e.operate("email.receipt", 2, effects.Failed, "400: no such template")
+	before := map[int64]string{}
+	for _, id := range ids {
+		before[id] = string(e.effect(id).Payload)
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		for _, id := range ids {
+			if got := e.effect(id); got.Revision != 0 || string(got.Payload) != before[id] {
+				t.Fatalf("%s changed effect %d: %s", what, id, got.Payload)
+			}
+		}
+	}
+	op := e.login(console.Operator)
+	path := fmt.Sprintf("/effects/%d/supersede", ids[0])
+	page := op.page(fmt.Sprintf("/effects/%d", ids[0]))
+	for name, written := range map[string]string{
+		"another recipient":        `{"personalizations":[{"to":[{"email":"me@example.com","name":"A"}]}],"customer_email":"(hidden)","template_id":"d-new"}`,
+		"a recipient added":        `{"personalizations":[{"to":[{"email":"(hidden)","name":"A"},{"email":"me@example.com"}]}],"customer_email":"(hidden)","template_id":"d-new"}`,
+		"a hidden field removed":   `{"personalizations":[{"to":[{"email":"(hidden)","name":"A"}]}],"template_id":"d-new"}`,
+		"a hidden field rewritten": `{"personalizations":[{"to":[{"email":"(hidden)","name":"A"}]}],"customer_email":"me@example.com","template_id":"d-new"}`,
+	} {
+		form := hiddenInputs(t, page, path)
+		form.Set("payload", written)
+		form.Set("note", "send it to me")
+		if a := op.post(path, form); a.status != http.StatusForbidden || !strings.Contains(a.body, "it would change the hidden field") {
+			t.Errorf("%s: %d\n%s", name, a.status, a.body)
+		}
+	}
+	unchanged("a supersede of a hidden field")
+
+	bulk := func(patch string) answer {
+		t.Helper()
+		preview := op.page("/bulk?action=supersede&state=failed&kind=email.receipt&patch=" + url.QueryEscape(patch))
+		form := hiddenInputs(t, preview, "/bulk")
+		form.Set("note", "the template was renamed")
+		return op.post("/bulk", form)
+	}
+	for _, patch := range []string{
+		`{"customer_email":"me@example.com"}`,
+		`{"customer_email":null}`,
+		`{"personalizations":[{"to":[{"email":"me@example.com"}]}]}`,
+	} {
+		a := bulk(patch)
+		if a.status != http.StatusOK || !strings.Contains(a.body, "0 done, 2 skipped") || !strings.Contains(a.body, "it would change the hidden field") {
+			t.Errorf("bulk patch %s: %d\n%s", patch, a.status, a.body)
+		}
+	}
+	unchanged("a bulk supersede of a hidden field")
+
+	if a := bulk(`{"template_id":"d-new"}`); a.status != http.StatusOK || !strings.Contains(a.body, "2 done, 0 skipped") {
+		t.Fatalf("a bulk patch of a visible field: %d\n%s", a.status, a.body)
+	}
+	for _, id := range ids {
+		if got := string(e.effect(id).Payload); !strings.Contains(got, "d-new") || !strings.Contains(got, to) || !strings.Contains(got, customer) {
+			t.Errorf("effect %d after the patch: %s", id, got)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -224,6 +225,64 @@ func walkRestore(v, old any, path []string, missing *bool) any {
 		}
 	}
 	return v
+}
+
+// changedField returns the first hidden field (as the configuration names
+// it) whose value differs between the payloads old and new: changed, added
+// or removed, or moved in an array the field's path goes through; "" when
+// every hidden field is as it was, or old is no payload (a tombstone's:
+// it cannot be superseded).
+func (h hider) changedField(old, new []byte) (string, error) {
+	if len(h.paths) == 0 || len(old) == 0 {
+		return "", nil
+	}
+	o, err := decodeJSON(old)
+	if err != nil {
+		return "", err
+	}
+	n, err := decodeJSON(new)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range h.paths {
+		if !reflect.DeepEqual(reach(o, p), reach(n, p)) {
+			return strings.Join(p, "."), nil
+		}
+	}
+	return "", nil
+}
+
+// absent is what reach finds where a path reaches nothing.
+type absent struct{}
+
+// reach returns what path reaches in v, walked as walkHide walks it, in
+// v's shape: the members the path goes through and, along an array, every
+// element in its place.
+func reach(v any, path []string) any {
+	if len(path) == 0 {
+		return v
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		c, ok := x[path[0]]
+		if !ok {
+			return absent{}
+		}
+		return map[string]any{path[0]: reach(c, path[1:])}
+	case []any:
+		if i, err := strconv.Atoi(path[0]); err == nil {
+			if i < 0 || i >= len(x) {
+				return absent{}
+			}
+			return reach(x[i], path[1:])
+		}
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = reach(x[i], path)
+		}
+		return out
+	}
+	return absent{}
 }
 
 // hasHidden reports whether v is, or holds, the Hidden placeholder.

@@ -65,7 +65,8 @@ func TestHide_RestoreKeepsWhatTheFormDidNotShow(t *testing.T) {
 	if wb, _ := json.Marshal(want); string(wb) != func() string { hb, _ := json.Marshal(have); return string(hb) }() {
 		t.Errorf("restored %s", got)
 	}
-	// An address written over the placeholder is taken as written.
+	// An address written over the placeholder is taken as written (and
+	// keepHidden refuses the payload: changedField finds the change).
 	got, err = h.restore([]byte(`{"personalizations":[{"to":[{"email":"new@example.com"}]}],"customer":"(hidden)"}`), []byte(old))
 	if err != nil || !strings.Contains(string(got), "new@example.com") || !strings.Contains(string(got), "cus_1") {
 		t.Errorf("restored %s, %v", got, err)
@@ -73,6 +74,32 @@ func TestHide_RestoreKeepsWhatTheFormDidNotShow(t *testing.T) {
 	// A placeholder where the current payload has nothing is refused.
 	if _, err := h.restore([]byte(`{"personalizations":[{"to":[{"email":"(hidden)"},{"email":"(hidden)"},{"email":"(hidden)"}]}]}`), []byte(old)); err == nil {
 		t.Error("a placeholder with no value to keep was accepted")
+	}
+}
+
+func TestHide_ChangedFieldFindsEveryChangeToAHiddenField(t *testing.T) {
+	t.Parallel()
+	h := newHider([]string{"personalizations.to.email", "customer_email", "items.0.card"})
+	old := `{"personalizations":[{"to":[{"email":"a@example.com","name":"A"}]}],"customer_email":"c@example.com","items":[{"card":"4242"}],"template":"old"}`
+	for name, c := range map[string]struct{ new, field string }{
+		"a visible field changed": {`{"personalizations":[{"to":[{"name":"B","email":"a@example.com"}]}],"customer_email":"c@example.com","items":[{"card":"4242"},{"card":"1"}],"template":"new"}`, ""},
+		"a hidden value changed":  {`{"personalizations":[{"to":[{"email":"a@example.com","name":"A"}]}],"customer_email":"me@example.com","items":[{"card":"4242"}]}`, "customer_email"},
+		"a hidden field removed":  {`{"personalizations":[{"to":[{"email":"a@example.com","name":"A"}]}],"items":[{"card":"4242"}]}`, "customer_email"},
+		"a hidden field nulled":   {`{"personalizations":[{"to":[{"email":"a@example.com","name":"A"}]}],"customer_email":null,"items":[{"card":"4242"}]}`, "customer_email"},
+		"an address changed":      {`{"personalizations":[{"to":[{"email":"me@example.com","name":"A"}]}],"customer_email":"c@example.com","items":[{"card":"4242"}]}`, "personalizations.to.email"},
+		"a recipient added":       {`{"personalizations":[{"to":[{"email":"a@example.com","name":"A"},{"email":"me@example.com"}]}],"customer_email":"c@example.com","items":[{"card":"4242"}]}`, "personalizations.to.email"},
+		"a personalization added": {`{"personalizations":[{"to":[{"email":"a@example.com","name":"A"}]},{"to":[{"email":"me@example.com"}]}],"customer_email":"c@example.com","items":[{"card":"4242"}]}`, "personalizations.to.email"},
+		"the recipients replaced": {`{"personalizations":"me@example.com","customer_email":"c@example.com","items":[{"card":"4242"}]}`, "personalizations.to.email"},
+		"an indexed value moved":  {`{"personalizations":[{"to":[{"email":"a@example.com","name":"A"}]}],"customer_email":"c@example.com","items":[{"card":"1"},{"card":"4242"}]}`, "items.0.card"},
+	} {
+		got, err := h.changedField([]byte(old), []byte(c.new))
+		if err != nil || got != c.field {
+			t.Errorf("%s: changed %q, %v; want %q", name, got, err, c.field)
+		}
+	}
+	// A hidden field added where the payload had none is a change too.
+	if got, _ := h.changedField([]byte(`{"template":"old"}`), []byte(`{"template":"old","customer_email":"me@example.com"}`)); got != "customer_email" {
+		t.Errorf("a hidden field added: changed %q", got)
 	}
 }
 

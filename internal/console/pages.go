@@ -254,6 +254,9 @@ type effectData struct {
 	Link             string
 	// The actions the effect's state allows (the operations check again).
 	Retry, Resolve, Refire, Cancel, Supersede bool
+	// Version is the version of the effect shown, signed (h.version), for
+	// the supersede form.
+	Version string
 }
 
 func (h *Handler) effectPage(w http.ResponseWriter, r *http.Request, id *identity) {
@@ -307,6 +310,7 @@ func (h *Handler) effectPage(w http.ResponseWriter, r *http.Request, id *identit
 	d.Refire = e.State == effects.Uncertain && live
 	d.Cancel = e.State == effects.Pending && !e.MaybePerformed()
 	d.Supersede = (e.State == effects.Pending || e.State == effects.Failed) && !e.MaybePerformed() && live
+	d.Version = h.version(e)
 	p := h.newPage(fmt.Sprintf("Effect %d", e.ID), id)
 	if a, err := ops.ParseAction(r.URL.Query().Get("done")); err == nil {
 		p.Flash = fmt.Sprintf("Done: %s. The effect is %s now.", a, e.State)

@@ -59,7 +59,10 @@ func TestConsole_WithTheDaemonsLeastPrivileges(t *testing.T) {
 		return c.post(path, form).status
 	}
 	supersede := func() int {
-		return act(fmt.Sprintf("/effects/%d/supersede", failed[0]), url.Values{"payload": {`{"n":2}`}})
+		path := fmt.Sprintf("/effects/%d/supersede", failed[0])
+		form := hiddenInputs(t, c.page(fmt.Sprintf("/effects/%d", failed[0])), path)
+		form.Set("payload", `{"n":2}`)
+		return act(path, form)
 	}
 	pause := func() int {
 		return act("/pause", url.Values{"scope": {"kind"}, "name": {"email.receipt"}, "op": {"pause"}})

@@ -78,6 +78,17 @@ type Request struct {
 	// merge patch (RFC 7396) applied to each effect's payload, in bulk.
 	Payload json.RawMessage
 	Patch   json.RawMessage
+	// From is the version of the effect Payload was written from, on one
+	// effect (the revision and payload hash the operator saw): Supersede is
+	// refused with an *effects.ChangedError if the effect is at another one
+	// by then. Nil: the version of the effect passed to Apply, which a
+	// Patch is applied to, in bulk too.
+	From *effects.Version
+	// Guard, if set, may refuse Supersede's payload for effect e, as it
+	// read it, before it is checked and stored (the console refuses one
+	// that changes a field its user cannot see); the refusal is returned
+	// as it is, and in bulk the effect is skipped.
+	Guard func(e *effects.Effect, payload json.RawMessage) error
 	// Actor and Note are recorded in each effect's history. A note is
 	// required in bulk.
 	Actor, Note string
@@ -136,13 +147,22 @@ func (o *Ops) Apply(ctx context.Context, e *effects.Effect, r Request) (*effects
 		if len(payload) == 0 {
 			return nil, errors.New("supersede: no payload")
 		}
+		if r.Guard != nil {
+			if err := r.Guard(e, payload); err != nil {
+				return nil, err
+			}
+		}
 		if o.Check != nil {
 			if err := o.Check(e.Kind, payload); err != nil {
 				return nil, fmt.Errorf("supersede effect %d: %w", e.ID, &effects.ValidationError{Index: -1, Field: "payload",
 					Reason: fmt.Sprintf("is not one the %s provider can send: %v", e.Kind, err)})
 			}
 		}
-		return o.Store.Supersede(ctx, e.ID, payload, attempts(r.Attempts, 5), a)
+		from := e.Version()
+		if r.From != nil {
+			from = *r.From
+		}
+		return o.Store.Supersede(ctx, e.ID, from, payload, attempts(r.Attempts, 5), a)
 	}
 	return nil, fmt.Errorf("unknown action %q", r.Action)
 }
@@ -200,6 +220,8 @@ type Result struct {
 type Skip struct {
 	ID     int64
 	Reason string
+	// Err is the refusal, for errors.Is and errors.As.
+	Err error
 }
 
 // ApplyAll performs r on every effect f matches (the action's state when f
@@ -212,8 +234,8 @@ func (o *Ops) ApplyAll(ctx context.Context, r Request, f effects.Filter, max int
 	if strings.TrimSpace(r.Note) == "" {
 		return res, errors.New("a bulk action needs a note: say why")
 	}
-	if r.Ref != "" || len(r.Payload) > 0 {
-		return res, errors.New("a bulk action takes no reference and no payload (each effect has its own; supersede in bulk takes a patch)")
+	if r.Ref != "" || len(r.Payload) > 0 || r.From != nil {
+		return res, errors.New("a bulk action takes no reference, no payload and no version (each effect has its own; supersede in bulk takes a patch)")
 	}
 	if r.Action == Supersede && len(r.Patch) == 0 {
 		return res, errors.New("supersede in bulk needs a patch (a JSON merge patch of each payload)")
@@ -242,7 +264,7 @@ func (o *Ops) ApplyAll(ctx context.Context, r Request, f effects.Filter, max int
 			}
 			done, err := o.Apply(ctx, e, r)
 			if err != nil {
-				res.Skipped = append(res.Skipped, Skip{ID: e.ID, Reason: err.Error()})
+				res.Skipped = append(res.Skipped, Skip{ID: e.ID, Reason: err.Error(), Err: err})
 				continue
 			}
 			res.Done = append(res.Done, done)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,5 +135,95 @@ func TestMergePatch(t *testing.T) {
 		if _, err := ops.MergePatch(json.RawMessage(`{}`), json.RawMessage(bad)); err == nil {
 			t.Errorf("patch %s accepted", bad)
 		}
+	}
+}
+
+// Two operators supersede one effect at once, each from the effect as they
+// read it: exactly one correction is stored, the other is refused as
+// changed since it was read. One written from a version read earlier
+// (From) is refused too.
+func TestApply_SupersedeFromTheVersionRead(t *testing.T) {
+	t.Parallel()
+	s := setup(t, "charge", 1, 1, effects.Failed)
+	o := &ops.Ops{Store: s}
+	ctx := context.Background()
+	list, err := s.List(ctx, effects.Filter{})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list: %d, %v", len(list), err)
+	}
+	read := list[0]
+	errs := make(chan error, 2)
+	for _, p := range []string{`{"template":"a"}`, `{"template":"b"}`} {
+		go func() {
+			_, err := o.Apply(ctx, read, ops.Request{Action: ops.Supersede, Payload: json.RawMessage(p), Actor: "ops", Note: "fix"})
+			errs <- err
+		}()
+	}
+	var won, changed int
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case errors.Is(err, effects.ErrChanged):
+			changed++
+		default:
+			t.Errorf("supersede: %v", err)
+		}
+	}
+	if won != 1 || changed != 1 {
+		t.Fatalf("%d won and %d were refused as changed, want one each", won, changed)
+	}
+	now, err := s.Get(ctx, read.ID)
+	if err != nil || now.Revision != 1 {
+		t.Fatalf("after: %+v, %v", now, err)
+	}
+	// The current effect, but the version the operator saw earlier.
+	stale := read.Version()
+	_, err = o.Apply(ctx, now, ops.Request{Action: ops.Supersede, Payload: json.RawMessage(`{"template":"c"}`), From: &stale, Actor: "ops", Note: "fix"})
+	if !errors.Is(err, effects.ErrChanged) {
+		t.Fatalf("from a stale version: %v, want ErrChanged", err)
+	}
+	if again, _ := s.Get(ctx, read.ID); again.Revision != 1 || string(again.Payload) != string(now.Payload) {
+		t.Fatalf("a refused supersede changed the effect: %+v", again)
+	}
+}
+
+// A bulk supersede applies its patch to each payload as it read it: an
+// effect another operator corrects meanwhile (here, while its patched
+// payload is being checked) is skipped, its correction kept, never
+// patched over.
+func TestApplyAll_SupersedeSkipsAnEffectChangedSinceItWasPatched(t *testing.T) {
+	t.Parallel()
+	s := setup(t, "email.receipt", 3, 3, effects.Failed)
+	ctx := context.Background()
+	list, err := s.List(ctx, effects.Filter{})
+	if err != nil || len(list) != 3 {
+		t.Fatalf("list: %d, %v", len(list), err)
+	}
+	calls, otherErr := 0, error(nil)
+	o := &ops.Ops{Store: s, Check: func(kind string, p json.RawMessage) error {
+		// While the first effect's patched payload is checked, another
+		// operator corrects that effect.
+		if calls++; calls == 1 {
+			e, err := s.Get(ctx, list[0].ID)
+			if err != nil {
+				return err
+			}
+			_, otherErr = s.Supersede(ctx, e.ID, e.Version(), json.RawMessage(`{"template":"theirs"}`), 1, effects.Action{Actor: "other", Note: "mine"})
+		}
+		return nil
+	}}
+	r := ops.Request{Action: ops.Supersede, Patch: json.RawMessage(`{"template":"new"}`), Actor: "ops", Note: "the template was renamed"}
+	res, err := o.ApplyAll(ctx, r, effects.Filter{}, 10)
+	if otherErr != nil {
+		t.Fatalf("the other operator's supersede: %v", otherErr)
+	}
+	if err != nil || len(res.Done) != 2 || len(res.Skipped) != 1 || res.Skipped[0].ID != list[0].ID ||
+		!strings.Contains(res.Skipped[0].Reason, "changed since it was read") {
+		t.Fatalf("supersede: %d done, %+v skipped, %v; want effect %d skipped as changed", len(res.Done), res.Skipped, err, list[0].ID)
+	}
+	e, err := s.Get(ctx, list[0].ID)
+	if err != nil || e.Revision != 1 || !strings.Contains(string(e.Payload), `"theirs"`) {
+		t.Fatalf("the effect corrected meanwhile: %s (revision %d), %v; want the other operator's payload", e.Payload, e.Revision, err)
 	}
 }
