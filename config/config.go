@@ -534,7 +534,9 @@ type ConsoleConfig struct {
 
 	// TrustedProxies are the addresses (CIDRs) of authenticating proxies:
 	// identity_header and role_header are read only from a request whose
-	// peer is in one of them, and ignored from any other. Default none.
+	// peer is in one of them, and ignored from any other; the failed
+	// sign-ins of a request through them count for the rightmost
+	// X-Forwarded-For address that is not one of them. Default none.
 	TrustedProxies []string `yaml:"trusted_proxies"`
 
 	// IdentityHeader is the header a trusted proxy names the signed-in

@@ -113,7 +113,9 @@ type Auth struct {
 	// (Authorization: Bearer).
 	Tokens []Token
 	// TrustedProxies are the peers whose IdentityHeader and RoleHeader are
-	// believed; from any other peer the headers are ignored.
+	// believed; from any other peer the headers are ignored. Failed
+	// sign-ins through them count for the rightmost X-Forwarded-For
+	// address that is not one of them.
 	TrustedProxies []netip.Prefix
 	// IdentityHeader names the user (the actor), RoleHeader the role
 	// (empty or absent: viewer).
@@ -285,6 +287,12 @@ func (a *Auth) trusted(r *http.Request) bool {
 	if err != nil {
 		return false
 	}
+	return a.trustedAddr(addr)
+}
+
+// trustedAddr reports whether addr is in one of the trusted proxies'
+// CIDRs.
+func (a *Auth) trustedAddr(addr netip.Addr) bool {
 	addr = addr.Unmap()
 	for _, p := range a.TrustedProxies {
 		if p.Contains(addr) {
