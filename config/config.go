@@ -43,6 +43,8 @@ const (
 	DefaultDriftKeep     = 720 * time.Hour
 	DefaultServiceName   = "sidefx"
 	DefaultEventDelay    = time.Hour
+	// DefaultEventTolerance is sendgrid.DefaultEventTolerance.
+	DefaultEventTolerance = 5 * time.Minute
 )
 
 // StripeKeyWindow is how long Stripe is sure to keep an idempotency key
@@ -301,6 +303,13 @@ type ProviderConfig struct {
 	// email with no event this long after its first attempt as never
 	// received. Default 1h.
 	EventDelay Duration `yaml:"event_delay"`
+
+	// EventTolerance is how far the signed timestamp of a SendGrid event
+	// delivery may be from now, in the past or the future, for the
+	// delivery to be taken (sendgrid, with event_public_key): an older one
+	// is refused with 401, so that a captured delivery cannot be replayed
+	// later. Positive. Default 5m, as Stripe's webhook signatures.
+	EventTolerance Duration `yaml:"event_tolerance"`
 
 	// WebhookSecretEnv names the environment variable holding the signing
 	// secret (whsec_…) of a Stripe webhook endpoint (stripe). With it, the

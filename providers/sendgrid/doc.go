@@ -113,6 +113,12 @@
 // SendGrid has no idempotency key, so the provider has no key window
 // (providers.KeyWindow reports 0).
 //
+// Events reads SendGrid's Signed Event Webhook: a delivery whose ECDSA
+// signature does not verify, or whose signed timestamp is further from now
+// than EventsConfig.Tolerance (default 5 minutes), is refused with an
+// error wrapping providers.ErrBadSignature, so a captured delivery cannot
+// be replayed later.
+//
 // # Secrets
 //
 // The API key travels only in the Authorization header. It is kept out of
