@@ -131,7 +131,7 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 		pc, path := c.Providers[name], providerPath(name)
 		switch {
 		case pc.Type == TypeSendGrid && pc.EventPublicKey != "":
-			src, err := sendgrid.NewEvents(pc.EventPublicKey)
+			src, err := sendgrid.NewEvents(pc.EventPublicKey, &sendgrid.EventsConfig{Tolerance: cmp.Or(time.Duration(pc.EventTolerance), DefaultEventTolerance)})
 			if err != nil {
 				problems = append(problems, &FieldError{Path: path + ".event_public_key", Problem: err.Error()})
 				continue

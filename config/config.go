@@ -43,6 +43,8 @@ const (
 	DefaultDriftKeep     = 720 * time.Hour
 	DefaultServiceName   = "sidefx"
 	DefaultEventDelay    = time.Hour
+	// DefaultEventTolerance is sendgrid.DefaultEventTolerance.
+	DefaultEventTolerance = 5 * time.Minute
 )
 
 // StripeKeyWindow is how long Stripe is sure to keep an idempotency key
@@ -302,6 +304,13 @@ type ProviderConfig struct {
 	// received. Default 1h.
 	EventDelay Duration `yaml:"event_delay"`
 
+	// EventTolerance is how far the signed timestamp of a SendGrid event
+	// delivery may be from now, in the past or the future, for the
+	// delivery to be taken (sendgrid, with event_public_key): an older one
+	// is refused with 401, so that a captured delivery cannot be replayed
+	// later. Positive. Default 5m, as Stripe's webhook signatures.
+	EventTolerance Duration `yaml:"event_tolerance"`
+
 	// WebhookSecretEnv names the environment variable holding the signing
 	// secret (whsec_…) of a Stripe webhook endpoint (stripe). With it, the
 	// daemon takes Stripe's events at POST /events/NAME on http.listen and
@@ -541,7 +550,9 @@ type ConsoleConfig struct {
 
 	// TrustedProxies are the addresses (CIDRs) of authenticating proxies:
 	// identity_header and role_header are read only from a request whose
-	// peer is in one of them, and ignored from any other. Default none.
+	// peer is in one of them, and ignored from any other; the failed
+	// sign-ins of a request through them count for the rightmost
+	// X-Forwarded-For address that is not one of them. Default none.
 	TrustedProxies []string `yaml:"trusted_proxies"`
 
 	// IdentityHeader is the header a trusted proxy names the signed-in

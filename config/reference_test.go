@@ -37,6 +37,7 @@ providers:
     api_key_env: SENDGRID_API_KEY
     event_public_key: MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEL8Qo5TVXHufq2zwpUyEnFcflEqcwq9aea1tXthqK0EnwEKfewvL0jVy530zjQX26/SQs4P3Ni4sybrfXv9Sd0A==
     event_delay: 1h
+    event_tolerance: 5m
   partner:
     type: webhook
     url: https://partner.example/hooks

@@ -250,6 +250,7 @@ var applies = []struct {
 	{"webhook_secret_env", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.WebhookSecretEnv != "" }},
 	{"consistency_delay", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.ConsistencyDelay != 0 }},
 	{"event_delay", []string{TypeSendGrid}, func(p *ProviderConfig) bool { return p.EventDelay != 0 }},
+	{"event_tolerance", []string{TypeSendGrid}, func(p *ProviderConfig) bool { return p.EventTolerance != 0 }},
 	{"lookup_rate", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.LookupRate != 0 }},
 }
 
@@ -292,7 +293,7 @@ func (p ProviderConfig) check(v *checker, name string, types registry) {
 		envName("api_key_env", p.APIKeyEnv, exampleEnv(p.Type))
 		checkBaseURL(v, path+".base_url", p.BaseURL)
 		if p.EventPublicKey != "" {
-			if _, err := sendgrid.NewEvents(p.EventPublicKey); err != nil {
+			if _, err := sendgrid.NewEvents(p.EventPublicKey, nil); err != nil {
 				v.fail(path+".event_public_key", "%v", err)
 			}
 		}
@@ -301,6 +302,12 @@ func (p ProviderConfig) check(v *checker, name string, types registry) {
 		}
 		if p.EventDelay > 0 && p.EventPublicKey == "" {
 			v.fail(path+".event_delay", "only with event_public_key: without the events, their absence says nothing")
+		}
+		if p.EventTolerance < 0 {
+			v.fail(path+".event_tolerance", "must not be negative")
+		}
+		if p.EventTolerance > 0 && p.EventPublicKey == "" {
+			v.fail(path+".event_tolerance", "only with event_public_key: it bounds the age of the events it verifies")
 		}
 		if p.ConsistencyDelay < 0 {
 			v.fail(path+".consistency_delay", "must not be negative")

@@ -40,7 +40,7 @@ func eventsHandler(db effects.DB, schema string, sources map[string]providers.Ev
 		evs, err := src.Events(r.Header, body)
 		if errors.Is(err, providers.ErrBadSignature) {
 			count(name, metrics.EventRefused, 1)
-			log.Warn("provider events refused: the signature does not verify", "provider", name, "remote", r.RemoteAddr)
+			log.Warn("provider events refused: the signature does not verify", "provider", name, "remote", r.RemoteAddr, "err", err)
 			http.Error(w, "signature verification failed", http.StatusUnauthorized)
 			return
 		}

@@ -46,7 +46,7 @@ func TestEvents_EndpointStoresAndReconcileSettles(t *testing.T) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
 	pub := base64.StdEncoding.EncodeToString(der)
-	sg, err := sendgrid.NewEvents(pub)
+	sg, err := sendgrid.NewEvents(pub, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +122,47 @@ kinds:
 	ev, err := reconcile.Evidence(ctx, pool, "", sent.ID, sent.Key)
 	if err != nil || len(ev) != 2 || ev[0].Source != "event" || ev[0].Evidence.Status != "processed" {
 		t.Errorf("evidence %+v, %v", ev, err)
+	}
+}
+
+// A SendGrid delivery signed longer ago than the tolerance is a replay of a
+// captured one: the endpoint answers 401 and stores nothing.
+func TestEvents_EndpointRefusesAnOldDelivery(t *testing.T) {
+	t.Parallel()
+	_, pool, _ := newCLI(t)
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	sg, err := sendgrid.NewEvents(base64.StdEncoding.EncodeToString(der), &sendgrid.EventsConfig{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(eventsHandlerMux(pool, map[string]providers.EventSource{"mail": sg}))
+	defer srv.Close()
+	body := `[{"event":"delivered","sg_event_id":"e-old","sg_message_id":"msg-1.filter.0","timestamp":1764000000,"sidefx_key":"sfx1_captured"}]`
+	post := func(signed time.Time) int {
+		ts := fmt.Sprint(signed.Unix())
+		h := sha256.Sum256([]byte(ts + body))
+		sig, _ := ecdsa.SignASN1(rand.Reader, key, h[:])
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/events/mail", strings.NewReader(body))
+		req.Header.Set("X-Twilio-Email-Event-Webhook-Signature", base64.StdEncoding.EncodeToString(sig))
+		req.Header.Set("X-Twilio-Email-Event-Webhook-Timestamp", ts)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(now.Add(-6 * time.Minute)); code != http.StatusUnauthorized {
+		t.Fatalf("a delivery signed 6 minutes ago: %d, want 401", code)
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM sidefx_evidence`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("evidence rows after the refused delivery: %d, %v", n, err)
+	}
+	if code := post(now.Add(-time.Minute)); code != http.StatusOK {
+		t.Fatalf("a delivery signed a minute ago: %d, want 200", code)
 	}
 }
 

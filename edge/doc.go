@@ -21,7 +21,12 @@
 //   - Key and fingerprint: the key comes from Idempotency-Key (at most 255
 //     characters), scoped by tenant (Config.Tenant), method and route (the
 //     mux pattern, so wrap each route's handler); the fingerprint covers
-//     method, path and body.
+//     method, path, query string (as the client sent it, not reordered)
+//     and body. A route whose query does not change what it does may
+//     leave it out: e.With(Route{IgnoreQuery: true}).Require(h). A
+//     request without a query is fingerprinted as before the query
+//     counted, so keys stored by an earlier version replay after an
+//     upgrade.
 //   - Same key, same fingerprint, finished: the stored status, the
 //     allow-listed headers (Config.StoreHeaders) and the body are replayed,
 //     with Idempotent-Replayed: true.

@@ -106,6 +106,7 @@ type Edge struct {
 	maxBody    int64
 	retryAfter time.Duration
 	obs        Observer
+	route      Route // the options of the routes this Edge wraps
 }
 
 // New returns an Edge for cfg.
@@ -220,6 +221,57 @@ func (e *Edge) DomainID(r *http.Request) string {
 	return derive.DomainID(e.tenant(r), key).String()
 }
 
+// Route is how the requests of the routes an Edge wraps are keyed (With).
+type Route struct {
+	// IgnoreQuery leaves the query string out of the fingerprint, for a
+	// route whose query does not change what the request does (a
+	// tracking parameter a client adds afresh on every retry, say): a
+	// retry under the key with another query replays the first answer.
+	// Default false: the query is in the fingerprint, and another query
+	// under the key is refused with 422.
+	IgnoreQuery bool
+}
+
+// With returns an Edge like e, on the same database and with the same
+// Config, whose Handler, Require and RequireOutcome key their routes as
+// o says:
+//
+//	mux.Handle("POST /orders", e.With(edge.Route{IgnoreQuery: true}).Require(h))
+func (e *Edge) With(o Route) *Edge {
+	c := *e
+	c.route = o
+	return &c
+}
+
+// fingerprintV2 begins the fingerprint of a request with a query string.
+// It is not an HTTP method (a method holds no '/'), so no request
+// fingerprinted without it begins so.
+const fingerprintV2 = "sidefx-edge-fingerprint/2\x00"
+
+// fingerprint is what identifies a request under its key: its method,
+// path, query string and body. A request without a query string (or on a
+// route that ignores it) is fingerprinted as before the query counted,
+// so a key stored by an earlier version still replays; one with a query
+// string is fingerprinted with each part length-prefixed after
+// fingerprintV2. The query is taken as the client sent it, its parameters
+// not reordered nor re-encoded: a retry sends the same bytes, and a
+// handler may read them in order.
+func (e *Edge) fingerprint(r *http.Request, body []byte) [sha256.Size]byte {
+	q := r.URL.RawQuery
+	if q == "" || e.route.IgnoreQuery {
+		return sha256.Sum256([]byte(r.Method + "\x00" + r.URL.Path + "\x00" + string(body)))
+	}
+	h := sha256.New()
+	h.Write([]byte(fingerprintV2))
+	for _, part := range []string{r.Method, r.URL.Path, q} {
+		fmt.Fprintf(h, "%d:%s\x00", len(part), part)
+	}
+	h.Write(body)
+	var fp [sha256.Size]byte
+	h.Sum(fp[:0])
+	return fp
+}
+
 // Handler wraps next: a request with an Idempotency-Key is executed once
 // (see the package documentation); one without passes through, in a
 // transaction of its own all the same.
@@ -319,7 +371,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	ctx := r.Context()
 	tenant := e.tenant(r)
 	scope := strconv.Itoa(len(tenant)) + ":" + tenant + " " + r.Method + " " + route
-	fp := sha256.Sum256([]byte(r.Method + "\x00" + r.URL.Path + "\x00" + string(body)))
+	fp := e.fingerprint(r, body)
 	tx, err := e.begin(ctx)
 	if err != nil {
 		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", e.retryAfter)
@@ -418,7 +470,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			e.obs.Mismatched(route)
 		}
 		problem(w, http.StatusUnprocessableEntity, "Idempotency-Key reused",
-			"this Idempotency-Key was used for another request (method, path or body differ); use a new key for a new request", 0)
+			"this Idempotency-Key was used for another request (method, path, query or body differ); use a new key for a new request", 0)
 		return
 	case status == 0 && outcome != nil:
 		// Executed; its answer waits for the effect's outcome.

@@ -1,7 +1,9 @@
 package edge_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -123,6 +125,7 @@ func newAPI(t *testing.T, useSQL bool) *api {
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", e.Require(create))
 	mux.Handle("POST /notes", e.Handler(create))
+	mux.Handle("POST /tracked", e.With(edge.Route{IgnoreQuery: true}).Require(create))
 	a.Server = httptest.NewServer(mux)
 	t.Cleanup(a.Close)
 	return a
@@ -210,6 +213,80 @@ func TestEdge_AnotherRequestUnderTheKeyIs422(t *testing.T) {
 		}
 		if a.calls.Load() != 1 || a.obs.mismatched != 1 {
 			t.Errorf("calls %d, mismatches %d", a.calls.Load(), a.obs.mismatched)
+		}
+	})
+}
+
+// The query string is in the fingerprint: the same key with another query
+// is another request, refused with 422, unless the route ignores it.
+func TestEdge_AnotherQueryUnderTheKeyIs422(t *testing.T) {
+	families(t, func(t *testing.T, a *api) {
+		first, body := a.post(t, "/orders?amount=10", "k-q", "acme", `{"item":"mug"}`)
+		if first.StatusCode != 201 {
+			t.Fatalf("first: %d %s", first.StatusCode, body)
+		}
+		if r, b := a.post(t, "/orders?amount=10", "k-q", "acme", `{"item":"mug"}`); r.StatusCode != 201 || b != body || r.Header.Get(edge.HeaderReplayed) != "true" {
+			t.Errorf("the same query: %d %s, want the replay", r.StatusCode, b)
+		}
+		for _, path := range []string{"/orders?amount=999999", "/orders", "/orders?amount=10&amount=999999"} {
+			if r, b := a.post(t, path, "k-q", "acme", `{"item":"mug"}`); r.StatusCode != 422 || !strings.Contains(b, "query") {
+				t.Errorf("%s under the key: %d %s, want 422", path, r.StatusCode, b)
+			}
+		}
+		// No query the first time, one the second: refused too.
+		a.post(t, "/orders", "k-q2", "acme", `{"item":"mug"}`)
+		if r, b := a.post(t, "/orders?amount=999999", "k-q2", "acme", `{"item":"mug"}`); r.StatusCode != 422 {
+			t.Errorf("a query added under the key: %d %s, want 422", r.StatusCode, b)
+		}
+		if a.calls.Load() != 2 || a.obs.mismatched != 4 {
+			t.Errorf("calls %d, mismatches %d", a.calls.Load(), a.obs.mismatched)
+		}
+
+		// A route that ignores the query replays whatever the query.
+		first, body = a.post(t, "/tracked?utm=a", "k-t", "acme", `{"item":"cup"}`)
+		if first.StatusCode != 201 {
+			t.Fatalf("first on /tracked: %d %s", first.StatusCode, body)
+		}
+		for _, path := range []string{"/tracked?utm=b", "/tracked"} {
+			if r, b := a.post(t, path, "k-t", "acme", `{"item":"cup"}`); r.StatusCode != 201 || b != body || r.Header.Get(edge.HeaderReplayed) != "true" {
+				t.Errorf("%s on a route ignoring the query: %d %s, want the replay", path, r.StatusCode, b)
+			}
+		}
+		if r, _ := a.post(t, "/tracked?utm=b", "k-t", "acme", `{"item":"plate"}`); r.StatusCode != 422 {
+			t.Errorf("another body on a route ignoring the query: %d, want 422", r.StatusCode)
+		}
+	})
+}
+
+// A request without a query string is fingerprinted as it was before the
+// query counted, so a key stored by the earlier version still replays
+// after an upgrade.
+func TestEdge_AKeyStoredBeforeTheQueryCountedStillReplays(t *testing.T) {
+	families(t, func(t *testing.T, a *api) {
+		ctx := context.Background()
+		body := `{"item":"mug"}`
+		old := sha256.Sum256([]byte("POST\x00/orders\x00" + body))
+		// The record an earlier version left, its answer stored.
+		if _, err := a.pool.Exec(ctx, `INSERT INTO sidefx_edge_keys (scope, key, fingerprint, expires_at, status, headers, body, completed_at)
+			VALUES ('4:acme POST POST /orders', 'k-old', $1, now() + interval '1 hour', 201, '{"Content-Type": ["application/json"]}', '{"id":"before"}', now())`, old[:]); err != nil {
+			t.Fatal(err)
+		}
+		r, b := a.post(t, "/orders", "k-old", "acme", body)
+		if r.StatusCode != 201 || b != `{"id":"before"}` || r.Header.Get(edge.HeaderReplayed) != "true" {
+			t.Fatalf("the earlier version's key: %d %s, want its replay", r.StatusCode, b)
+		}
+		if a.calls.Load() != 0 {
+			t.Errorf("the handler ran %d times", a.calls.Load())
+		}
+		// And what this version stores for a request without a query is
+		// what the earlier one did.
+		a.post(t, "/orders", "k-new", "acme", body)
+		var got []byte
+		if err := a.pool.QueryRow(ctx, `SELECT fingerprint FROM sidefx_edge_keys WHERE key = 'k-new'`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, old[:]) {
+			t.Errorf("the fingerprint of a request without a query changed: %x, want %x", got, old)
 		}
 	})
 }

@@ -29,7 +29,11 @@
 // ErrPayloadMismatch, naming both hashes.
 //
 // Records are kept for the Inbox's Retention, default 7 days, longer than
-// any broker redelivers; the daemon's reaper deletes them after that.
+// any broker redelivers, after the last delivery of their message: each
+// redelivery extends its record, so a message still being redelivered is
+// never trimmed and handled as new. The daemon's reaper deletes them after
+// that (schema version 14; before it, the retention ran from the first
+// delivery).
 // Other languages call the SQL functions sidefx_inbox_once(consumer, id,
 // sha256(payload), retention) and sidefx_inbox_record(consumer, id,
 // result) in their transaction, with the same contract (SQLSTATE SX002 on

@@ -97,9 +97,10 @@ type Observer interface {
 type Config struct {
 	// Schema holds sidefx's tables. Default "public".
 	Schema string
-	// Retention is how long a message's record is kept after its first
-	// delivery; the daemon's reaper deletes it then, and a delivery after
-	// that is handled as a first one. Default DefaultRetention (7 days).
+	// Retention is how long a message's record is kept after its last
+	// delivery (each redelivery extends it, never shortens it); the
+	// daemon's reaper deletes it then, and a delivery after that is
+	// handled as a first one. Default DefaultRetention (7 days).
 	Retention time.Duration
 	// Observer, if set, is told of deliveries and mismatches.
 	Observer Observer

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sidefx/sidefx/inbox"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -364,5 +365,87 @@ func TestOnce_RetentionSetsTheExpiry(t *testing.T) {
 	}
 	if span != 36*time.Hour {
 		t.Errorf("record kept for %s, want 36h", span)
+	}
+}
+
+// Each redelivery keeps the record for the retention after it: a message a
+// broker still redelivers past the first delivery's retention is not
+// trimmed and then handled as new. Time passes by moving the record's
+// times back.
+func TestOnce_RedeliveryExtendsTheRetention(t *testing.T) {
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	in, err := inbox.New(&inbox.Config{Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := store.New(pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(in *inbox.Inbox) inbox.Receipt {
+		t.Helper()
+		x, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := in.Once(ctx, x, inbox.Message{Consumer: "billing", ID: "evt_late", Payload: []byte("p")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	pass := func(d string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `UPDATE sidefx_inbox SET received_at = received_at - $1::interval, last_at = last_at - $1::interval,
+			expires_at = expires_at - $1::interval WHERE message_id = 'evt_late'`, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expiry := func() time.Time {
+		t.Helper()
+		var at time.Time
+		if err := pool.QueryRow(ctx, `SELECT expires_at FROM sidefx_inbox WHERE message_id = 'evt_late'`).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	if r := deliver(in); !r.First {
+		t.Fatal("the first delivery is not first")
+	}
+	pass("40 minutes")
+	first := expiry()
+	if r := deliver(in); r.First {
+		t.Fatal("the redelivery is first")
+	}
+	again := expiry()
+	var span time.Duration
+	if err := pool.QueryRow(ctx, `SELECT expires_at - last_at FROM sidefx_inbox WHERE message_id = 'evt_late'`).Scan(&span); err != nil {
+		t.Fatal(err)
+	}
+	if !again.After(first) || span != time.Hour {
+		t.Fatalf("after a redelivery 40 minutes on: expires %s (was %s), %s after it; want an hour after the redelivery", again, first, span)
+	}
+	// 30 minutes on, the first delivery's expiry has passed, the
+	// redelivery's has not: the reaper keeps the record.
+	pass("30 minutes")
+	if n, err := eng.TrimInbox(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("trim between the first delivery's expiry and the redelivery's: %d deleted, %v; want the record kept", n, err)
+	}
+	if r := deliver(in); r.First || r.Deliveries != 3 {
+		t.Fatalf("the third delivery: first %v, deliveries %d; want a redelivery, the third", r.First, r.Deliveries)
+	}
+	// A redelivery through an Inbox of shorter retention never shortens it.
+	before := expiry()
+	short, err := inbox.New(&inbox.Config{Retention: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver(short)
+	if after := expiry(); !after.Equal(before) {
+		t.Errorf("a shorter retention moved the expiry from %s to %s", before, after)
 	}
 }

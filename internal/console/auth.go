@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -112,7 +113,9 @@ type Auth struct {
 	// (Authorization: Bearer).
 	Tokens []Token
 	// TrustedProxies are the peers whose IdentityHeader and RoleHeader are
-	// believed; from any other peer the headers are ignored.
+	// believed; from any other peer the headers are ignored. Failed
+	// sign-ins through them count for the rightmost X-Forwarded-For
+	// address that is not one of them.
 	TrustedProxies []netip.Prefix
 	// IdentityHeader names the user (the actor), RoleHeader the role
 	// (empty or absent: viewer).
@@ -284,6 +287,12 @@ func (a *Auth) trusted(r *http.Request) bool {
 	if err != nil {
 		return false
 	}
+	return a.trustedAddr(addr)
+}
+
+// trustedAddr reports whether addr is in one of the trusted proxies'
+// CIDRs.
+func (a *Auth) trustedAddr(addr netip.Addr) bool {
 	addr = addr.Unmap()
 	for _, p := range a.TrustedProxies {
 		if p.Contains(addr) {
@@ -408,13 +417,46 @@ type loginData struct {
 	Tokens bool // tokens can sign in
 }
 
-// safeNext is where to go after signing in: a path of the console, never
-// another site.
+// safeNext is where to go after signing in: a clean absolute path of the
+// console, never another site; anything else is "/".
+//
+// A browser strips tabs and newlines from a URL and reads a backslash as a
+// slash, so "/\t/evil.example" or "/\evil.example" would take the user to
+// another host: next is refused when it, or its percent-decoded form,
+// holds a control character or a backslash; when it has a scheme or a
+// host; when it does not start with exactly one "/"; when its decoded
+// path holds "//" ("/%2F%2Fevil.example": some proxies decode it);
+// and when it leads back to /login.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.HasPrefix(next, "/login") {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		return "/"
+	}
+	decoded, err := url.PathUnescape(next)
+	if err != nil || unsafeByte(next) || unsafeByte(decoded) {
+		return "/"
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return "/"
+	}
+	if !strings.HasPrefix(u.Path, "/") || strings.Contains(u.Path, "//") {
+		return "/"
+	}
+	if clean := path.Clean(u.Path); clean == "/login" || strings.HasPrefix(clean, "/login/") {
 		return "/"
 	}
 	return next
+}
+
+// unsafeByte reports whether s holds a control character (below 0x20, or
+// 0x7f) or a backslash.
+func unsafeByte(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b < 0x20 || b == 0x7f || b == '\\' {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {

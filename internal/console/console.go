@@ -6,6 +6,8 @@
 // Every request is authenticated: by a trusted proxy's headers (only from
 // a peer in a trusted CIDR), by a bearer token, or by the session cookie
 // signing in with a token sets. Tokens are known by their SHA-256 only.
+// After signing in the console goes back only to a clean path of its own,
+// never to another site.
 // Every POST carries a CSRF token bound to the user's session and is
 // refused when its Origin is another host. No provider secret reaches the
 // console, and the payload fields the configuration hides never reach a

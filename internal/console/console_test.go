@@ -969,3 +969,79 @@ func TestConsole_FailedSignInsAreThrottled(t *testing.T) {
 	mu.Unlock()
 	c.signIn(e.tokens[console.Operator], http.StatusSeeOther)
 }
+
+// Behind a trusted proxy, failures are counted for the client the proxy
+// saw (the rightmost X-Forwarded-For entry that is not a trusted proxy),
+// not for the entries the client writes itself; from any other peer, the
+// header is ignored.
+func TestConsole_SignInThrottleKeysOnTheAddressTheProxySaw(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, func(c *console.Config) {
+		c.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}
+		c.Now = func() time.Time { return now }
+	})
+	serve := func(r *http.Request, remote, xff string) *httptest.ResponseRecorder {
+		r.RemoteAddr = remote
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		w := httptest.NewRecorder()
+		e.h.ServeHTTP(w, r)
+		return w
+	}
+	// signIn sends the sign-in form with a guessed token.
+	signIn := func(remote, xff string) int {
+		t.Helper()
+		w := serve(httptest.NewRequest(http.MethodGet, "/login", nil), remote, xff)
+		if w.Code != http.StatusOK {
+			return w.Code
+		}
+		form := url.Values{"csrf": {csrf(t, w.Body.String())}, "token": {"sfxc_guess"}}
+		r := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for _, c := range w.Result().Cookies() {
+			r.AddCookie(c)
+		}
+		return serve(r, remote, xff).Code
+	}
+	bearer := func(remote, xff string) int {
+		r := httptest.NewRequest(http.MethodGet, "/effects", nil)
+		r.Header.Set("Authorization", "Bearer sfxc_guess")
+		return serve(r, remote, xff).Code
+	}
+
+	// A client through two trusted proxies writes a new first entry on
+	// every try: the limit holds.
+	const proxy = "10.1.2.3:5555"
+	for i := range 10 {
+		if got := signIn(proxy, fmt.Sprintf("198.51.100.%d, 203.0.113.7, 10.1.9.9", i)); got != http.StatusUnauthorized {
+			t.Fatalf("bad sign-in %d: %d, want 401", i+1, got)
+		}
+	}
+	if got := signIn(proxy, "198.51.100.77, 203.0.113.7, 10.1.9.9"); got != http.StatusTooManyRequests {
+		t.Fatalf("the 11th bad sign-in with a new first entry: %d, want 429", got)
+	}
+	if got := bearer(proxy, "192.0.2.200,203.0.113.7"); got != http.StatusTooManyRequests {
+		t.Errorf("a bearer token from the throttled client: %d, want 429", got)
+	}
+	// Another client behind the same proxy is not locked out.
+	if got := signIn(proxy, "198.51.100.1, 203.0.113.8"); got != http.StatusUnauthorized {
+		t.Errorf("another client behind the proxy: %d, want 401", got)
+	}
+
+	// From a peer that is no trusted proxy, X-Forwarded-For is ignored:
+	// varying it does not help, and naming another client does not
+	// throttle that one.
+	for i := range 10 {
+		if got := bearer("192.0.2.9:4444", fmt.Sprintf("198.51.100.%d", i)); got != http.StatusUnauthorized {
+			t.Fatalf("bad bearer %d from an untrusted peer: %d, want 401", i+1, got)
+		}
+	}
+	if got := bearer("192.0.2.9:4445", "198.51.100.99"); got != http.StatusTooManyRequests {
+		t.Errorf("the 11th bad bearer from an untrusted peer: %d, want 429", got)
+	}
+	if got := bearer("192.0.2.10:4444", "192.0.2.9"); got != http.StatusUnauthorized {
+		t.Errorf("a peer naming the throttled one in X-Forwarded-For: %d, want 401", got)
+	}
+}

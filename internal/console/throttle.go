@@ -3,6 +3,7 @@ package console
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,20 +75,41 @@ func (t *throttle) failed(addr string) {
 	t.limiter(addr).AllowN(t.now(), 1)
 }
 
-// clientAddr is who a request comes from: its peer's address, or, from a
-// trusted proxy, the first X-Forwarded-For entry (so that one client's
-// failures do not lock out everyone behind the proxy).
+// clientAddr is who a request comes from: its peer's address, or, when
+// the peer is a trusted proxy, the rightmost X-Forwarded-For entry that is
+// not itself a trusted proxy, walking from the right. The entries to the
+// left of that one are written by the client, so keying on them would let
+// a client evade the limit by varying them; keying on the proxy would let
+// one client's failures lock out everyone behind it. An entry that is not
+// an address, or a header of trusted proxies only, keys on the peer.
 func (h *Handler) clientAddr(r *http.Request) string {
-	if h.cfg.Auth.trusted(r) {
-		if f := strings.TrimSpace(strings.Split(r.Header.Get("X-Forwarded-For"), ",")[0]); f != "" {
-			return f
+	peer, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		peer = r.RemoteAddr
+	}
+	a := &h.cfg.Auth
+	if !a.trusted(r) {
+		return peer
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop := strings.TrimSpace(hops[i])
+		if hop == "" {
+			continue
+		}
+		addr, err := netip.ParseAddr(hop)
+		if err != nil {
+			ap, err := netip.ParseAddrPort(hop)
+			if err != nil {
+				return peer
+			}
+			addr = ap.Addr()
+		}
+		if !a.trustedAddr(addr) {
+			return addr.Unmap().String()
 		}
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	return peer
 }
 
 // throttled answers 429 when r's client has failed too often, and reports

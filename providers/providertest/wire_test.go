@@ -292,7 +292,7 @@ func TestMailServer_EventsAsSendGridSendsThem(t *testing.T) {
 	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	src, err := sendgrid.NewEvents(base64.StdEncoding.EncodeToString(der))
+	src, err := sendgrid.NewEvents(base64.StdEncoding.EncodeToString(der), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,6 +116,12 @@
 // attempt whose answer was lost does not say that attempt sent nothing,
 // and the effect ends uncertain, never failed.
 //
+// Events reads SendGrid's Signed Event Webhook: a delivery whose ECDSA
+// signature does not verify, or whose signed timestamp is further from now
+// than EventsConfig.Tolerance (default 5 minutes), is refused with an
+// error wrapping providers.ErrBadSignature, so a captured delivery cannot
+// be replayed later.
+//
 // # Secrets
 //
 // The API key travels only in the Authorization header. It is kept out of

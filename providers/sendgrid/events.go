@@ -1,12 +1,15 @@
 package sendgrid
 
 import (
+	"cmp"
 	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +22,11 @@ import (
 // JSON array of events, signed with ECDSA (P-256, SHA-256) over the
 // timestamp header followed by the body, with the account's key, whose
 // public half SendGrid's settings show (base64 DER). The verification is
-// sendgrid-go's own (helpers/eventwebhook).
+// sendgrid-go's own (helpers/eventwebhook). A delivery whose signed
+// timestamp is further from now than EventsConfig.Tolerance (default 5
+// minutes, as Stripe's webhooks) is refused too: the signature covers the
+// timestamp, so a delivery captured on its way verifies forever, and the
+// tolerance bounds how long it can be replayed.
 //
 // An event carrying the custom argument sidefx_key (every mail the
 // provider sends carries it) is evidence that SendGrid accepted the effect's
@@ -27,14 +34,37 @@ import (
 // follow an accepted request. Its reference is the X-Message-Id the send was
 // answered with (sg_message_id up to its first dot), its status the event.
 type Events struct {
-	key *ecdsa.PublicKey
+	key       *ecdsa.PublicKey
+	tolerance time.Duration
+	now       func() time.Time
 }
 
 var _ providers.EventSource = (*Events)(nil)
 
+// DefaultEventTolerance is the default of EventsConfig.Tolerance: as
+// Stripe's webhook signatures (stripe-go's webhook.DefaultTolerance).
+const DefaultEventTolerance = 5 * time.Minute
+
+// EventsConfig configures Events.
+type EventsConfig struct {
+	// Tolerance is how far a delivery's signed timestamp may be from now,
+	// in the past or the future (clocks differ), for the delivery to be
+	// taken. Default DefaultEventTolerance, 5 minutes.
+	Tolerance time.Duration
+	// Now is the clock the timestamp is compared with. Default time.Now.
+	Now func() time.Time
+}
+
 // NewEvents returns the verifier for the public key (base64 DER of an
-// ECDSA P-256 key, as SendGrid shows it).
-func NewEvents(publicKey string) (*Events, error) {
+// ECDSA P-256 key, as SendGrid shows it). cfg may be nil: the defaults.
+func NewEvents(publicKey string, cfg *EventsConfig) (*Events, error) {
+	var c EventsConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Tolerance < 0 {
+		return nil, errors.New("sendgrid: the event webhook's tolerance must not be negative")
+	}
 	der, err := base64.StdEncoding.DecodeString(strings.TrimSpace(publicKey))
 	if err != nil {
 		return nil, fmt.Errorf("sendgrid: the event webhook's public key is not base64: %w", err)
@@ -47,7 +77,11 @@ func NewEvents(publicKey string) (*Events, error) {
 	if !ok {
 		return nil, fmt.Errorf("sendgrid: the event webhook's public key is a %T, not an ECDSA key", pub)
 	}
-	return &Events{key: key}, nil
+	e := &Events{key: key, tolerance: cmp.Or(c.Tolerance, DefaultEventTolerance), now: c.Now}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	return e, nil
 }
 
 // event is what is read of one SendGrid event.
@@ -71,6 +105,16 @@ func (e *Events) Events(header http.Header, body []byte) ([]providers.Event, err
 	ok, err := eventwebhook.VerifySignature(e.key, body, sig, ts)
 	if err != nil || !ok {
 		return nil, fmt.Errorf("sendgrid events: %w", providers.ErrBadSignature)
+	}
+	secs, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("sendgrid events: the %s header is not unix seconds: %w", eventwebhook.TimestampHTTPHeader, providers.ErrBadSignature)
+	}
+	switch age := e.now().Sub(time.Unix(secs, 0)); {
+	case age > e.tolerance:
+		return nil, fmt.Errorf("sendgrid events: the delivery was signed %s ago, over the tolerance of %s: %w", age.Truncate(time.Second), e.tolerance, providers.ErrBadSignature)
+	case age < -e.tolerance:
+		return nil, fmt.Errorf("sendgrid events: the delivery was signed %s ahead of this clock, over the tolerance of %s: %w", (-age).Truncate(time.Second), e.tolerance, providers.ErrBadSignature)
 	}
 	var evs []event
 	if err := json.Unmarshal(body, &evs); err != nil {

@@ -53,7 +53,7 @@ const eventsBody = `[
 func TestEvents_VerifiesAndReads(t *testing.T) {
 	t.Parallel()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ev, err := sendgrid.NewEvents(publicKey(t, key))
+	ev, err := sendgrid.NewEvents(publicKey(t, key), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +119,50 @@ func TestNewEvents_RefusesWhatIsNotAnECDSAKey(t *testing.T) {
 		"not DER":    base64.StdEncoding.EncodeToString([]byte("hello")),
 		"RSA":        base64.StdEncoding.EncodeToString(der),
 	} {
-		if _, err := sendgrid.NewEvents(k); err == nil {
+		if _, err := sendgrid.NewEvents(k, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// A delivery verifies only while its signed timestamp is near now: a
+// captured one replayed later is refused, with its age and the tolerance.
+func TestEvents_RefusesADeliveryOutsideTheTolerance(t *testing.T) {
+	t.Parallel()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	ev, err := sendgrid.NewEvents(publicKey(t, key), &sendgrid.EventsConfig{Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(eventsBody)
+	signedAt := func(at time.Time) http.Header { return signEvents(t, key, body, strconv.FormatInt(at.Unix(), 10)) }
+	for _, ago := range []time.Duration{time.Minute, -time.Minute, 5 * time.Minute} {
+		if got, err := ev.Events(signedAt(now.Add(-ago)), body); err != nil || len(got) != 3 {
+			t.Errorf("signed %s ago: %d events, %v; want them taken", ago, len(got), err)
+		}
+	}
+	for ago, want := range map[time.Duration]string{
+		6 * time.Minute:             "signed 6m0s ago, over the tolerance of 5m0s",
+		-6 * time.Minute:            "signed 6m0s ahead of this clock, over the tolerance of 5m0s",
+		30 * 24 * time.Hour:         "signed 720h0m0s ago",
+		5*time.Minute + time.Second: "signed 5m1s ago",
+	} {
+		_, err := ev.Events(signedAt(now.Add(-ago)), body)
+		if !errors.Is(err, providers.ErrBadSignature) || !strings.Contains(err.Error(), want) {
+			t.Errorf("signed %s ago: %v, want ErrBadSignature saying %q", ago, err, want)
+		}
+	}
+	// A wider tolerance takes what the default refuses.
+	wide, err := sendgrid.NewEvents(publicKey(t, key), &sendgrid.EventsConfig{Tolerance: 10 * time.Minute, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wide.Events(signedAt(now.Add(-6*time.Minute)), body); err != nil {
+		t.Errorf("signed 6m ago, tolerance 10m: %v", err)
+	}
+	if _, err := sendgrid.NewEvents(publicKey(t, key), &sendgrid.EventsConfig{Tolerance: -time.Second}); err == nil {
+		t.Errorf("a negative tolerance was taken")
 	}
 }
