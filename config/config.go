@@ -318,7 +318,7 @@ type ProviderConfig struct {
 	// reconciliation. Default none: no endpoint.
 	WebhookSecretEnv string `yaml:"webhook_secret_env"`
 
-	// ConsistencyDelay is how long after an effect's first attempt a
+	// ConsistencyDelay is how long after an effect's latest attempt a
 	// reconciliation lookup that does not find its object takes it as
 	// absent (stripe). Default 5m.
 	ConsistencyDelay Duration `yaml:"consistency_delay"`

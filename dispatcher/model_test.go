@@ -3,11 +3,19 @@ package dispatcher_test
 // The model checker: random interleavings of every operation on effects
 // (enqueue and replays, claims by three workers, calls answered in every
 // class, lost answers, stored 500s, late answers, lease expiry and rescue,
-// lost claims, cancel, the operators' retry, resolve and refire, reaping,
-// time passing a key window) against a real PostgreSQL, the real Stripe and
-// SendGrid providers, and reference models of the providers that record what
-// was performed. After every step it checks the invariants. A failure prints
-// rapid's seed and the shrunk sequence of steps.
+// lost claims, cancel, the operators' retry, resolve, refire, supersede and
+// pauses, reaping, time passing a key window) against a real PostgreSQL,
+// the real Stripe and SendGrid providers, and reference models of the
+// providers that record what was performed. The world is hostile: the
+// providers answer before their idempotency layer too (a rolled API key's
+// 401, 403, a routing 404, a validation 400, a key in use, 429, a key
+// reused with other parameters), forget keys past their window and store
+// 5xx; their events come late, twice, out of order, hours later, and name
+// other providers' keys and other objects; the reconciler settles and
+// refires with its clock moving. After every step it checks the
+// invariants, counting performances per effect across all its revisions
+// and keys. A failure prints rapid's seed and the shrunk sequence of
+// steps.
 //
 // make test runs a short budget (-model.budget, default 20s); make model a
 // long one (MODEL_BUDGET, default 5m).
@@ -38,6 +46,7 @@ import (
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
+	"github.com/sidefx/sidefx/reconcile"
 )
 
 var modelBudget = flag.Duration("model.budget", 20*time.Second, "how long TestModel explores (make model sets minutes)")
@@ -64,7 +73,28 @@ const (
 	answerDecline   answer = "decline"    // Stripe: card declined (stored); mail: 400
 	answerInvalid   answer = "invalid"    // a validation error, not stored
 	answer429       answer = "429"        // rate limited, not stored
+	// Refusals made before the idempotency layer reads the key: they say
+	// nothing of an earlier attempt under it.
+	answer401      answer = "401"      // a rolled API key
+	answer403      answer = "403"      // a key without the permission
+	answer404      answer = "404"      // routed nowhere
+	answer409      answer = "409"      // Stripe: the key in use by another request
+	answerMismatch answer = "mismatch" // Stripe: idempotency_error, the key stored with other parameters
 )
+
+// modelEvent is an event a model provider sends about an object it made,
+// or one it sends about somebody else's object carrying a sidefx key.
+type modelEvent struct {
+	provider, id, key, ref, status string
+	at                             time.Time // model clock: when the object was made
+	first                          bool      // SendGrid's "processed": it comes within eventsWithin
+}
+
+// charge is an object the Stripe model made.
+type charge struct {
+	ref, key, source, kind string
+	created                time.Time // on the database's frame (shifted with it)
+}
 
 // keyState is what the Stripe model holds for one Idempotency-Key.
 type keyState struct {
@@ -88,6 +118,9 @@ type providerModel struct {
 	mailPerformed map[string]int       // mail, by X-Sidefx-Key
 	mailRefs      map[string][]string
 	objects       int
+	charges       []charge     // what Stripe lists
+	events        []modelEvent // sent, not yet delivered
+	delivered     []modelEvent // delivered at least once
 }
 
 func newProviderModel() *providerModel {
@@ -104,6 +137,7 @@ func (m *providerModel) reset() {
 	m.keys, m.sentPastWin = map[string]*keyState{}, nil
 	m.mailPerformed, m.mailRefs = map[string]int{}, map[string][]string{}
 	m.objects = 0
+	m.charges, m.events, m.delivered = nil, nil, nil
 }
 
 func (m *providerModel) setNext(a answer) {
@@ -121,7 +155,39 @@ func (m *providerModel) now() time.Time {
 func (m *providerModel) advance(d time.Duration) {
 	m.mu.Lock()
 	m.clock = m.clock.Add(d)
+	for i := range m.charges {
+		m.charges[i].created = m.charges[i].created.Add(-d)
+	}
 	m.mu.Unlock()
+}
+
+// listCharges answers GET /v1/charges: every charge made, in the span asked
+// for, newest first, on one page.
+func (m *providerModel) listCharges(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
+	lt, _ := strconv.ParseInt(q.Get("created[lt]"), 10, 64)
+	m.mu.Lock()
+	var data []map[string]any
+	for i := len(m.charges) - 1; i >= 0; i-- {
+		c := m.charges[i]
+		if at := c.created.Unix(); (gte != 0 && at < gte) || (lt != 0 && at >= lt) {
+			continue
+		}
+		data = append(data, map[string]any{"id": c.ref, "object": "charge", "status": "succeeded", "created": c.created.Unix(),
+			"metadata": map[string]string{"sidefx_key": c.key, "sidefx_source_id": c.source, "sidefx_kind": c.kind}})
+	}
+	m.mu.Unlock()
+	b, _ := json.Marshal(map[string]any{"object": "list", "url": "/v1/charges", "has_more": false, "data": data})
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b) //nolint:errcheck // the client may be gone
+}
+
+// event queues an event about an object (m.mu held).
+func (m *providerModel) event(provider, key, ref, status string, first bool) {
+	m.objects++
+	m.events = append(m.events, modelEvent{provider: provider, id: fmt.Sprintf("evt_%d", m.objects), key: key, ref: ref,
+		status: status, at: m.clock, first: first})
 }
 
 // lose closes the client's connection without an answer.
@@ -154,10 +220,47 @@ func (m *providerModel) stripe(w http.ResponseWriter, r *http.Request) {
 	form, _ := url.ParseQuery(string(body))
 	key := r.Header.Get("Idempotency-Key")
 	m.mu.Lock()
+	a := m.next
+	// Refused before the idempotency layer reads the key: nothing stored,
+	// nothing replayed, whatever an earlier attempt did.
+	front := map[answer]func(){
+		answer401: func() {
+			writeStripe(w, http.StatusUnauthorized, stripeErr("invalid_request_error", "", "Invalid API Key provided: sk_test_****"), false)
+		},
+		answer403: func() {
+			writeStripe(w, http.StatusForbidden, stripeErr("invalid_request_error", "", "The provided key does not have the required permissions"), false)
+		},
+		answer404: func() {
+			writeStripe(w, http.StatusNotFound, stripeErr("invalid_request_error", "", "Unrecognized request URL (POST: /v1/charges)"), false)
+		},
+		answer409: func() {
+			writeStripe(w, http.StatusConflict, stripeErr("idempotency_error", "idempotency_key_in_use", "There is currently another in-progress request using this Idempotent Key"), false)
+		},
+		answerInvalid: func() {
+			writeStripe(w, http.StatusBadRequest, stripeErr("invalid_request_error", "parameter_invalid_integer", "Invalid integer: amount"), false)
+		},
+		answer429: func() {
+			w.Header().Set("Retry-After", "1")
+			writeStripe(w, http.StatusTooManyRequests, stripeErr("rate_limit_error", "rate_limit", "Too many requests"), false)
+		},
+	}
+	if f := front[a]; f != nil {
+		m.mu.Unlock()
+		f()
+		return
+	}
 	st := m.keys[key]
 	if st == nil {
 		st = &keyState{}
 		m.keys[key] = st
+	}
+	if a == answerMismatch && !st.storedAt.IsZero() && m.clock.Sub(st.storedAt) <= keyWindow {
+		// The key is stored with other parameters (as if the request's
+		// encoding had changed between attempts): refused, and proof that
+		// an earlier request under the key reached Stripe.
+		m.mu.Unlock()
+		writeStripe(w, http.StatusBadRequest, stripeErr("idempotency_error", "", "Keys for idempotent requests can only be used with the same parameters they were first used with"), false)
+		return
 	}
 	if !st.storedAt.IsZero() && m.clock.Sub(st.storedAt) <= keyWindow {
 		status, b := st.status, st.body
@@ -174,7 +277,6 @@ func (m *providerModel) stripe(w http.ResponseWriter, r *http.Request) {
 		}
 		st.storedAt = time.Time{}
 	}
-	a := m.next
 	store := func(status int, b []byte) {
 		st.storedAt, st.status, st.body = m.clock, status, b
 	}
@@ -183,6 +285,9 @@ func (m *providerModel) stripe(w http.ResponseWriter, r *http.Request) {
 		st.performed++
 		st.ref = fmt.Sprintf("ch_%d", m.objects)
 		st.refs = append(st.refs, st.ref)
+		m.charges = append(m.charges, charge{ref: st.ref, key: form.Get("metadata[sidefx_key]"),
+			source: form.Get("metadata[sidefx_source_id]"), kind: form.Get("metadata[sidefx_kind]"), created: time.Now()})
+		m.event("stripe", form.Get("metadata[sidefx_key]"), st.ref, "succeeded", false)
 		amount, _ := strconv.Atoi(form.Get("amount"))
 		b, _ := json.Marshal(map[string]any{"id": st.ref, "object": "charge", "status": "succeeded",
 			"amount": amount, "metadata": map[string]string{"sidefx_key": form.Get("metadata[sidefx_key]")}})
@@ -211,13 +316,9 @@ func (m *providerModel) stripe(w http.ResponseWriter, r *http.Request) {
 		store(http.StatusPaymentRequired, b)
 		m.mu.Unlock()
 		writeStripe(w, http.StatusPaymentRequired, b, false)
-	case answerInvalid:
+	default: // a mismatch with nothing stored: a validation error
 		m.mu.Unlock()
 		writeStripe(w, http.StatusBadRequest, stripeErr("invalid_request_error", "parameter_invalid_integer", "Invalid integer: amount"), false)
-	default: // 429, 503
-		m.mu.Unlock()
-		w.Header().Set("Retry-After", "1")
-		writeStripe(w, http.StatusTooManyRequests, stripeErr("rate_limit_error", "rate_limit", "Too many requests"), false)
 	}
 }
 
@@ -240,6 +341,8 @@ func (m *providerModel) mail(w http.ResponseWriter, r *http.Request) {
 		m.mailPerformed[key]++
 		ref := fmt.Sprintf("msg_%d", m.objects)
 		m.mailRefs[key] = append(m.mailRefs[key], ref)
+		m.event("sendgrid", key, ref, "processed", true)
+		m.event("sendgrid", key, ref, "delivered", false)
 		m.mu.Unlock()
 		if a == answerLost {
 			lose(w)
@@ -252,6 +355,12 @@ func (m *providerModel) mail(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("X-Message-Id", ref)
 		w.WriteHeader(http.StatusAccepted)
+	case answer401, answer403, answer404:
+		m.mu.Unlock()
+		status, _ := strconv.Atoi(string(a))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, `{"errors":[{"message":"The provided authorization grant is invalid, expired, or revoked"}]}`) //nolint:errcheck // test server
 	case answerDecline, answerInvalid:
 		m.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
@@ -272,7 +381,9 @@ type modelEffect struct {
 	source, kind string
 	variant      int
 	id           int64
-	key          string
+	key          string   // the current revision's
+	keys         []string // every revision's, the first first
+	revisions    int
 	refired      bool // an operator accepted a possible duplicate
 	forced       bool // an operator sent it again past its key window
 	resolved     bool // an operator resolved it as failed
@@ -297,6 +408,8 @@ type world struct {
 	order  [][2]string
 	work   [3][]*call // per worker: claimed, maybe called, not recorded
 	claims int
+	recon  *reconcile.Reconciler
+	events int // foreign events made up
 	tb     interface {
 		Fatalf(string, ...any)
 		Logf(string, ...any)
@@ -333,10 +446,111 @@ func (w *world) shift(d time.Duration) {
 		fired_at = fired_at - $1 * interval '1 millisecond',
 		first_fired_at = first_fired_at - $1 * interval '1 millisecond',
 		updated_at = updated_at - $1 * interval '1 millisecond'`, d.Milliseconds())
+	if err == nil {
+		_, err = w.pool.Exec(w.ctx, `UPDATE sidefx_evidence SET
+			recorded_at = recorded_at - $1 * interval '1 millisecond',
+			observed_at = observed_at - $1 * interval '1 millisecond'`, d.Milliseconds())
+	}
 	if err != nil {
 		w.fatalf("shift time: %v", err)
 	}
 	w.model.advance(d)
+}
+
+// eventsWithin is how soon SendGrid's "processed" event follows a mail it
+// accepted: the reconciler takes a mail with no event that long after its
+// latest attempt as never sent. The model keeps that contract; every other
+// event may come at any time, twice, or never.
+const eventsWithin = 10 * time.Minute
+
+// deliver records ev as the daemon's events endpoint would, once verified.
+func (w *world) deliver(ev modelEvent) {
+	if _, err := reconcile.Record(w.ctx, w.pool, "", 0, ev.key, ev.provider, "event", ev.id,
+		providers.Evidence{Verdict: providers.Found, Ref: ev.ref, Succeeded: true, Status: ev.status, Source: "model " + ev.provider + " event"}); err != nil {
+		w.fatalf("record event %+v: %v", ev, err)
+	}
+}
+
+// deliverEvent delivers one pending event, any of them: events come out of
+// order.
+func (w *world) deliverEvent(t *rapid.T) {
+	w.model.mu.Lock()
+	n := len(w.model.events)
+	w.model.mu.Unlock()
+	if n == 0 {
+		t.Skip("no event pending")
+	}
+	i := rapid.IntRange(0, n-1).Draw(t, "event")
+	w.model.mu.Lock()
+	ev := w.model.events[i]
+	w.model.events = slices.Delete(w.model.events, i, i+1)
+	w.model.delivered = append(w.model.delivered, ev)
+	w.model.mu.Unlock()
+	w.deliver(ev)
+}
+
+// replayEvent delivers again an event delivered before, perhaps hours
+// later: the provider retries deliveries it thinks failed.
+func (w *world) replayEvent(t *rapid.T) {
+	w.model.mu.Lock()
+	n := len(w.model.delivered)
+	w.model.mu.Unlock()
+	if n == 0 {
+		t.Skip("no event delivered")
+	}
+	i := rapid.IntRange(0, n-1).Draw(t, "event")
+	w.model.mu.Lock()
+	ev := w.model.delivered[i]
+	w.model.mu.Unlock()
+	w.deliver(ev)
+}
+
+// foreignEvent delivers an event about an object that is not the effect's:
+// another provider's event naming its key (any object in a Stripe account
+// can carry a computed key in its metadata), or one of its own provider
+// about an object of another type (a customer carrying a charge's key).
+func (w *world) foreignEvent(t *rapid.T) {
+	me := w.pick(t)
+	w.events++
+	var ev modelEvent
+	switch {
+	case me.kind == kindCharge && rapid.Bool().Draw(t, "customer"):
+		ev = modelEvent{provider: "stripe", ref: fmt.Sprintf("cus_foreign%d", w.events), status: "created"}
+	case me.kind == kindCharge:
+		ev = modelEvent{provider: "sendgrid", ref: fmt.Sprintf("msg_foreign%d", w.events), status: "delivered"}
+	default:
+		ev = modelEvent{provider: "stripe", ref: rapid.SampledFrom([]string{"cus_foreign", "ch_foreign"}).Draw(t, "object") + strconv.Itoa(w.events), status: "succeeded"}
+	}
+	ev.id, ev.key = fmt.Sprintf("evt_foreign%d", w.events), me.key
+	w.deliver(ev)
+}
+
+// keepEventContract delivers, before d passes, the "processed" events that
+// would otherwise come later than eventsWithin after their mail.
+func (w *world) keepEventContract(d time.Duration) {
+	w.model.mu.Lock()
+	var due []modelEvent
+	left := w.model.events[:0]
+	for _, ev := range w.model.events {
+		if ev.first && w.model.clock.Add(d).Sub(ev.at) >= eventsWithin-time.Minute {
+			due = append(due, ev)
+			w.model.delivered = append(w.model.delivered, ev)
+		} else {
+			left = append(left, ev)
+		}
+	}
+	w.model.events = left
+	w.model.mu.Unlock()
+	for _, ev := range due {
+		w.deliver(ev)
+	}
+}
+
+// runReconciler runs the reconciler, as its schedule or an operator would.
+func (w *world) runReconciler(t *rapid.T) {
+	if _, err := w.recon.RunNow(w.ctx); err != nil {
+		w.fatalf("reconcile: %v", err)
+	}
 }
 
 func (w *world) enqueue(t *rapid.T) {
@@ -352,7 +566,7 @@ func (w *world) enqueue(t *rapid.T) {
 		if !res[0].Inserted {
 			w.fatalf("enqueue %s %s: a new effect was not inserted", src, kind)
 		}
-		w.effs[[2]string{src, kind}] = &modelEffect{source: src, kind: kind, variant: variant, id: res[0].ID, key: res[0].Key}
+		w.effs[[2]string{src, kind}] = &modelEffect{source: src, kind: kind, variant: variant, id: res[0].ID, key: res[0].Key, keys: []string{res[0].Key}}
 		w.order = append(w.order, [2]string{src, kind})
 	case variant == me.variant:
 		if err != nil || res[0].Inserted || res[0].ID != me.id {
@@ -365,8 +579,39 @@ func (w *world) enqueue(t *rapid.T) {
 	}
 }
 
+// served is the kinds a dispatcher claims: those not paused, as it reads
+// the pauses.
+func (w *world) served() []string {
+	ps, err := w.store.Pauses(w.ctx)
+	if err != nil {
+		w.fatalf("pauses: %v", err)
+	}
+	var out []string
+	for _, k := range modelKinds {
+		if !slices.ContainsFunc(ps, func(p effects.Pause) bool {
+			return p.Scope == effects.PauseKind && p.Name == k || p.Scope == effects.PauseProvider && p.Name == w.kinds[k].Provider.Name()
+		}) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// pause pauses or resumes a kind or a provider, as an operator would.
+func (w *world) pause(t *rapid.T) {
+	scope := rapid.SampledFrom([]effects.PauseScope{effects.PauseKind, effects.PauseProvider}).Draw(t, "scope")
+	name := rapid.SampledFrom(modelKinds).Draw(t, "kind")
+	if scope == effects.PauseProvider {
+		name = w.kinds[name].Provider.Name()
+	}
+	_, err := w.store.SetPause(w.ctx, scope, name, rapid.Bool().Draw(t, "pause"), op)
+	if err != nil && !errors.Is(err, effects.ErrNotPaused) {
+		w.fatalf("pause: %v", err)
+	}
+}
+
 func (w *world) claimParams(worker string, limit int) store.ClaimParams {
-	p := store.ClaimParams{Kinds: modelKinds, Limit: limit, Lease: modelLease, Worker: worker,
+	p := store.ClaimParams{Kinds: w.served(), Limit: limit, Lease: modelLease, Worker: worker,
 		KeyWindows: map[string]time.Duration{}, Timeouts: map[string]time.Duration{}}
 	for name, k := range w.kinds {
 		p.KeyWindows[name], p.Timeouts[name] = providers.KeyWindow(k.Provider), modelLease
@@ -429,9 +674,10 @@ func (w *world) call(t *rapid.T) {
 		t.Skip("no call to make")
 	}
 	c := rapid.SampledFrom(open).Draw(t, "call")
-	choices := []answer{answerOK, answerLost, answer503, answerDecline, answerInvalid, answer429}
+	choices := []answer{answerOK, answerLost, answer503, answerDecline, answerInvalid, answer429, answer401, answer403, answer404}
 	if c.e.Kind == kindCharge {
-		choices = []answer{answerOK, answerLost, answer500Done, answer500Undone, answerDecline, answerInvalid, answer429}
+		choices = []answer{answerOK, answerLost, answer500Done, answer500Undone, answerDecline, answerInvalid, answer429,
+			answer401, answer403, answer404, answer409, answerMismatch}
 	}
 	w.model.setNext(rapid.SampledFrom(choices).Draw(t, "answer"))
 	k := w.kinds[c.e.Kind]
@@ -488,7 +734,9 @@ func (w *world) crash(t *rapid.T) {
 }
 
 func (w *world) passTime(t *rapid.T) {
-	w.shift(rapid.SampledFrom([]time.Duration{time.Second, 2 * modelLease, 2 * time.Hour, keyWindow + time.Hour}).Draw(t, "by"))
+	d := rapid.SampledFrom([]time.Duration{time.Second, 2 * modelLease, 2 * time.Hour, keyWindow + time.Hour}).Draw(t, "by")
+	w.keepEventContract(d)
+	w.shift(d)
 }
 
 func (w *world) rescue(t *rapid.T) {
@@ -519,32 +767,32 @@ func (w *world) cancel(t *rapid.T) {
 	}
 }
 
-// performed reports how often the provider performed me, and its last
-// reference.
+// performed reports how often the providers performed me, under every key
+// of every revision — one business intent — and its last reference.
 func (w *world) performed(me *modelEffect) (int, string) {
-	w.model.mu.Lock()
-	defer w.model.mu.Unlock()
-	if me.kind == kindCharge {
-		if st := w.model.keys[me.key]; st != nil {
-			return st.performed, st.ref
-		}
-		return 0, ""
-	}
-	refs := w.model.mailRefs[me.key]
+	refs := w.refs(me)
 	if len(refs) == 0 {
 		return 0, ""
 	}
 	return len(refs), refs[len(refs)-1]
 }
 
-// chargeRefs lists the objects the Stripe model created under key.
-func (w *world) chargeRefs(key string) []string {
+// refs lists the objects the providers made for me, under every key of
+// every revision, oldest first within a key.
+func (w *world) refs(me *modelEffect) []string {
 	w.model.mu.Lock()
 	defer w.model.mu.Unlock()
-	if st := w.model.keys[key]; st != nil {
-		return slices.Clone(st.refs)
+	var out []string
+	for _, key := range me.keys {
+		if me.kind == kindCharge {
+			if st := w.model.keys[key]; st != nil {
+				out = append(out, st.refs...)
+			}
+		} else {
+			out = append(out, w.model.mailRefs[key]...)
+		}
 	}
-	return nil
+	return out
 }
 
 // resolve settles an uncertain effect as an operator would after looking at
@@ -586,6 +834,33 @@ func (w *world) retry(t *rapid.T) {
 	}
 }
 
+// supersede corrects an effect's payload as an operator would, from the
+// version the operator read; a second operator correcting the same version
+// at once is refused.
+func (w *world) supersede(t *rapid.T) {
+	me := w.pick(t)
+	e, err := w.store.Get(w.ctx, me.id)
+	if err != nil {
+		w.fatalf("get: %v", err)
+	}
+	me.revisions++
+	variant := 10 + me.revisions
+	got, err := w.store.Supersede(w.ctx, me.id, e.Version(), payload(me.kind, variant), 2, op)
+	var mpe *effects.MaybePerformedError
+	switch {
+	case err == nil:
+		me.key = got.Key
+		me.keys = append(me.keys, got.Key)
+		// The second operator's correction, from the same version.
+		if _, err := w.store.Supersede(w.ctx, me.id, e.Version(), payload(me.kind, variant+100), 2, op); !errors.Is(err, effects.ErrChanged) {
+			w.fatalf("a second supersede from the version the first replaced: %v, want ErrChanged", err)
+		}
+	case errors.As(err, &mpe), errors.Is(err, effects.ErrWrongState), errors.Is(err, effects.ErrChanged):
+	default:
+		w.fatalf("supersede: %v", err)
+	}
+}
+
 // check holds the invariants.
 func (w *world) check(t *rapid.T) {
 	rows, err := w.store.List(w.ctx, effects.Filter{Limit: 1000})
@@ -608,7 +883,9 @@ func (w *world) check(t *rapid.T) {
 	w.model.mu.Unlock()
 	byKey := map[string]*modelEffect{}
 	for _, me := range w.effs {
-		byKey[me.key] = me
+		for _, k := range me.keys {
+			byKey[k] = me
+		}
 	}
 	for _, key := range pastWin {
 		if me := byKey[key]; me == nil || !me.forced {
@@ -623,14 +900,14 @@ func (w *world) check(t *rapid.T) {
 		n, ref := w.performed(me)
 		switch {
 		case me.kind == kindCharge && n > 1 && !me.forced:
-			w.fatalf("charge %s performed %d times under one key inside its window", me.key, n)
+			w.fatalf("charge %d performed %d times (keys %v) and no operator forced it", me.id, n, me.keys)
 		case me.kind == kindMail && n > 1 && !me.refired:
-			w.fatalf("at-most-once email %d sent %d times", me.id, n)
+			w.fatalf("at-most-once email %d sent %d times (keys %v)", me.id, n, me.keys)
 		case e.State == effects.Confirmed && n == 0:
-			w.fatalf("effect %d confirmed, never performed", e.ID)
-		case e.State == effects.Confirmed && me.kind == kindCharge && !slices.Contains(w.chargeRefs(me.key), e.ProviderRef):
-			// (One reference unless an operator sent it past its window.)
-			w.fatalf("charge %d confirmed with %q, the provider holds %q", e.ID, e.ProviderRef, ref)
+			w.fatalf("effect %d confirmed with %q, never performed", e.ID, e.ProviderRef)
+		case e.State == effects.Confirmed && me.kind != kindDigest && !slices.Contains(w.refs(me), e.ProviderRef):
+			// (One reference unless an operator sent it again.)
+			w.fatalf("effect %d confirmed with %q, the provider holds %q", e.ID, e.ProviderRef, ref)
 		case n > 0 && e.State == effects.Cancelled && e.Flag == "":
 			// Only an effect never possibly performed is cancelled; a late
 			// "performed" after that flags it.
@@ -660,6 +937,7 @@ func TestModel(t *testing.T) {
 	m := newProviderModel()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/charges", m.stripe)
+	mux.HandleFunc("GET /v1/charges", m.listCharges)
 	mux.HandleFunc("POST /v3/mail/send", m.mail)
 	// Every answer closes its connection: net/http resends a request that
 	// carries an Idempotency-Key when a reused connection closes without an
@@ -671,7 +949,7 @@ func TestModel(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	st, err := stripe.New(&stripe.Config{APIKey: "sk_test_model", BaseURL: srv.URL, Timeout: 5 * time.Second,
-		Operations: map[string]string{kindCharge: "charges.create"}})
+		Operations: map[string]string{kindCharge: "charges.create"}, ConsistencyDelay: time.Minute, LookupRate: 1e6})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,13 +962,24 @@ func TestModel(t *testing.T) {
 			BackoffBase: time.Second, BackoffMax: time.Minute, AtLeastOnce: alo}
 	}
 	kinds := map[string]dispatcher.Kind{kindCharge: kind(st, false), kindMail: kind(mail, false), kindDigest: kind(mail, true)}
+	// The reconciler: Stripe's lookups and events, SendGrid's events with
+	// their delay, a lost at-most-once email refired when absent.
+	recon, err := reconcile.New(pool, &reconcile.Config{Logger: quiet(), Kinds: map[string]reconcile.Kind{
+		kindCharge: {Provider: st},
+		kindMail:   {Provider: mail, EventsWithin: eventsWithin, RefireWhenAbsentAfter: eventsWithin},
+		kindDigest: {Provider: mail, EventsWithin: eventsWithin},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	prop := func(rt *rapid.T) {
-		if _, err := pool.Exec(ctx, `TRUNCATE side_effects, side_effect_events RESTART IDENTITY`); err != nil {
+		if _, err := pool.Exec(ctx, `TRUNCATE side_effects, side_effect_events, sidefx_evidence, sidefx_reconcile_runs,
+				sidefx_reconcile_findings, sidefx_pauses, sidefx_pause_log RESTART IDENTITY`); err != nil {
 			rt.Fatalf("reset: %v", err)
 		}
 		m.reset()
-		w := &world{ctx: ctx, pool: pool, store: fx, eng: eng, model: m, kinds: kinds, effs: map[[2]string]*modelEffect{}, tb: rt}
+		w := &world{ctx: ctx, pool: pool, store: fx, eng: eng, model: m, kinds: kinds, effs: map[[2]string]*modelEffect{}, tb: rt, recon: recon}
 		rt.Repeat(map[string]func(*rapid.T){
 			"":          w.check,
 			"enqueue":   w.enqueue,
@@ -706,6 +995,12 @@ func TestModel(t *testing.T) {
 			"resolve":   w.resolve,
 			"refire":    w.refire,
 			"retry":     w.retry,
+			"supersede": w.supersede,
+			"pause":     w.pause,
+			"event":     w.deliverEvent,
+			"replay":    w.replayEvent,
+			"foreign":   w.foreignEvent,
+			"reconcile": w.runReconciler,
 		})
 	}
 	deadline := time.Now().Add(*modelBudget)

@@ -110,7 +110,7 @@ func TestDispatcher_ARefusalBeforeTheKeyKeepsTheEvidence(t *testing.T) {
 			if e.Attempts != 2 || !slices.Equal(e.MaybeAttempts, tc.maybe) {
 				t.Fatalf("%s after %d attempts, may have been performed by %v; want 2 attempts and %v", e.State, e.Attempts, e.MaybeAttempts, tc.maybe)
 			}
-			_, err = fx.Supersede(ctx, e.ID, json.RawMessage(`{"amount":2000,"currency":"usd","source":"tok_visa"}`), 1, effects.Action{Actor: "test", Note: "corrected"})
+			_, err = fx.Supersede(ctx, e.ID, e.Version(), json.RawMessage(`{"amount":2000,"currency":"usd","source":"tok_visa"}`), 1, effects.Action{Actor: "test", Note: "corrected"})
 			var mpe *effects.MaybePerformedError
 			switch {
 			case tc.supplant && err != nil:

@@ -80,7 +80,7 @@ type Config struct {
 	// one of Operations(). A kind not in the map uses DefaultOperation: its
 	// last two dot-separated words. Nil is an empty map.
 	Operations map[string]string
-	// ConsistencyDelay is how long after its first fire an effect whose
+	// ConsistencyDelay is how long after its latest attempt an effect whose
 	// object a lookup does not find is taken to be absent. Default
 	// DefaultConsistencyDelay (5m); negative is an error.
 	ConsistencyDelay time.Duration
