@@ -49,6 +49,43 @@ func NotSent(err error) bool {
 	return strings.Contains(err.Error(), "http: server closed idle connection")
 }
 
+// OneRequest wraps base (nil: http.DefaultTransport) so that one call is
+// one request: net/http sends again, on a new connection, a request that
+// carries an Idempotency-Key header when the reused connection it was
+// written on dies before an answer — and returns only the last error. When
+// the peer went down after it received (and perhaps performed) the
+// request, that last error is the new connection's "refused", which reads
+// as "never sent": a charge made would be classified retryable, and could
+// end failed with no evidence. A request sent through OneRequest is never
+// resent by the transport (its GetBody is taken away, which is all that
+// lets net/http rewind a body), so the error is the one of the connection
+// the request was written on, and a request that may have been received
+// is unknown. The dispatcher owns retries.
+func OneRequest(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return oneRequest{base: base}
+}
+
+type oneRequest struct{ base http.RoundTripper }
+
+func (t oneRequest) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
+		r := *req // a shallow copy: RoundTrip must not change req
+		r.GetBody = nil
+		req = &r
+	}
+	return t.base.RoundTrip(req)
+}
+
+// CloseIdleConnections closes the base transport's idle connections.
+func (t oneRequest) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // RetryAfter reads a Retry-After header: delay-seconds or an HTTP date
 // (relative to now). Absent, malformed or past values give zero.
 func RetryAfter(h http.Header, now time.Time) time.Duration {

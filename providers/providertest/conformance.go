@@ -149,6 +149,7 @@ type conformanceServer struct {
 	answer Answer
 	hang   bool // hold the request until the client gives up
 	reset  bool // read the request, then drop the connection unanswered
+	die    bool // read the request, then go away: listener and connection closed
 	keys   []string
 	stop   chan struct{}
 }
@@ -175,9 +176,20 @@ func (s *conformanceServer) serve(w http.ResponseWriter, r *http.Request) string
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	s.keys = append(s.keys, s.c.Key(r, body))
-	answer, hang, reset := s.answer, s.hang, s.reset
+	answer, hang, reset, die := s.answer, s.hang, s.reset, s.die
 	s.mu.Unlock()
 	switch {
+	case die:
+		// The peer received the request, perhaps acted on it, and went
+		// down: a new connection is refused.
+		s.Listener.Close()
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				c.Close()
+				return ""
+			}
+		}
+		panic(http.ErrAbortHandler)
 	case hang:
 		select {
 		case <-r.Context().Done():
@@ -386,6 +398,27 @@ func RunConformance(t *testing.T, c Conformance) {
 			if k != call(8).Key {
 				t.Fatalf("a resend carried key %s, not %s", k, call(8).Key)
 			}
+		}
+	})
+	t.Run("a request received on a reused connection before the peer went down is unknown", func(t *testing.T) {
+		// net/http resends a request that carries an Idempotency-Key when
+		// its reused connection dies unanswered, and reports only the
+		// resend's "connection refused": the provider must not take that
+		// for "never sent" (providers.OneRequest).
+		s := server(t)
+		p := c.New(t, s.URL)
+		if r := keep(p.Call(context.Background(), call(20))); !r.IsConfirmed() {
+			t.Fatalf("first call: %s %v, want confirmed", r.Class, r.Err)
+		}
+		s.mu.Lock()
+		s.die = true
+		s.mu.Unlock()
+		r := keep(p.Call(context.Background(), call(21)))
+		if !r.IsUnknown() {
+			t.Fatalf("the peer received the request, then went down: %s (%v), want unknown: it may have acted", r.Class, r.Err)
+		}
+		if n := len(s.received()); n != 2 {
+			t.Fatalf("the peer received %d requests over two calls, want 2: the dispatcher owns retries", n)
 		}
 	})
 	t.Run("refused connection is retryable", func(t *testing.T) {

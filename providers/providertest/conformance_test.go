@@ -42,7 +42,8 @@ func newRefProvider(baseURL, secret, broken string) *refProvider {
 	u := baseURL + "/effects?token=" + url.QueryEscape(refToken)
 	return &refProvider{
 		url: u, secret: secret, idempotent: true, broken: broken,
-		hc:     &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		hc: &http.Client{Transport: providers.OneRequest(nil),
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		redact: providers.NewRedactor(append(providers.URLSecrets(u), secret)...),
 	}
 }

@@ -153,7 +153,7 @@ func New(cfg *Config) (*Provider, error) {
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	mine.Transport = providers.Traced(limitedTransport{rt})
+	mine.Transport = providers.Traced(providers.OneRequest(limitedTransport{rt}))
 	mine.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	p.client = &rest.Client{HTTPClient: &mine}
 	return p, nil

@@ -59,8 +59,9 @@
 //     idempotency_error.
 //   - One Call is one request: stripe-go's own retries are off
 //     (MaxNetworkRetries 0), as the dispatcher owns retries and backoff.
-//     (net/http may resend a request whose connection was found closed
-//     before any answer; the resend carries the same key.) Redirects are
+//     net/http's own resend of a request carrying an Idempotency-Key on a
+//     reused connection that died is off too (providers.OneRequest): its
+//     error would hide that the first request was received. Redirects are
 //     not followed.
 //   - Each Provider has its own stripe-go client (client.API on a backend
 //     made with stripe.GetBackendWithConfig); the global stripe.Key and

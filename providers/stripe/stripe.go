@@ -181,7 +181,7 @@ func newProvider(cfg *Config, logger stripego.LeveledLoggerInterface) (*Provider
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	httpClient.Transport = providers.Traced(&observer{base: base})
+	httpClient.Transport = providers.Traced(providers.OneRequest(&observer{base: base}))
 	// A redirect followed would resend the request, key and all, to a URL
 	// nobody configured.
 	httpClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

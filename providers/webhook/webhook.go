@@ -303,7 +303,7 @@ func New(cfg *Config) (*Provider, error) {
 		p.own.MaxIdleConnsPerHost = 32
 		p.hc = &http.Client{Transport: p.own}
 	}
-	p.hc.Transport = providers.Traced(p.hc.Transport)
+	p.hc.Transport = providers.Traced(providers.OneRequest(p.hc.Transport))
 	p.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return p, nil
 }
