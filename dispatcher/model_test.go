@@ -4,7 +4,7 @@ package dispatcher_test
 // (enqueue and replays, claims by three workers, calls answered in every
 // class, lost answers, stored 500s, late answers, lease expiry and rescue,
 // lost claims, cancel, the operators' retry, resolve, refire, supersede and
-// pauses, reaping, time passing a key window) against a real PostgreSQL,
+// pauses, one by one and in bulk, reaping, time passing a key window) against a real PostgreSQL,
 // the real Stripe and SendGrid providers, and reference models of the
 // providers that record what was performed. The world is hostile: the
 // providers answer before their idempotency layer too (a rolled API key's
@@ -41,6 +41,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/ops"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
@@ -662,18 +663,62 @@ func (w *world) lostClaim(t *rapid.T) {
 	}
 }
 
+// busy draws one of the workers for which has holds.
+func (w *world) busy(t *rapid.T, has func(*call) bool) int {
+	var ws []int
+	for i := range w.work {
+		if slices.ContainsFunc(w.work[i], has) {
+			ws = append(ws, i)
+		}
+	}
+	if len(ws) == 0 {
+		t.Skip("no worker has anything to do")
+	}
+	return rapid.SampledFrom(ws).Draw(t, "worker")
+}
+
 func (w *world) call(t *rapid.T) {
-	i := rapid.IntRange(0, 2).Draw(t, "worker")
+	i := w.busy(t, func(c *call) bool { return c.out == nil })
 	var open []*call
 	for _, c := range w.work[i] {
 		if c.out == nil {
 			open = append(open, c)
 		}
 	}
-	if len(open) == 0 {
-		t.Skip("no call to make")
+	w.callOne(t, rapid.SampledFrom(open).Draw(t, "call"))
+}
+
+// dispatch is one dispatcher's pass: a claim, a call for each effect
+// claimed, and their outcomes recorded, with nothing between.
+func (w *world) dispatch(t *rapid.T) {
+	i := rapid.IntRange(0, 2).Draw(t, "worker")
+	w.claims++
+	got, err := w.eng.Claim(w.ctx, w.claimParams(fmt.Sprintf("w%d#%d", i, w.claims), rapid.IntRange(1, 3).Draw(t, "limit")))
+	if err != nil {
+		w.fatalf("claim: %v", err)
 	}
-	c := rapid.SampledFrom(open).Draw(t, "call")
+	if len(got) == 0 {
+		t.Skip("nothing to claim")
+	}
+	var outs []store.Outcome
+	for _, e := range got {
+		if e.State != effects.Fired {
+			continue
+		}
+		c := &call{e: e, claimedAt: w.model.now()}
+		w.callOne(t, c)
+		outs = append(outs, *c.out)
+	}
+	if len(outs) == 0 {
+		return
+	}
+	if _, err := w.eng.Complete(w.ctx, outs); err != nil {
+		w.fatalf("record outcomes: %v", err)
+	}
+}
+
+// callOne makes call c with an answer drawn from the hostile world's.
+func (w *world) callOne(t *rapid.T, c *call) {
 	choices := []answer{answerOK, answerLost, answer503, answerDecline, answerInvalid, answer429, answer401, answer403, answer404}
 	if c.e.Kind == kindCharge {
 		choices = []answer{answerOK, answerLost, answer500Done, answer500Undone, answerDecline, answerInvalid, answer429,
@@ -695,7 +740,7 @@ func (w *world) call(t *rapid.T) {
 }
 
 func (w *world) record(t *rapid.T) {
-	i := rapid.IntRange(0, 2).Draw(t, "worker")
+	i := w.busy(t, func(c *call) bool { return c.out != nil })
 	var outs []store.Outcome
 	var left []*call
 	for _, c := range w.work[i] {
@@ -861,6 +906,44 @@ func (w *world) supersede(t *rapid.T) {
 	}
 }
 
+// bulk acts on every effect of a kind as an operator would from the CLI or
+// the console (internal/ops, one rule for both): retry, refire (forced past
+// the key window or not), cancel, or supersede by a merge patch.
+func (w *world) bulk(t *rapid.T) {
+	kind := rapid.SampledFrom(modelKinds).Draw(t, "kind")
+	action := rapid.SampledFrom([]ops.Action{ops.Retry, ops.Refire, ops.Cancel, ops.Supersede}).Draw(t, "action")
+	force := action == ops.Refire && rapid.Bool().Draw(t, "force")
+	r := ops.Request{Action: action, Attempts: 2, PastKeyWindow: force, Actor: "model", Note: "bulk"}
+	if action == ops.Supersede {
+		w.events++
+		r.Patch = json.RawMessage(fmt.Sprintf(`{"subject": "receipt, corrected %d"}`, w.events))
+		if kind == kindCharge {
+			r.Patch = json.RawMessage(fmt.Sprintf(`{"amount": %d}`, 5000+w.events))
+		}
+	}
+	o := &ops.Ops{Store: w.store, KeyWindow: func(k string) time.Duration { return providers.KeyWindow(w.kinds[k].Provider) }}
+	res, err := o.ApplyAll(w.ctx, r, effects.Filter{Kinds: []string{kind}}, 0)
+	if err != nil {
+		w.fatalf("bulk %s: %v", action, err)
+	}
+	byID := map[int64]*modelEffect{}
+	for _, me := range w.effs {
+		byID[me.id] = me
+	}
+	for _, e := range res.Done {
+		me := byID[e.ID]
+		switch action {
+		case ops.Refire:
+			me.refired, me.forced = true, me.forced || force
+		case ops.Cancel:
+			me.cancelled = true
+		case ops.Supersede:
+			me.key = e.Key
+			me.keys = append(me.keys, e.Key)
+		}
+	}
+}
+
 // check holds the invariants.
 func (w *world) check(t *rapid.T) {
 	rows, err := w.store.List(w.ctx, effects.Filter{Limit: 1000})
@@ -984,6 +1067,7 @@ func TestModel(t *testing.T) {
 			"":          w.check,
 			"enqueue":   w.enqueue,
 			"claim":     w.claim,
+			"dispatch":  w.dispatch,
 			"lostClaim": w.lostClaim,
 			"call":      w.call,
 			"record":    w.record,
@@ -997,11 +1081,19 @@ func TestModel(t *testing.T) {
 			"retry":     w.retry,
 			"supersede": w.supersede,
 			"pause":     w.pause,
+			"bulk":      w.bulk,
 			"event":     w.deliverEvent,
 			"replay":    w.replayEvent,
 			"foreign":   w.foreignEvent,
 			"reconcile": w.runReconciler,
 		})
+	}
+	// Longer histories than rapid's default (30 steps on average): a
+	// defect may take a dozen steps to show.
+	if f := flag.Lookup("rapid.steps"); f != nil && f.Value.String() == "30" {
+		if err := f.Value.Set("80"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	deadline := time.Now().Add(*modelBudget)
 	runs := 0
