@@ -148,6 +148,11 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 				problems = append(problems, &FieldError{Path: path + ".webhook_secret_env", Problem: fmt.Sprintf("the value of %s is not usable: %s", pc.WebhookSecretEnv, providers.NewRedactor(v).String(err.Error()))})
 				continue
 			}
+			if p, ok := rt.Providers[name].(*stripe.Provider); ok {
+				if live, known := p.Livemode(); known {
+					src = src.ForMode(live) // events of the API key's mode only
+				}
+			}
 			rt.EventSources[name] = src
 		}
 	}

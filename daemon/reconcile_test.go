@@ -72,8 +72,10 @@ kinds:
 }
 
 // A Stripe event naming an uncertain charge's key, posted to the daemon's
-// endpoint signed as Stripe signs, settles it with the event's object:
-// no lookup needed, and the listing then finds that charge its own.
+// endpoint signed as Stripe signs, is stored as evidence and is a lead:
+// Stripe can be asked, so the lookup in the platform's own account
+// settles the charge with its object, and the listing then finds that
+// charge its own.
 func TestEvents_StripeEventSettlesTheCharge(t *testing.T) {
 	t.Parallel()
 	stateful := peers.StartStripeStateful(t)
@@ -122,7 +124,7 @@ kinds:
 		t.Fatal(err)
 	}
 	out := c.ok("reconcile", "run", "--config", cfg)
-	if !strings.Contains(out, "1 settled") || !strings.Contains(out, "the provider's events") || !strings.Contains(out, "0 extra, 0 missing") {
+	if !strings.Contains(out, "1 settled") || !strings.Contains(out, "stripe list /v1/charges") || !strings.Contains(out, "0 extra, 0 missing") {
 		t.Fatalf("reconcile run:\n%s", out)
 	}
 	if got, _ := store.Get(ctx, e.ID); got.State != effects.Confirmed || got.ProviderRef != res.Ref {

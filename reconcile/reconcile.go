@@ -83,8 +83,9 @@ func (r *Report) Count(f FindingKind) int {
 type Kind struct {
 	// Provider performs the kind's effects. It is looked up when it
 	// implements providers.Looker, listed when it implements
-	// providers.Lister; evidence its events brought (Record) settles its
-	// effects either way.
+	// providers.Lister. Evidence its events brought (Record) settles its
+	// effects when it cannot be looked up; when it can, the lookup
+	// decides, and events are leads.
 	Provider providers.Provider
 	// RefireWhenAbsentAfter, when positive, sends again an uncertain effect
 	// the provider never got (Absent) once this long has passed since its
@@ -308,9 +309,16 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 		// may be on its way: never from the first.
 		since := r.cfg.Now().Sub(u.lastFiredAt)
 		switch {
-		case event != nil:
+		case event != nil && looker == nil:
+			// A provider that cannot be asked: its verified events are
+			// what it holds.
 			ev = providers.Evidence{Verdict: providers.Found, Ref: event.ref, Succeeded: true, Status: event.status, At: event.at, Source: "the provider's events"}
 		case looker != nil:
+			// A provider that can be asked is asked, events or not: an
+			// event is a lead, and only what the provider holds in the
+			// account sidefx calls settles (an event signed with the
+			// endpoint's secret may still speak of another account's
+			// object, with metadata that account chose).
 			var lerr error
 			ev, lerr = looker.Lookup(ctx, providers.Query{EffectID: u.id, SourceID: u.sourceID, Kind: kind, Key: u.key,
 				FirstFiredAt: u.firstFiredAt, LastFiredAt: u.lastFiredAt})

@@ -532,10 +532,11 @@ func TestReconcile_EvidenceIsTheProvidersOwn(t *testing.T) {
 		t.Fatalf("the email after another provider's event: %s, want uncertain", e.State)
 	}
 
-	// The same effects reconciled as charges at Stripe (the provider whose
-	// events these are): a customer and a PaymentIntent carrying the key
-	// are no charge; a charge is.
-	p := newStripe(t, "http://127.0.0.1:1", nil) // lookups fail: only events can settle
+	// The same effects reconciled as charges by a provider named stripe
+	// that tells its objects apart (MakesRef) and cannot be looked up, so
+	// that its events settle: a customer and a PaymentIntent carrying the
+	// key are no charge; a charge is.
+	p := eventsOnly{newStripe(t, "http://127.0.0.1:1", nil)}
 	record("stripe", "evt_pi", "pi_123")
 	for _, want := range []string{"", "ch_123"} {
 		if want != "" {
@@ -552,5 +553,45 @@ func TestReconcile_EvidenceIsTheProvidersOwn(t *testing.T) {
 		case want != "" && (len(s) != 1 || s[0].EffectID != sent.ID || s[0].Ref != want):
 			t.Fatalf("findings %+v; want %d settled with %s", rep.Findings, sent.ID, want)
 		}
+	}
+}
+
+// eventsOnly is a Stripe provider that cannot look up or list: only its
+// events settle its effects, each with an object of the kind's type.
+type eventsOnly struct{ p *stripe.Provider }
+
+func (e eventsOnly) Name() string     { return e.p.Name() }
+func (e eventsOnly) Idempotent() bool { return e.p.Idempotent() }
+func (e eventsOnly) Call(ctx context.Context, c providers.Call) providers.Result {
+	return e.p.Call(ctx, c)
+}
+func (e eventsOnly) MakesRef(kind, ref string) bool { return e.p.MakesRef(kind, ref) }
+
+// Where the provider can be looked up, an event is a lead and the lookup
+// decides: an event signed with the endpoint's secret may still speak of
+// another account's object (a Connect endpoint's), with metadata that
+// account chose. The lookup finds no such object: nothing is settled.
+func TestReconcile_AnEventIsALeadWhereTheProviderCanBeAsked(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	f := uncertainMail(t, pool)
+	st, _ := effects.NewStore(pool, nil)
+	unsent, _ := st.GetBySource(ctx, "unsent", chargeKind)
+	if _, err := reconcile.Record(ctx, pool, "", 0, unsent.Key, "mail", "event", "evt_elsewhere",
+		providers.Evidence{Verdict: providers.Found, Ref: "msg_elsewhere", Succeeded: true, Status: "delivered"}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := newReconciler(t, pool, mailFake{f}).RunNow(ctx) // mailFake looks up: the unsent one is absent
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range findings(rep, reconcile.Settled) {
+		if x.EffectID == unsent.ID {
+			t.Fatalf("settled by an event the provider's own records contradict: %+v", x)
+		}
+	}
+	if e, _ := st.Get(ctx, unsent.ID); e.State != effects.Uncertain {
+		t.Fatalf("the unsent email: %s, want uncertain", e.State)
 	}
 }

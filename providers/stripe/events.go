@@ -19,6 +19,10 @@ import (
 // of the timestamp and the body with the endpoint's signing secret
 // (whsec_…), within webhook.DefaultTolerance (5 minutes) of now.
 //
+// Only the platform account's own events count: one carrying "account"
+// (from a connected account, on a Connect endpoint) or of the other mode
+// (ForMode) is returned without a key, and so never stored as evidence.
+//
 // An event whose object carries sidefx's metadata (charge.succeeded,
 // payment_intent.succeeded, refund.created, customer.created, … for the
 // objects the provider creates) is evidence that Stripe made the object:
@@ -29,6 +33,16 @@ import (
 // makes (MakesRef).
 type Events struct {
 	secret string
+	mode   *bool // the livemode events must have; nil: either
+}
+
+// ForMode returns a copy of e that takes only events of the given mode
+// (livemode true: live): an event of the other mode speaks of another
+// world's objects. The daemon sets it from the provider's API key.
+func (e *Events) ForMode(live bool) *Events {
+	c := *e
+	c.mode = &live
+	return &c
 }
 
 var _ providers.EventSource = (*Events)(nil)
@@ -54,6 +68,14 @@ func (e *Events) Events(header http.Header, body []byte) ([]providers.Event, err
 	}
 	out := providers.Event{ID: ev.ID}
 	if ev.Data == nil || len(ev.Data.Raw) == 0 {
+		return []providers.Event{out}, nil
+	}
+	if ev.Account != "" || (e.mode != nil && ev.Livemode != *e.mode) {
+		// A connected account's event (a Connect endpoint delivers them
+		// signed with the same secret) is about that account's objects,
+		// with metadata it chose, and an event of the other mode about
+		// the other mode's: neither is evidence for sidefx's effects,
+		// which this provider makes in the platform's own account.
 		return []providers.Event{out}, nil
 	}
 	var obj struct {

@@ -65,3 +65,40 @@ func TestEvents_VerifiesAndReads(t *testing.T) {
 		t.Error("a secret without whsec_ was accepted")
 	}
 }
+
+// Only the platform account's own events of the API key's mode are
+// evidence: a connected account's event (a Connect endpoint delivers them
+// signed with the same secret) names that account's object, with metadata
+// it chose (sidefx keys are computable), and an event of the other mode
+// the other mode's object. Both come back without a key, so the daemon
+// stores neither.
+func TestEvents_OnlyThePlatformsOwnOfItsMode(t *testing.T) {
+	t.Parallel()
+	src, err := stripe.NewEvents(whsec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pi = `{"id":"evt_%d","object":"event","type":"payment_intent.succeeded","created":1764000000%s,
+	 "data":{"object":{"id":"pi_%d","object":"payment_intent","status":"succeeded","created":1764000000,
+	  "metadata":{"sidefx_key":"sfx1_victim"}}}}`
+	for i, c := range []struct {
+		events *stripe.Events
+		extra  string
+		ours   bool
+	}{
+		{src, ``, true},
+		{src, `,"account":"acct_attacker"`, false},
+		{src.ForMode(true), `,"livemode":false`, false},
+		{src.ForMode(false), `,"livemode":false`, true},
+		{src.ForMode(false), `,"livemode":true`, false},
+	} {
+		body := []byte(fmt.Sprintf(pi, i, c.extra, i))
+		got, err := c.events.Events(sign(body, time.Now(), whsec), body)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("case %d: %+v, %v", i, got, err)
+		}
+		if ours := got[0].Key != ""; ours != c.ours {
+			t.Errorf("case %d (%s): taken as evidence %t, want %t", i, c.extra, ours, c.ours)
+		}
+	}
+}

@@ -200,6 +200,23 @@ func newProvider(cfg *Config, logger stripego.LeveledLoggerInterface) (*Provider
 	return p, nil
 }
 
+// Livemode reports whether the provider's API key is a live-mode key
+// (sk_live_…, rk_live_…) or a test-mode one, and whether the key says
+// which.
+func (p *Provider) Livemode() (live, known bool) {
+	for _, pre := range []string{"sk_live_", "rk_live_"} {
+		if strings.HasPrefix(p.apiKey, pre) {
+			return true, true
+		}
+	}
+	for _, pre := range []string{"sk_test_", "rk_test_"} {
+		if strings.HasPrefix(p.apiKey, pre) {
+			return false, true
+		}
+	}
+	return false, false
+}
+
 // Name returns Config.Name, by default "stripe".
 func (p *Provider) Name() string { return p.name }
 
