@@ -447,8 +447,9 @@ type KindConfig struct {
 	// uncertain effect its provider says it never got, once this long has
 	// passed since its latest attempt (with up to 5 more attempts): a lost email
 	// is sent rather than left to an operator. Only for providers without
-	// idempotency keys (sendgrid). Default 0: an absent effect is left to
-	// an operator, with the evidence.
+	// idempotency keys (sendgrid), whose event_public_key is set (events
+	// are how reconciliation learns an email never arrived). Default 0:
+	// an absent effect is left to an operator, with the evidence.
 	RefireWhenAbsentAfter Duration `yaml:"refire_when_absent_after"`
 }
 

@@ -278,6 +278,8 @@ func TestParse_Invalid(t *testing.T) {
 			nil, []string{`kinds["charge.create"].at_least_once: provider "stripe" (stripe) is idempotent`}},
 		{"refire_when_absent_after on stripe", db + stripeP + "kinds:\n  charge.create: {provider: stripe, operation: charges.create, refire_when_absent_after: 1h}\n",
 			nil, []string{`kinds["charge.create"].refire_when_absent_after: provider "stripe" (stripe) takes idempotency keys`}},
+		{"refire_when_absent_after without events", db + mail + "kinds:\n  email.receipt: {provider: mail, refire_when_absent_after: 1h}\n",
+			nil, []string{`kinds["email.receipt"].refire_when_absent_after: provider "mail" has no event_public_key`}},
 		{"event_public_key on stripe", db + "providers:\n  stripe: {type: stripe, api_key_env: STRIPE_API_KEY, event_public_key: abc}\nkinds:\n  charge.create: {provider: stripe, operation: charges.create}\n",
 			nil, []string{`providers["stripe"].event_public_key: only for sendgrid providers, this one is stripe`}},
 		{"bad event_public_key", db + "providers:\n  mail: {type: sendgrid, api_key_env: SENDGRID_API_KEY, event_public_key: \"not a key\"}\nkinds: {email.receipt: {provider: mail}}\n",

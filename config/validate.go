@@ -551,6 +551,9 @@ func (c *Config) checkKinds(v *checker) {
 		if k.RefireWhenAbsentAfter > 0 && ok && (p.Type == TypeStripe || p.Type == TypeWebhook || p.Type == TypeHTTP) {
 			v.fail(path+".refire_when_absent_after", "provider %q (%s) takes idempotency keys: reconciliation confirms what it finds, and an absent effect is left to an operator; refire_when_absent_after is for providers without keys (sendgrid)", k.Provider, p.Type)
 		}
+		if k.RefireWhenAbsentAfter > 0 && ok && p.Type == TypeSendGrid && p.EventPublicKey == "" {
+			v.fail(path+".refire_when_absent_after", "provider %q has no event_public_key: reconciliation learns that an email never arrived from SendGrid's signed events, and without them finds none absent, so nothing would ever be refired; set providers.%s.event_public_key", k.Provider, k.Provider)
+		}
 		if k.AtLeastOnce && ok && p.ptype != nil {
 			if idem, _ := p.registeredFacts(k.Provider); idem {
 				v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for providers without idempotency keys", k.Provider, p.Type)

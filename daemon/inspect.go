@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -121,13 +122,15 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 			fmt.Fprintln(io.Out)
 		}
 		printEffect(io, r.Effect, r.Why, maxAttempts(r.Effect, kinds, cfg), r.History)
-		printEvidence(io, r.Evidence)
+		printEvidence(io, r.Evidence, cmp.Or(providerOf[r.Kind], kinds[r.Kind].Provider))
 	}
 	return nil
 }
 
-// printEvidence prints what the providers said of an effect.
-func printEvidence(io *IO, ev []reconcile.Stored) {
+// printEvidence prints what the providers said of an effect; provider,
+// when known, is the one that serves its kind: what another provider said
+// is marked as no evidence for it (reconciliation ignores it).
+func printEvidence(io *IO, ev []reconcile.Stored, provider string) {
 	if len(ev) == 0 {
 		fmt.Fprintln(io.Out, "provider evidence	none (no lookup or event yet)")
 		return
@@ -146,6 +149,9 @@ func printEvidence(io *IO, ev []reconcile.Stored) {
 		}
 		if s.EventID != "" {
 			line += ", event " + s.EventID
+		}
+		if provider != "" && s.Provider != provider {
+			line += fmt.Sprintf(" — not evidence: the kind is served by %s, and reconciliation ignores what %s says of it", provider, s.Provider)
 		}
 		fmt.Fprintln(io.Out, line)
 	}

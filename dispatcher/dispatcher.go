@@ -903,8 +903,14 @@ func (d *Dispatcher) record(ctx context.Context, batch []pending) error {
 	for _, o := range fenced {
 		isFenced[attempt{o.ID, o.Attempt}] = true
 	}
-	for _, p := range batch {
+	for i, p := range batch {
 		p.rec.Fenced = isFenced[attempt{p.out.ID, p.out.Attempt}]
+		if !p.rec.Fenced && outs[i].State != p.out.State {
+			// The state recorded: failed with evidence left is
+			// uncertain, as is a retry past the key window.
+			p.out.State, p.rec.State = outs[i].State, outs[i].State
+			recordedSpan(p.span, p.out.State)
+		}
 		if p.rec.Fenced {
 			d.log.Warn("outcome not recorded: the effect's lease was rescued and a newer attempt owns it",
 				"effect_id", p.out.ID, "kind", p.rec.Kind, "attempt", p.out.Attempt, "outcome", p.out.State)

@@ -95,10 +95,12 @@ func TestDispatcher_ARefusalBeforeTheKeyKeepsTheEvidence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			seen := &recordedStates{}
 			r := start(t, pool, &dispatcher.Config{
 				Kinds: kinds("charge.create", dispatcher.Kind{Provider: p, MaxAttempts: 5,
 					BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}),
 				PollInterval: 20 * time.Millisecond,
+				Observer:     seen,
 			})
 			waitStates(t, pool, 30*time.Second, map[effects.State]int{tc.want: 1})
 			r.stop(t)
@@ -109,6 +111,10 @@ func TestDispatcher_ARefusalBeforeTheKeyKeepsTheEvidence(t *testing.T) {
 			}
 			if e.Attempts != 2 || !slices.Equal(e.MaybeAttempts, tc.maybe) {
 				t.Fatalf("%s after %d attempts, may have been performed by %v; want 2 attempts and %v", e.State, e.Attempts, e.MaybeAttempts, tc.maybe)
+			}
+			// Logs and metrics say what was recorded, not what was asked.
+			if got := seen.last(); got != tc.want {
+				t.Fatalf("the observer heard the last attempt recorded %s, want %s", got, tc.want)
 			}
 			_, err = fx.Supersede(ctx, e.ID, e.Version(), json.RawMessage(`{"amount":2000,"currency":"usd","source":"tok_visa"}`), 1, effects.Action{Actor: "test", Note: "corrected"})
 			var mpe *effects.MaybePerformedError
@@ -125,4 +131,26 @@ func TestDispatcher_ARefusalBeforeTheKeyKeepsTheEvidence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recordedStates keeps the states the dispatcher says it recorded.
+type recordedStates struct {
+	dispatcher.NopObserver
+	mu     sync.Mutex
+	states []effects.State
+}
+
+func (r *recordedStates) Recorded(d dispatcher.Dispatch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.states = append(r.states, d.State)
+}
+
+func (r *recordedStates) last() effects.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.states) == 0 {
+		return ""
+	}
+	return r.states[len(r.states)-1]
 }

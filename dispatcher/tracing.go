@@ -75,6 +75,13 @@ func answeredSpan(span trace.Span, res providers.Result, out store.Outcome) {
 	}
 }
 
+// recordedSpan corrects the state on span to the one recorded.
+func recordedSpan(span trace.Span, st effects.State) {
+	if span != nil && span.IsRecording() {
+		span.SetAttributes(attribute.String("sidefx.state", string(st)))
+	}
+}
+
 // endSpan ends the span of an outcome recorded, or given up.
 func endSpan(span trace.Span, recorded, fenced bool) {
 	if span == nil {

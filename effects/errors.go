@@ -221,7 +221,12 @@ func (e *StateError) Error() string {
 	if len(e.Want) == 0 {
 		return fmt.Sprintf("%s effect %d: it is %s", e.Op, e.ID, e.State)
 	}
-	return fmt.Sprintf("%s effect %d: it is %s, not %s", e.Op, e.ID, e.State, orList(e.Want))
+	msg := fmt.Sprintf("%s effect %d: it is %s, not %s", e.Op, e.ID, e.State, orList(e.Want))
+	if e.Op == "retry" && e.State == Uncertain {
+		// The way on for an uncertain effect.
+		msg += ": settle it with sidefx resolve (--as confirmed or failed), or send it again with sidefx resolve --refire"
+	}
+	return msg
 }
 
 // orList joins states for a sentence: "uncertain", "pending or failed",

@@ -168,7 +168,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 				AS u(id, attempt, state, ref, outcome_text, err, delay_ms, maybe, settles, window_ms, margin_ms, notify)
 			WHERE e.id = u.id AND (e.attempts = u.attempt AND e.state = 'fired') IS TRUE
 			RETURNING e.id, u.attempt, e.state, u.notify)
-			SELECT id, attempt FROM done
+			SELECT id, attempt, state FROM done
 			WHERE CASE WHEN notify AND state IN ('confirmed', 'failed', 'cancelled')
 				THEN pg_notify($12::text, id::text)::text = '' ELSE true END`,
 		// One outcome that the complete statement did not apply, with its
@@ -370,6 +370,12 @@ type Outcome struct {
 // outcome already recorded (a write retried after an ambiguous commit)
 // counts as applied. The outcomes that changed nothing are returned as
 // fenced, in input order; they are not an error.
+//
+// Complete sets the State of each outcome in outs that the statement
+// applied to the state it recorded, which may differ from the one asked
+// for: failed with evidence of an earlier attempt left is recorded
+// uncertain, and a retry that could not end inside the key window too.
+// Logs and metrics report that state.
 func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome, err error) {
 	if len(outs) == 0 {
 		return nil, nil
@@ -403,21 +409,30 @@ func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome
 	}
 	// Two outcomes of one effect (an old attempt's, late, and the new
 	// one's) may share a batch: they are told apart by attempt.
-	applied, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]int64, error) {
+	type stored struct {
+		key   [2]int64
+		state string
+	}
+	applied, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stored, error) {
 		var id int64
 		var attempt int32
-		err := r.Scan(&id, &attempt)
-		return [2]int64{id, int64(attempt)}, err
+		var state string
+		err := r.Scan(&id, &attempt, &state)
+		return stored{[2]int64{id, int64(attempt)}, state}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("record outcomes: %w", translate(err))
 	}
-	done := make(map[[2]int64]bool, len(applied))
-	for _, k := range applied {
-		done[k] = true
+	done := make(map[[2]int64]effects.State, len(applied))
+	for _, a := range applied {
+		done[a.key] = effects.State(a.state)
 	}
 	for i, o := range outs {
-		if done[[2]int64{o.ID, int64(o.Attempt)}] {
+		if st, ok := done[[2]int64{o.ID, int64(o.Attempt)}]; ok {
+			// The state recorded, which the statement decides: failed
+			// with evidence left is uncertain, a retry past the key
+			// window too.
+			outs[i].State = st
 			continue
 		}
 		o.ProviderRef, o.Error = refs[i].String, errs[i].String
