@@ -65,7 +65,7 @@ type Dispatcher struct {
 	// held are the effects this dispatcher claimed and has not recorded an
 	// outcome for: being called, waiting to be recorded, or abandoned at
 	// shutdown. A failed claim puts back its worker's other fired effects.
-	held map[int64]struct{}
+	held map[int64]int
 
 	hmu sync.Mutex
 	ops map[string]*opState // by operation; guarded by hmu
@@ -146,7 +146,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		beatNow:   make(chan struct{}, 1),
 		pausesNow: make(chan struct{}, 1),
 		backlog:   make(chan struct{}, 1),
-		held:      map[int64]struct{}{},
+		held:      map[int64]int{},
 
 		windows: map[string]time.Duration{},
 		margins: map[string]time.Duration{},
@@ -517,7 +517,9 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		}
 		d.mu.Lock()
 		for _, e := range fired {
-			d.held[e.ID] = struct{}{}
+			// Counted: a late outcome of an earlier attempt of the same
+			// effect, recorded after this claim, must not unhold this one.
+			d.held[e.ID]++
 		}
 		d.mu.Unlock()
 		d.claimMu.RUnlock()
@@ -960,7 +962,9 @@ func (d *Dispatcher) free(batch []pending, recorded bool) {
 	for _, p := range batch {
 		d.inflight--
 		if recorded {
-			delete(d.held, p.out.ID)
+			if d.held[p.out.ID]--; d.held[p.out.ID] <= 0 {
+				delete(d.held, p.out.ID)
+			}
 		}
 	}
 	d.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -175,7 +176,8 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// effect locked: see Engine.late.
 		late: `SELECT e.state, e.attempts, e.maybe_attempts, coalesce(e.provider_ref, ''), e.outcome_attempt,
 				EXISTS (SELECT 1 FROM ` + eventsOf(t) + ` ev
-					WHERE ev.effect_id = e.id AND ev.action IN ('resolve', 'cancel') AND ev.to_state = e.state)
+					WHERE ev.effect_id = e.id AND ev.action IN ('resolve', 'cancel') AND ev.to_state = e.state),
+				e.key_epoch
 			FROM ` + t + ` e WHERE e.id = $1 FOR UPDATE`,
 		// A fired effect whose lease ran out lost its worker, whose call may
 		// have reached the provider: the attempt joins maybe_attempts. Kinds
@@ -245,12 +247,15 @@ func buildDispatchQueries(t string) dispatchQueries {
 }
 
 // newMaybe is maybe_attempts after outcome u of effect e: with u's attempt
-// when it may have been performed; emptied by a confirmation or an answer
-// that settles the key; else without u's attempt (its answer was definite).
+// when it may have been performed; emptied by a confirmation; cleared of
+// the attempts the provider remembers (key_epoch on) by an answer that
+// settles the key — an answer to a request an operator sent past the key
+// window speaks for nothing the provider forgot; else without u's attempt
+// (its answer was definite).
 const newMaybe = `(CASE
 	WHEN u.state = 'confirmed' THEN '{}'::integer[]
 	WHEN u.maybe THEN array_append(array_remove(e.maybe_attempts, u.attempt), u.attempt)
-	WHEN u.settles THEN '{}'::integer[]
+	WHEN u.settles THEN ARRAY(SELECT a FROM unnest(e.maybe_attempts) AS a WHERE a < e.key_epoch ORDER BY a)
 	ELSE array_remove(e.maybe_attempts, u.attempt) END)`
 
 // eventsOf names the history table next to the side_effects table t.
@@ -474,8 +479,9 @@ func (s *Engine) late(ctx context.Context, o Outcome) (bool, error) {
 			ref             string
 			outcomeAttempt  pgtype.Int4
 			operatorDecided bool
+			keyEpoch        int32 // the first attempt the provider remembers
 		)
-		err := tx.QueryRow(ctx, s.q.late, o.ID).Scan(&state, &attempts, &maybe, &ref, &outcomeAttempt, &operatorDecided)
+		err := tx.QueryRow(ctx, s.q.late, o.ID).Scan(&state, &attempts, &maybe, &ref, &outcomeAttempt, &operatorDecided, &keyEpoch)
 		if err != nil {
 			return translate(err)
 		}
@@ -493,7 +499,9 @@ func (s *Engine) late(ctx context.Context, o Outcome) (bool, error) {
 		case o.MaybePerformed:
 			left = append(left, int32(o.Attempt))
 		case o.Settles && newest:
-			left = nil
+			// The attempts the provider forgot (before a resend past
+			// its key window) keep their evidence.
+			left = slices.DeleteFunc(left, func(a int32) bool { return a >= keyEpoch })
 		}
 		if cur == effects.Confirmed && o.State != effects.Confirmed {
 			return nil // performed; nothing a refusal could change

@@ -579,3 +579,50 @@ func TestEngine_CompleteAnnouncesAwaitedOutcomes(t *testing.T) {
 		t.Fatalf("announced %v, want the settled awaited effects %v", heard, want)
 	}
 }
+
+// A refusal the provider stored under the key speaks for every attempt it
+// remembers: sent again past the key window (an operator's consent), the
+// provider has forgotten the first attempt, which may have been
+// performed; its answer clears no evidence of that attempt, on time or
+// late, and the effect ends uncertain, not failed.
+func TestEngine_AnAnswerPastTheKeyWindowKeepsTheForgottenAttemptsEvidence(t *testing.T) {
+	t.Parallel()
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "on time", true: "late"}[late], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			insert(t, b, effects.NewEffect{SourceID: "order-1", Kind: "charge.create", Payload: json.RawMessage(`{}`)})
+			e := claim(t, b, "w1", time.Minute, "charge.create")[0]
+			window := 24 * time.Hour
+			if _, err := b.eng.Complete(b.ctx, []store.Outcome{{ID: e.ID, Attempt: 1, State: effects.Pending, MaybePerformed: true, KeyWindow: window}}); err != nil {
+				t.Fatal(err)
+			}
+			// A day and more later, an operator sends it again past the
+			// window, knowingly.
+			if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET first_fired_at = first_fired_at - interval '25 hours', state = 'uncertain'`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.store.Refire(b.ctx, e.ID, 1, effects.RefireOptions{KeyWindow: window, PastKeyWindow: true}, effects.Action{Actor: "op", Note: "sent again"}); err != nil {
+				t.Fatal(err)
+			}
+			e = claim(t, b, "w2", time.Minute, "charge.create")[0]
+			decline := store.Outcome{ID: e.ID, Attempt: 2, State: effects.Failed, Settles: true, KeyWindow: window, Error: "card_declined"}
+			if late {
+				// Its lease rescued first: the answer arrives late.
+				if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET state = 'uncertain', maybe_attempts = '{1,2}', lease_until = NULL`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := b.eng.Complete(b.ctx, []store.Outcome{decline}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.store.Get(b.ctx, e.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != effects.Uncertain || !slices.Contains(got.MaybeAttempts, 1) {
+				t.Fatalf("after a stored decline past the key window: %s, maybe %v; want uncertain with attempt 1's evidence", got.State, got.MaybeAttempts)
+			}
+		})
+	}
+}
