@@ -1005,6 +1005,19 @@ func (w *world) check(t *rapid.T) {
 	}
 }
 
+// weighted repeats the actions named in weights under more names, so that
+// rapid (which draws an action's name uniformly) draws them that many
+// times as often: a whole dispatch, the reconciler and time passing are
+// what most histories are made of.
+func weighted(actions map[string]func(*rapid.T), weights map[string]int) map[string]func(*rapid.T) {
+	for name, n := range weights {
+		for i := 2; i <= n; i++ {
+			actions[fmt.Sprintf("%s#%d", name, i)] = actions[name]
+		}
+	}
+	return actions
+}
+
 func TestModel(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
@@ -1063,7 +1076,7 @@ func TestModel(t *testing.T) {
 		}
 		m.reset()
 		w := &world{ctx: ctx, pool: pool, store: fx, eng: eng, model: m, kinds: kinds, effs: map[[2]string]*modelEffect{}, tb: rt, recon: recon}
-		rt.Repeat(map[string]func(*rapid.T){
+		rt.Repeat(weighted(map[string]func(*rapid.T){
 			"":          w.check,
 			"enqueue":   w.enqueue,
 			"claim":     w.claim,
@@ -1086,7 +1099,7 @@ func TestModel(t *testing.T) {
 			"replay":    w.replayEvent,
 			"foreign":   w.foreignEvent,
 			"reconcile": w.runReconciler,
-		})
+		}, map[string]int{"dispatch": 4, "reconcile": 2, "passTime": 2, "enqueue": 2}))
 	}
 	// Longer histories than rapid's default (30 steps on average): a
 	// defect may take a dozen steps to show.
