@@ -26,6 +26,34 @@
 // Callers branch on the Result's predicates (IsConfirmed, IsRejected,
 // IsRetryable, IsUnknown), not on its fields.
 //
+// # Which attempts an answer speaks for
+//
+// A Result also says for which attempts under the key it speaks (Speaks).
+// An answer produced behind the peer's idempotency layer — a success, a
+// replay, a refusal the peer stored under the key — speaks for every
+// attempt the peer remembers (ForKey), and clears the evidence that an
+// earlier attempt, whose answer was lost, was performed. A refusal made
+// before the peer read the key — authentication (a rolled API key),
+// permission, routing, validation stored under no key, rate limits, a key
+// in use — speaks for its own attempt (ForAttempt, the zero value and the
+// default of Reject): with evidence left, the effect ends uncertain, never
+// failed, and is never cancelled or superseded. An answer that proves an
+// earlier request reached the peer (Stripe's idempotency_error) is
+// ForEarlier: evidence itself. Mark a refusal ForKey only where the
+// vendor's documentation says it is stored under the key; each provider's
+// package documentation has its table.
+//
+// # One call, one request
+//
+// net/http sends a request that carries an Idempotency-Key header again,
+// on a new connection, when the reused connection it was written on dies
+// unanswered, and returns only the last error. When the peer went down
+// after it received the request, that error is "connection refused", which
+// TransportResult reads as "never sent". Send through OneRequest (every
+// built-in provider does): the transport then never resends, and a request
+// that may have been received is unknown. The conformance suite has the
+// case.
+//
 // # Key windows
 //
 // An idempotent provider's peer remembers a key for a bounded time: Stripe

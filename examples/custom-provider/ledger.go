@@ -54,7 +54,7 @@ func buildLedger(s *LedgerSettings, b *config.ProviderBuild) (providers.Provider
 		endpoint: s.URL + "/entries",
 		token:    token,
 		window:   window,
-		client:   &http.Client{Timeout: b.Timeout},
+		client:   &http.Client{Timeout: b.Timeout, Transport: providers.OneRequest(nil)},
 		redact:   providers.NewRedactor(token),
 	}, nil
 }
