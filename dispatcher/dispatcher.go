@@ -1014,7 +1014,11 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		return err
 	}
 	d.succeeded(opListen)
-	signal(d.wake) // notifications sent while not listening were missed
+	// Notifications sent while not listening were missed: effects that came
+	// due, and pauses or resumes (read again, or a resume sent between
+	// Run's first reading and this LISTEN would wait for a heartbeat).
+	signal(d.wake)
+	signal(d.pausesNow)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
@@ -1066,11 +1070,11 @@ func (d *Dispatcher) maintain(ctx context.Context) {
 		case <-beat.C:
 			d.heartbeat(ctx)
 			d.refreshPauses(ctx)
-		case <-d.pausesNow:
-			d.refreshPauses(ctx)
 			if beats++; beats%unservedEvery == 0 {
 				d.reportUnserved(ctx)
 			}
+		case <-d.pausesNow:
+			d.refreshPauses(ctx)
 		}
 	}
 }
