@@ -107,6 +107,12 @@ type RefireOptions struct {
 	// is refused with a *PastKeyWindowError. Its evidence stays (it is never
 	// cancelled afterwards); its key window starts again.
 	PastKeyWindow bool
+	// AtAttempt, when positive, is the attempt count the caller decided
+	// from: the effect is sent again only if it has made no attempt since
+	// (the reconciler found an attempt absent, and a newer one may be on
+	// its way). Otherwise the request is refused with an error wrapping
+	// ErrChanged. Zero: whatever its attempts.
+	AtAttempt int
 }
 
 // sendAgain moves effect id from one state to pending, due now, with extra
@@ -124,7 +130,8 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, 
 	// take the next request as a new one, and an answer for the key then
 	// speaks only for the attempts from the next on (key_epoch).
 	guard := ` AND ($x2 OR $x3 = 0 OR cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
-		OR now() < first_fired_at + $x3 * interval '1 millisecond')`
+		OR now() < first_fired_at + $x3 * interval '1 millisecond')
+		AND ($x4 = 0 OR attempts = $x4)`
 	set := `, next_attempt_at = now(), max_attempts = attempts + $x1,
 		first_fired_at = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
 			AND now() >= first_fired_at + $x3 * interval '1 millisecond' THEN now() ELSE first_fired_at END,
@@ -136,13 +143,16 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, 
 			return nil, err
 		}
 	}
-	e, err := s.guardedTransition(ctx, op, id, from, Pending, guard, set, "", a, extra, o.PastKeyWindow, o.KeyWindow.Milliseconds())
+	e, err := s.guardedTransition(ctx, op, id, from, Pending, guard, set, "", a, extra, o.PastKeyWindow, o.KeyWindow.Milliseconds(), o.AtAttempt)
 	var se *StateError
 	if errors.As(err, &se) && se.State == from && se.ReapedAt.IsZero() {
-		// The state was right: the window refused it.
+		// The state was right: an attempt since, or the window, refused it.
 		cur, gerr := s.Get(ctx, id)
 		if gerr != nil {
 			return nil, fmt.Errorf("%s: %w", op, gerr)
+		}
+		if o.AtAttempt > 0 && cur.Attempts != o.AtAttempt {
+			return nil, fmt.Errorf("%s effect %d: %w: it was read after attempt %d and has made attempt %d since", op, id, ErrChanged, o.AtAttempt, cur.Attempts)
 		}
 		return nil, &PastKeyWindowError{ID: id, Op: op, FirstFiredAt: cur.FirstFiredAt, Window: o.KeyWindow}
 	}

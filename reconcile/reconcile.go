@@ -364,9 +364,16 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 			f.Finding, f.Detail = Absent, "the provider never got it ("+ev.Source+")"
 			if after := k.RefireWhenAbsentAfter; after > 0 && since >= after {
 				note := fmt.Sprintf("the provider never got it (%s); refire_when_absent_after %s", ev.Source, after)
-				if _, err := r.store.Refire(ctx, u.id, RefireAttempts, effects.RefireOptions{}, effects.Action{Actor: r.cfg.Actor, Note: note}); err != nil {
+				// Only if no attempt was made since it was read: one
+				// made meanwhile (an operator's refire, a dispatcher's
+				// retry) may be on its way, and its absence is not known.
+				_, err := r.store.Refire(ctx, u.id, RefireAttempts, effects.RefireOptions{AtAttempt: u.attempts}, effects.Action{Actor: r.cfg.Actor, Note: note})
+				switch {
+				case errors.Is(err, effects.ErrChanged):
+					continue // the next run looks again
+				case err != nil:
 					f.Finding, f.Detail = Error, "refire: "+err.Error()
-				} else {
+				default:
 					f.Finding, f.Detail = Refired, note
 				}
 			}

@@ -595,3 +595,89 @@ func TestReconcile_AnEventIsALeadWhereTheProviderCanBeAsked(t *testing.T) {
 		t.Fatalf("the unsent email: %s, want uncertain", e.State)
 	}
 }
+
+// slowLooker is a keyless provider that can be looked up (as SendGrid's
+// Email Activity would be, through a custom Looker). Its lookup reads the
+// provider's record when it is called; while the answer is on its way
+// back (hook), the effect moves on.
+type slowLooker struct {
+	*providertest.Fake
+	hook func()
+	once atomic.Bool
+}
+
+func (m *slowLooker) Lookup(_ context.Context, q providers.Query) (providers.Evidence, error) {
+	performed := false
+	for _, c := range m.Calls(q.Key) {
+		performed = performed || c.Performed
+	}
+	// The provider has been read: nothing performed yet. Meanwhile, an
+	// operator refires the effect and the dispatcher's attempt 2 is
+	// performed, its answer lost: uncertain again, with fresh evidence.
+	if m.once.CompareAndSwap(false, true) && m.hook != nil {
+		m.hook()
+	}
+	if performed {
+		return providers.Evidence{Verdict: providers.Found, Ref: "x", Succeeded: true, Source: "fake"}, nil
+	}
+	return providers.Evidence{Verdict: providers.Absent, Source: "fake activity"}, nil
+}
+
+func (*slowLooker) ConsistencyDelay() time.Duration { return 0 }
+
+// The reconciler decides "absent, refire" from the effect as it read it at
+// the start of the run; an effect sent again meanwhile (an operator's
+// refire: attempt 2, performed a moment ago, its answer lost) is not
+// refired on the evidence of attempt 1: the refire is made only at the
+// attempt it was decided from (RefireOptions.AtAttempt).
+func TestReconcile_NoRefireOfAnEffectSentAgainDuringTheRun(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	f := providertest.New(providertest.Config{Name: "mail", Faults: func(c providers.Call, _ int) providertest.Fault {
+		if c.Attempt == 1 {
+			return providertest.TimeoutBeforeSend
+		}
+		return providertest.PerformedThenTimeout
+	}})
+	if _, err := outbox.Enqueue(ctx, pool, outbox.Effect{SourceID: "s1", Kind: chargeKind, Payload: map[string]string{"to": "a@example.com"}}); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, pool, f)
+	st, _ := effects.NewStore(pool, nil)
+	e, _ := st.GetBySource(ctx, "s1", chargeKind)
+	if e.State != effects.Uncertain || e.Attempts != 1 {
+		t.Fatalf("setup: %s after %d", e.State, e.Attempts)
+	}
+	// Attempt 1 is an hour old.
+	if _, err := pool.Exec(ctx, `UPDATE side_effects SET first_fired_at = now() - interval '1 hour', fired_at = now() - interval '1 hour' WHERE id = $1`, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	lk := &slowLooker{Fake: f}
+	lk.hook = func() {
+		if _, err := st.Refire(ctx, e.ID, 1, effects.RefireOptions{}, effects.Action{Actor: "ops", Note: "send it"}); err != nil {
+			t.Error(err)
+			return
+		}
+		drain(t, pool, f) // attempt 2: performed, answer lost → uncertain
+	}
+	r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: lk, RefireWhenAbsentAfter: 30 * time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("findings: %+v", rep.Findings)
+	drain(t, pool, f)
+	n := 0
+	for _, c := range f.Calls(e.Key) {
+		if c.Performed {
+			n++
+		}
+	}
+	if n > 1 {
+		t.Fatalf("the email was sent %d times: the reconciler refired an effect whose attempt 2 was performed seconds before, on attempt 1's absence", n)
+	}
+}
