@@ -18,22 +18,34 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// fingerprint describes a schema's tables, columns, constraints, indexes,
-// functions and storage options, with the schema's name taken out, so two
-// schemas built the same way compare equal.
+// fingerprint describes a schema's tables, columns (type, nullability,
+// default), constraints, indexes, functions (pg_get_functiondef) and
+// storage options, with the schema's name taken out, so two schemas built
+// the same way compare equal, whatever path of migrations built them.
+// Columns are compared by name, not position: a column one path adds later
+// sits elsewhere in its table.
 func fingerprint(t *testing.T, pool *pgxpool.Pool, schema string) string {
 	t.Helper()
 	var parts []string
 	queries := []string{
-		`SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')
-		   FROM information_schema.columns WHERE table_schema = $1 ORDER BY 1`,
+		`SELECT c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) ||
+		        CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END ||
+		        coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '') ||
+		        CASE WHEN a.attidentity <> '' THEN ' IDENTITY ' || a.attidentity::text ELSE '' END
+		   FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		  WHERE c.relnamespace = $1::regnamespace AND c.relkind IN ('r', 'p', 'v')
+		    AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1`,
 		`SELECT conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid)
 		   FROM pg_constraint WHERE connamespace = $1::regnamespace ORDER BY 1`,
 		`SELECT indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY 1`,
-		`SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ') ' || md5(replace(p.prosrc, $1, 'SCHEMA'))
-		   FROM pg_proc p WHERE p.pronamespace = $1::regnamespace ORDER BY 1`,
-		`SELECT c.relname || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
-		   FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r' ORDER BY 1`,
+		`SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.pronamespace = $1::regnamespace
+		  ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)`,
+		`SELECT c.relname || ' ' || c.relkind::text || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
+		   FROM pg_class c WHERE c.relnamespace = $1::regnamespace ORDER BY 1`,
+		`SELECT tgrelid::regclass::text || ' ' || pg_get_triggerdef(oid)
+		   FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN
+		     (SELECT oid FROM pg_class WHERE relnamespace = $1::regnamespace) ORDER BY 1`,
 		`SELECT version::text || ' ' || name FROM ` + schema + `.sidefx_migrations WHERE $1::text IS NOT NULL ORDER BY version`,
 	}
 	for _, q := range queries {
