@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -220,5 +221,36 @@ func TestSQLFunctions_MatchGoldenVectors(t *testing.T) {
 	var got string
 	if err := pool.QueryRow(ctx, "SELECT sidefx_key('order-1042', 'stripe.payment_intent.create')").Scan(&got); err != nil || got != derive.Key("order-1042", "stripe.payment_intent.create") {
 		t.Fatalf("sidefx_key(source, kind) = %s, %v", got, err)
+	}
+}
+
+// A schema migrated by a newer sidefx is refused, naming both versions, and
+// left as it is.
+func TestApply_RefusesANewerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	newer := migrations.Latest() + 1
+	if _, err := pool.Exec(ctx, "INSERT INTO sidefx_migrations (version, name) VALUES ($1, 'from_the_future')", newer); err != nil {
+		t.Fatal(err)
+	}
+	err := migrations.Apply(ctx, pool, nil)
+	ne, ok := errors.AsType[*migrations.NewerSchemaError](err)
+	if !ok || ne.Version != newer || ne.Latest != migrations.Latest() {
+		t.Fatalf("apply to a newer schema: %v", err)
+	}
+	want := fmt.Sprintf("the database's sidefx schema public is version %d, newer than this sidefx (%d): upgrade sidefx before running it against this database", newer, migrations.Latest())
+	if err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+	applied, _, err := migrations.Status(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.CheckNotNewer("", applied); !errors.As(err, &ne) {
+		t.Errorf("CheckNotNewer(%v) = %v", applied, err)
+	}
+	if err := migrations.CheckNotNewer("", applied[:len(applied)-1]); err != nil {
+		t.Errorf("CheckNotNewer of a current schema: %v", err)
 	}
 }
