@@ -22,6 +22,7 @@ import (
 
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/migrations"
 )
 
 // binary builds the sidefx command into the test's temporary directory.
@@ -274,5 +275,41 @@ func TestRun_InvalidConfigNamesTheField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want[name]) {
 			t.Errorf("%s: err = %v, want it to name %s", name, err, want[name])
 		}
+	}
+}
+
+// A daemon older than its database's schema refuses to start, naming both
+// versions, at once rather than waiting for a schema that will not get
+// older; sidefx migrate refuses it too, and sidefx version says so.
+func TestRun_RefusesASchemaNewerThanItKnows(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newCLI(t)
+	newer := migrations.Latest() + 1
+	if _, err := pool.Exec(context.Background(), "INSERT INTO sidefx_migrations (version, name) VALUES ($1, 'from_the_future')", newer); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "sidefx.yaml")
+	cfg := fmt.Sprintf(`database_url: %q
+providers:
+  partner: {type: webhook, url: "http://127.0.0.1:1/hooks", secret_env: PARTNER_WEBHOOK_SECRET}
+kinds:
+  webhook.order_paid: {provider: partner}
+`, c.url)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.env = map[string]string{"PARTNER_WEBHOOK_SECRET": "whsec_ZGFlbW9uLXRlc3Qtc2lnbmluZy1rZXktMzJieXRlcw=="}
+	want := fmt.Sprintf("the database's sidefx schema public is version %d, newer than this sidefx (%d): upgrade sidefx before running it against this database", newer, migrations.Latest())
+	for _, args := range [][]string{
+		{"run", "--config", path, "--listen", "127.0.0.1:0"},
+		{"run", "--config", path, "--listen", "127.0.0.1:0", "--migrate"},
+		{"migrate"},
+	} {
+		if err := c.refuse(args...); err == nil || err.Error() != want {
+			t.Errorf("sidefx %s: %v, want %q", strings.Join(args, " "), err, want)
+		}
+	}
+	if s := c.ok("version"); !strings.Contains(s, fmt.Sprintf("database: schema public at version %d, newer than this sidefx: upgrade sidefx", newer)) {
+		t.Errorf("sidefx version:\n%s", s)
 	}
 }

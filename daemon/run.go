@@ -231,16 +231,20 @@ func (e *schemaBehindError) Error() string {
 }
 
 // check reports why the database is not ready: unreachable, its migration
-// status unreadable, or a *schemaBehindError; nil if it is.
+// status unreadable, a *schemaBehindError, or a
+// *migrations.NewerSchemaError; nil if it is.
 func (c dbCheck) check(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := c.pool.Ping(pctx); err != nil {
 		return fmt.Errorf("database unreachable: %w", redactURL(err, c.url))
 	}
-	_, missing, err := migrations.Status(pctx, c.pool, c.mc)
+	applied, missing, err := migrations.Status(pctx, c.pool, c.mc)
 	if err != nil {
 		return redactURL(err, c.url)
+	}
+	if err := migrations.CheckNotNewer(c.mc.Schema, applied); err != nil {
+		return err
 	}
 	if len(missing) > 0 {
 		schema := c.mc.Schema
@@ -256,8 +260,8 @@ func (c dbCheck) check(ctx context.Context) error {
 // schema, backing off, and applies the missing migrations if migrate is
 // set: a daemon started before its database, or before its migrations,
 // waits and says why (a warning per retry, /readyz) rather than
-// crash-looping. It reports false if ctx ended first, and an error only if
-// applying the migrations failed.
+// crash-looping. It reports false if ctx ended first, and an error if
+// applying the migrations failed or the schema is newer than this build.
 func waitForDatabase(ctx context.Context, db dbCheck, migrate bool, log *slog.Logger) (bool, error) {
 	delay := 100 * time.Millisecond
 	for {
@@ -272,6 +276,11 @@ func waitForDatabase(ctx context.Context, db dbCheck, migrate bool, log *slog.Lo
 		}
 		if err == nil {
 			return true, nil
+		}
+		// A schema a newer sidefx migrated does not become older by
+		// waiting: this daemon would not make that schema's statements.
+		if _, ok := errors.AsType[*migrations.NewerSchemaError](err); ok {
+			return false, err
 		}
 		if ctx.Err() != nil {
 			return false, nil

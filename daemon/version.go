@@ -71,6 +71,8 @@ func versionCmd(ctx context.Context, io *IO, args []string) error {
 		fmt.Fprintf(io.Out, "database: schema %s not read (%v)\n", store.Schema(), err)
 	case len(applied) == 0:
 		fmt.Fprintf(io.Out, "database: schema %s has no sidefx tables: run sidefx migrate\n", store.Schema())
+	case migrations.CheckNotNewer(store.Schema(), applied) != nil:
+		fmt.Fprintf(io.Out, "database: schema %s at version %d, newer than this sidefx: upgrade sidefx\n", store.Schema(), applied[len(applied)-1])
 	case len(missing) > 0:
 		fmt.Fprintf(io.Out, "database: schema %s at version %d, behind: run sidefx migrate (missing %s)\n", store.Schema(), applied[len(applied)-1], ints(missing))
 	default:

@@ -6,7 +6,9 @@
 // under an advisory lock, every version the database lacks, and records it in
 // sidefx_migrations. Two processes applying at once serialise on the lock;
 // the second finds nothing to do. Released files never change: a change to
-// the schema is a new file.
+// the schema is a new file (released.sum pins each file's SHA-256, and a
+// test builds every released version and upgrades it). A schema newer than
+// the build, migrated by a later sidefx, is refused (NewerSchemaError).
 package migrations
 
 import (
@@ -54,6 +56,41 @@ type Config struct {
 // the namespace the database's keys were derived with.
 var ErrNamespaceChange = errors.New("the key namespace cannot change once effects exist")
 
+// NewerSchemaError is returned by Apply, and by CheckNotNewer, for a
+// database whose schema has a version this build does not know: it was
+// migrated by a newer sidefx, whose statements this one does not make
+// (evidence it would not keep, guards it would not check).
+type NewerSchemaError struct {
+	Schema  string
+	Version int // the newest version the database holds
+	Latest  int // the newest this build knows
+}
+
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("the database's sidefx schema %s is version %d, newer than this sidefx (%d): upgrade sidefx before running it against this database",
+		e.Schema, e.Version, e.Latest)
+}
+
+// CheckNotNewer returns a *NewerSchemaError if applied, the versions a
+// database's schema holds (as Status returns them), has one newer than
+// this build's newest, else nil.
+func CheckNotNewer(schema string, applied []int) error {
+	return checkNotNewer(schema, applied, Latest())
+}
+
+func checkNotNewer(schema string, applied []int, latest int) error {
+	if len(applied) == 0 {
+		return nil
+	}
+	if v := slices.Max(applied); v > latest {
+		if schema == "" {
+			schema = "public"
+		}
+		return &NewerSchemaError{Schema: schema, Version: v, Latest: latest}
+	}
+	return nil
+}
+
 // Migration is one embedded schema version.
 type Migration struct {
 	Version int
@@ -99,16 +136,24 @@ func Latest() int {
 
 // Apply applies the migrations db lacks, in order, in one transaction. It is
 // safe to call from several processes at once and does nothing when the
-// schema is current. cfg may be nil for the defaults.
+// schema is current. A schema newer than this build (a version it does not
+// know) is refused with a *NewerSchemaError, changing nothing. cfg may be
+// nil for the defaults.
 func Apply(ctx context.Context, db Beginner, cfg *Config) error {
+	ms, err := All()
+	if err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	return apply(ctx, db, cfg, ms)
+}
+
+// apply applies those of ms that db lacks; the upgrade test passes the
+// migrations as they were released, up to a version.
+func apply(ctx context.Context, db Beginner, cfg *Config, ms []Migration) error {
 	if cfg == nil {
 		cfg = &Config{}
 	}
 	schema, err := sqlname.Schema(cfg.Schema)
-	if err != nil {
-		return fmt.Errorf("apply migrations: %w", err)
-	}
-	ms, err := All()
 	if err != nil {
 		return fmt.Errorf("apply migrations: %w", err)
 	}
@@ -136,6 +181,11 @@ func Apply(ctx context.Context, db Beginner, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("apply migrations: %w", err)
 	}
+	if len(ms) > 0 {
+		if err := checkNotNewer(schema, applied, ms[len(ms)-1].Version); err != nil {
+			return err
+		}
+	}
 	for _, m := range ms {
 		if slices.Contains(applied, m.Version) {
 			continue
@@ -160,7 +210,8 @@ func Apply(ctx context.Context, db Beginner, cfg *Config) error {
 
 // Status reports the versions applied in the schema and those embedded but
 // not yet applied. A database that does not have the schema at all has every
-// version missing.
+// version missing. Applied versions newer than this build's are reported
+// as they are: CheckNotNewer tells.
 func Status(ctx context.Context, db Beginner, cfg *Config) (applied, missing []int, err error) {
 	if cfg == nil {
 		cfg = &Config{}

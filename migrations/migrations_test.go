@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -18,22 +19,34 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// fingerprint describes a schema's tables, columns, constraints, indexes,
-// functions and storage options, with the schema's name taken out, so two
-// schemas built the same way compare equal.
+// fingerprint describes a schema's tables, columns (type, nullability,
+// default), constraints, indexes, functions (pg_get_functiondef) and
+// storage options, with the schema's name taken out, so two schemas built
+// the same way compare equal, whatever path of migrations built them.
+// Columns are compared by name, not position: a column one path adds later
+// sits elsewhere in its table.
 func fingerprint(t *testing.T, pool *pgxpool.Pool, schema string) string {
 	t.Helper()
 	var parts []string
 	queries := []string{
-		`SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')
-		   FROM information_schema.columns WHERE table_schema = $1 ORDER BY 1`,
+		`SELECT c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) ||
+		        CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END ||
+		        coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '') ||
+		        CASE WHEN a.attidentity <> '' THEN ' IDENTITY ' || a.attidentity::text ELSE '' END
+		   FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		  WHERE c.relnamespace = $1::regnamespace AND c.relkind IN ('r', 'p', 'v')
+		    AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1`,
 		`SELECT conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid)
 		   FROM pg_constraint WHERE connamespace = $1::regnamespace ORDER BY 1`,
 		`SELECT indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY 1`,
-		`SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ') ' || md5(replace(p.prosrc, $1, 'SCHEMA'))
-		   FROM pg_proc p WHERE p.pronamespace = $1::regnamespace ORDER BY 1`,
-		`SELECT c.relname || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
-		   FROM pg_class c WHERE c.relnamespace = $1::regnamespace AND c.relkind = 'r' ORDER BY 1`,
+		`SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.pronamespace = $1::regnamespace
+		  ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)`,
+		`SELECT c.relname || ' ' || c.relkind::text || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
+		   FROM pg_class c WHERE c.relnamespace = $1::regnamespace ORDER BY 1`,
+		`SELECT tgrelid::regclass::text || ' ' || pg_get_triggerdef(oid)
+		   FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN
+		     (SELECT oid FROM pg_class WHERE relnamespace = $1::regnamespace) ORDER BY 1`,
 		`SELECT version::text || ' ' || name FROM ` + schema + `.sidefx_migrations WHERE $1::text IS NOT NULL ORDER BY version`,
 	}
 	for _, q := range queries {
@@ -208,5 +221,36 @@ func TestSQLFunctions_MatchGoldenVectors(t *testing.T) {
 	var got string
 	if err := pool.QueryRow(ctx, "SELECT sidefx_key('order-1042', 'stripe.payment_intent.create')").Scan(&got); err != nil || got != derive.Key("order-1042", "stripe.payment_intent.create") {
 		t.Fatalf("sidefx_key(source, kind) = %s, %v", got, err)
+	}
+}
+
+// A schema migrated by a newer sidefx is refused, naming both versions, and
+// left as it is.
+func TestApply_RefusesANewerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	newer := migrations.Latest() + 1
+	if _, err := pool.Exec(ctx, "INSERT INTO sidefx_migrations (version, name) VALUES ($1, 'from_the_future')", newer); err != nil {
+		t.Fatal(err)
+	}
+	err := migrations.Apply(ctx, pool, nil)
+	ne, ok := errors.AsType[*migrations.NewerSchemaError](err)
+	if !ok || ne.Version != newer || ne.Latest != migrations.Latest() {
+		t.Fatalf("apply to a newer schema: %v", err)
+	}
+	want := fmt.Sprintf("the database's sidefx schema public is version %d, newer than this sidefx (%d): upgrade sidefx before running it against this database", newer, migrations.Latest())
+	if err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+	applied, _, err := migrations.Status(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.CheckNotNewer("", applied); !errors.As(err, &ne) {
+		t.Errorf("CheckNotNewer(%v) = %v", applied, err)
+	}
+	if err := migrations.CheckNotNewer("", applied[:len(applied)-1]); err != nil {
+		t.Errorf("CheckNotNewer of a current schema: %v", err)
 	}
 }
