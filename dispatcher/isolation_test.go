@@ -235,3 +235,36 @@ func TestDispatcher_LogsProviderFailureStreak(t *testing.T) {
 		t.Errorf("failure after success: %+v, want streak 1 and the last success kept", last)
 	}
 }
+
+// A claim that fails for one provider's kinds (here a trigger refuses to
+// fire any effect of kind a.bad, as a row the engine cannot read would)
+// backs off that provider alone: the other provider's effects are claimed
+// and performed meanwhile. a.bad sorts first, so its group is claimed first
+// in every pass.
+func TestDispatcher_FailedClaimStopsOnlyItsProvider(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `
+		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'effect % cannot be claimed', NEW.id USING ERRCODE = '22023'; END $$;
+		CREATE TRIGGER refuse_bad BEFORE UPDATE ON side_effects
+			FOR EACH ROW WHEN (NEW.kind = 'a.bad' AND NEW.state = 'fired') EXECUTE FUNCTION refuse_bad();`); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, "a.bad", "x", 3)
+	enqueue(t, pool, "b.good", "o", 50)
+	obs := &recorder{}
+	start(t, pool, &dispatcher.Config{
+		Kinds: map[string]dispatcher.Kind{
+			"a.bad":  {Provider: providertest.New(providertest.Config{Name: "bad", Idempotent: true})},
+			"b.good": {Provider: providertest.New(providertest.Config{Name: "good", Idempotent: true})},
+		},
+		PollInterval: 10 * time.Millisecond,
+		Observer:     obs,
+	})
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Pending: 3, effects.Confirmed: 50})
+	if n := obs.errors("claim", dispatcher.ClassData); n == 0 {
+		t.Errorf("no failed claim counted: %v", obs.dbErrors)
+	}
+}
