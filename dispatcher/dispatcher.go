@@ -1110,11 +1110,11 @@ func (d *Dispatcher) maintain(ctx context.Context) {
 		case <-beat.C:
 			d.heartbeat(ctx)
 			d.refreshPauses(ctx)
-		case <-d.pausesNow:
-			d.refreshPauses(ctx)
 			if beats++; beats%unservedEvery == 0 {
 				d.reportUnserved(ctx)
 			}
+		case <-d.pausesNow:
+			d.refreshPauses(ctx)
 		}
 	}
 }
@@ -1171,19 +1171,34 @@ func (d *Dispatcher) retire() {
 }
 
 // reportUnserved logs, at warn, the pending effects of kinds no live
-// dispatcher serves: they wait until one does.
+// dispatcher serves: they wait until one does. One line, however many
+// kinds producers wrote: their number, the effects, the oldest due time
+// and the first unservedSample kinds by name.
 func (d *Dispatcher) reportUnserved(ctx context.Context) {
 	uctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
 	un, err := d.store.UnservedPending(uctx)
-	if err != nil {
+	if err != nil || len(un) == 0 {
 		return // the table statistics and status say it too; not worth a warning each minute
 	}
-	for _, u := range un {
-		d.log.Warn("pending effects of a kind no live dispatcher serves wait until one does",
-			"kind", u.Kind, "pending", u.Pending, "oldest_due", u.Oldest)
+	var pending int64
+	oldest := un[0].Oldest
+	sample := make([]string, 0, min(len(un), unservedSample))
+	for _, u := range un { // ordered by kind
+		pending += u.Pending
+		if u.Oldest.Before(oldest) {
+			oldest = u.Oldest
+		}
+		if len(sample) < unservedSample {
+			sample = append(sample, u.Kind)
+		}
 	}
+	d.log.Warn("pending effects of kinds no live dispatcher serves wait until one does",
+		"kinds", len(un), "pending", pending, "oldest_due", oldest, "e.g.", strings.Join(sample, ", "))
 }
+
+// unservedSample is how many unserved kinds reportUnserved names.
+const unservedSample = 5
 
 const maintenanceBatch = 1000
 

@@ -18,6 +18,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -266,5 +267,37 @@ func TestDispatcher_FailedClaimStopsOnlyItsProvider(t *testing.T) {
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Pending: 3, effects.Confirmed: 50})
 	if n := obs.errors("claim", dispatcher.ClassData); n == 0 {
 		t.Errorf("no failed claim counted: %v", obs.dbErrors)
+	}
+}
+
+// Pending effects of 20,000 kinds no dispatcher serves are reported in one
+// line, naming how many kinds and a few of them, not a line per kind.
+func TestDispatcher_ReportsUnservedKindsInOneLine(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	const n = 20000
+	es := make([]outbox.Effect, n)
+	for i := range es {
+		es[i] = outbox.Effect{SourceID: "s", Kind: fmt.Sprintf("k%05d", i), Payload: json.RawMessage(`{}`)}
+	}
+	if _, err := outbox.EnqueueMany(context.Background(), pool, es); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	r := start(t, pool, &dispatcher.Config{
+		Kinds:  kinds("served.kind", dispatcher.Kind{Provider: providertest.New(providertest.Config{Name: "fake"})}),
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	const msg = "pending effects of kinds no live dispatcher serves"
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), msg), "no report of the unserved kinds"
+	})
+	r.stop(t)
+	got := logs.lines(t, msg)
+	if len(got) != 1 {
+		t.Fatalf("%d lines report unserved kinds, want 1", len(got))
+	}
+	if l := got[0]; l["kinds"] != float64(n) || l["pending"] != float64(n) || l["e.g."] != "k00000, k00001, k00002, k00003, k00004" {
+		t.Errorf("report = %v", l)
 	}
 }
