@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -132,13 +134,15 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg, store, &metrics.Options{Version: Version(), Logger: log})
-	if err != nil {
-		return err
-	}
 	served := map[string]string{}
 	for kind, k := range rt.Dispatcher.Kinds {
 		served[kind] = k.Provider.Name()
+	}
+	// The table's gauges label the kinds served; the others are summed.
+	m, err := metrics.New(reg, store, &metrics.Options{Version: Version(), Logger: log,
+		Kinds: slices.Sorted(maps.Keys(served))})
+	if err != nil {
+		return err
 	}
 	m.Prime(served)
 	rt.Dispatcher.Observer = m

@@ -104,6 +104,11 @@ type group struct {
 	// last definite answer, by Dispatcher.now. Guarded by Dispatcher.amu.
 	failures    int
 	lastSuccess time.Time
+	// claimFailures: this group's claims that failed in a row; no claim of
+	// its kinds before claimRetryAt, by Dispatcher.now. The other groups
+	// claim meanwhile. Guarded by Dispatcher.mu.
+	claimFailures int
+	claimRetryAt  time.Time
 }
 
 // pending is an outcome waiting to be recorded.
@@ -334,11 +339,12 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 	for ctx.Err() == nil {
 		more, blocked, soon, claimed, err := d.claimOnce(ctx, hardCtx, calls, outcomes)
 		if err != nil {
+			// Every claim of the pass failed (claimOnce logged each): the
+			// database, not one provider's rows, is likely the trouble.
 			if ctx.Err() != nil {
 				return
 			}
 			failures++
-			d.failed(opClaim, err, slog.LevelError, "claim failed; backing off", "retry_in", errBackoff(failures))
 			sleep(ctx, errBackoff(failures))
 			continue
 		}
@@ -419,10 +425,24 @@ func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, 
 //
 // Nothing is claimed while the completer holds outcomes it failed to
 // record: a new call's answer could not be recorded either.
+//
+// A failed claim is logged and backs off its provider's kinds alone (a
+// row one kind's claim cannot read stops no other provider): the others
+// are claimed in the same pass. err is the last claim's error when every
+// claim of the pass failed, nil otherwise.
 func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGroup, outcomes chan<- pending) (more, blocked bool, soon time.Duration, claimed int, err error) {
 	if d.stuck.Load() {
 		return false, true, 0, 0, nil
 	}
+	tried, failedN := 0, 0
+	defer func() {
+		switch {
+		case failedN == 0 && tried > 0:
+			d.succeeded(opClaim)
+		case failedN > 0 && failedN < tried:
+			err = nil // the others claimed: no reason to back off them
+		}
+	}()
 	sooner := func(w time.Duration) {
 		w = max(w, time.Millisecond)
 		if soon == 0 || w < soon {
@@ -448,6 +468,12 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			// The provider asked for a pause (Retry-After): none of its
 			// kinds is claimed until the pause ends.
 			sooner(g.pausedUntil.Sub(now))
+			d.mu.Unlock()
+			continue
+		}
+		if now.Before(g.claimRetryAt) {
+			// Its last claim failed: backing off.
+			sooner(g.claimRetryAt.Sub(now))
 			d.mu.Unlock()
 			continue
 		}
@@ -486,20 +512,38 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		// progress, whose effects are not held yet.
 		d.claimMu.RLock()
 		cctx, cancel := context.WithTimeout(hardCtx, d.dbTimeout())
-		got, err := d.engine.Claim(cctx, store.ClaimParams{Kinds: kinds, Limit: n, Lease: d.cfg.Lease,
+		got, cerr := d.engine.Claim(cctx, store.ClaimParams{Kinds: kinds, Limit: n, Lease: d.cfg.Lease,
 			Worker: d.cfg.WorkerID, KeyWindows: d.windows, Timeouts: d.margins})
 		cancel()
-		if err != nil {
+		tried++
+		if cerr != nil {
 			d.claimMu.RUnlock()
 			d.unreserve(g, n, n)
+			failedN++
+			err = cerr
+			if ctx.Err() != nil {
+				// Shutting down: the claim was cut short, not refused.
+				d.putBack(hardCtx)
+				break
+			}
+			d.mu.Lock()
+			g.claimFailures++
+			wait := errBackoff(g.claimFailures)
+			g.claimRetryAt = d.now().Add(wait)
+			d.mu.Unlock()
+			sooner(wait)
+			d.failed(opClaim, cerr, slog.LevelError, "claim failed; backing off the provider's kinds, claiming the others'",
+				"provider", g.name, "kinds", kinds, "retry_in", wait)
 			// The claim may have committed although its answer never came
 			// back: its effects would be fired with nobody calling them, and
 			// rescued as possibly performed. Put them back.
-			d.log.Warn("a claim failed; putting back what it may have claimed", "err", err)
+			d.log.Warn("a claim failed; putting back what it may have claimed", "provider", g.name, "err", cerr)
 			d.putBack(hardCtx)
-			return more, blocked, soon, claimed, err
+			continue
 		}
-		d.succeeded(opClaim)
+		d.mu.Lock()
+		g.claimFailures, g.claimRetryAt = 0, time.Time{}
+		d.mu.Unlock()
 		var fired []*effects.Effect
 		for _, e := range got {
 			if e.State == effects.Fired {
@@ -533,7 +577,7 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			more = true
 		}
 	}
-	return more, blocked, soon, claimed, nil
+	return more, blocked, soon, claimed, err
 }
 
 // unreserve gives back the unused of the slots reserved for a claim of n
@@ -1131,19 +1175,34 @@ func (d *Dispatcher) retire() {
 }
 
 // reportUnserved logs, at warn, the pending effects of kinds no live
-// dispatcher serves: they wait until one does.
+// dispatcher serves: they wait until one does. One line, however many
+// kinds producers wrote: their number, the effects, the oldest due time
+// and the first unservedSample kinds by name.
 func (d *Dispatcher) reportUnserved(ctx context.Context) {
 	uctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
 	un, err := d.store.UnservedPending(uctx)
-	if err != nil {
+	if err != nil || len(un) == 0 {
 		return // the table statistics and status say it too; not worth a warning each minute
 	}
-	for _, u := range un {
-		d.log.Warn("pending effects of a kind no live dispatcher serves wait until one does",
-			"kind", u.Kind, "pending", u.Pending, "oldest_due", u.Oldest)
+	var pending int64
+	oldest := un[0].Oldest
+	sample := make([]string, 0, min(len(un), unservedSample))
+	for _, u := range un { // ordered by kind
+		pending += u.Pending
+		if u.Oldest.Before(oldest) {
+			oldest = u.Oldest
+		}
+		if len(sample) < unservedSample {
+			sample = append(sample, u.Kind)
+		}
 	}
+	d.log.Warn("pending effects of kinds no live dispatcher serves wait until one does",
+		"kinds", len(un), "pending", pending, "oldest_due", oldest, "e.g.", strings.Join(sample, ", "))
 }
+
+// unservedSample is how many unserved kinds reportUnserved names.
+const unservedSample = 5
 
 const maintenanceBatch = 1000
 

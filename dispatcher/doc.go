@@ -233,7 +233,10 @@
 // Every statement the dispatcher sends has a deadline, half the lease
 // (at least 2s, at most 30s): a database behind a silent network is
 // reported and retried, not waited on until TCP gives up, and a stop during
-// such an outage returns within its ShutdownTimeout.
+// such an outage returns within its ShutdownTimeout. Each provider's kinds
+// are claimed by a statement of their own: one that fails backs off that
+// provider's kinds alone (100ms doubling to 5s), and the others are claimed
+// in the same pass.
 //
 // The rescuer (every RescueInterval) and the reaper (every ReapInterval)
 // run in one replica at a time, under a PostgreSQL advisory lock. The

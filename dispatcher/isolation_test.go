@@ -18,6 +18,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -233,5 +234,70 @@ func TestDispatcher_LogsProviderFailureStreak(t *testing.T) {
 	}
 	if last := got[13]; last.ConsecutiveFailures != 1 || !last.LastSuccess.Equal(clk.Now()) {
 		t.Errorf("failure after success: %+v, want streak 1 and the last success kept", last)
+	}
+}
+
+// A claim that fails for one provider's kinds (here a trigger refuses to
+// fire any effect of kind a.bad, as a row the engine cannot read would)
+// backs off that provider alone: the other provider's effects are claimed
+// and performed meanwhile. a.bad sorts first, so its group is claimed first
+// in every pass.
+func TestDispatcher_FailedClaimStopsOnlyItsProvider(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `
+		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'effect % cannot be claimed', NEW.id USING ERRCODE = '22023'; END $$;
+		CREATE TRIGGER refuse_bad BEFORE UPDATE ON side_effects
+			FOR EACH ROW WHEN (NEW.kind = 'a.bad' AND NEW.state = 'fired') EXECUTE FUNCTION refuse_bad();`); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, "a.bad", "x", 3)
+	enqueue(t, pool, "b.good", "o", 50)
+	obs := &recorder{}
+	start(t, pool, &dispatcher.Config{
+		Kinds: map[string]dispatcher.Kind{
+			"a.bad":  {Provider: providertest.New(providertest.Config{Name: "bad", Idempotent: true})},
+			"b.good": {Provider: providertest.New(providertest.Config{Name: "good", Idempotent: true})},
+		},
+		PollInterval: 10 * time.Millisecond,
+		Observer:     obs,
+	})
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Pending: 3, effects.Confirmed: 50})
+	if n := obs.errors("claim", dispatcher.ClassData); n == 0 {
+		t.Errorf("no failed claim counted: %v", obs.dbErrors)
+	}
+}
+
+// Pending effects of 20,000 kinds no dispatcher serves are reported in one
+// line, naming how many kinds and a few of them, not a line per kind.
+func TestDispatcher_ReportsUnservedKindsInOneLine(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	const n = 20000
+	es := make([]outbox.Effect, n)
+	for i := range es {
+		es[i] = outbox.Effect{SourceID: "s", Kind: fmt.Sprintf("k%05d", i), Payload: json.RawMessage(`{}`)}
+	}
+	if _, err := outbox.EnqueueMany(context.Background(), pool, es); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	r := start(t, pool, &dispatcher.Config{
+		Kinds:  kinds("served.kind", dispatcher.Kind{Provider: providertest.New(providertest.Config{Name: "fake"})}),
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	const msg = "pending effects of kinds no live dispatcher serves"
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), msg), "no report of the unserved kinds"
+	})
+	r.stop(t)
+	got := logs.lines(t, msg)
+	if len(got) != 1 {
+		t.Fatalf("%d lines report unserved kinds, want 1", len(got))
+	}
+	if l := got[0]; l["kinds"] != float64(n) || l["pending"] != float64(n) || l["e.g."] != "k00000, k00001, k00002, k00003, k00004" {
+		t.Errorf("report = %v", l)
 	}
 }

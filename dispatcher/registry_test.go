@@ -52,7 +52,8 @@ func TestDispatcher_RegistersServedKinds(t *testing.T) {
 	})
 	waitFor(t, 10*time.Second, func() (bool, string) {
 		out := logs.String()
-		return strings.Contains(out, "pending effects of a kind no live dispatcher serves") && strings.Contains(out, "kind=sms.send pending=2"), out
+		return strings.Contains(out, "pending effects of kinds no live dispatcher serves") && strings.Contains(out, "kinds=1 pending=2") &&
+			strings.Contains(out, "e.g.=sms.send"), out
 	})
 	// Its heartbeat says each kind's attempts per effect, for sidefx
 	// inspect: the default, or the kind's own.

@@ -144,6 +144,12 @@ const (
 	MaxKindLen     = 128 // characters
 )
 
+// MinNotBefore is the earliest NotBefore an effect may have; the latest is
+// one calendar year after now (see ValidateNotBefore). The enqueue SQL
+// functions check the same range against the database's clock (schema
+// version 17), and the table holds no time that is not finite.
+var MinNotBefore = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
 var kindRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$`)
 
 // ValidateSourceID returns a *ValidationError when id cannot be a source id:
@@ -159,6 +165,22 @@ func ValidateSourceID(id string) error {
 		return invalid("source_id", fmt.Sprintf("%q holds a NUL byte", id))
 	case utf8.RuneCountInString(id) > MaxSourceIDLen:
 		return invalid("source_id", fmt.Sprintf("is %d characters, the limit is %d", utf8.RuneCountInString(id), MaxSourceIDLen))
+	}
+	return nil
+}
+
+// ValidateNotBefore returns a *ValidationError unless t is zero (due at
+// once) or from MinNotBefore to one year after now: a time earlier or later
+// is a producer's bug (a zero date in another encoding, milliseconds read
+// as seconds), and the effect would be due at once, or never.
+func ValidateNotBefore(t, now time.Time) error {
+	if t.IsZero() {
+		return nil
+	}
+	latest := now.AddDate(1, 0, 0)
+	if t.Before(MinNotBefore) || t.After(latest) {
+		return invalid("not_before", fmt.Sprintf("is %s, want a time from %s to one year from now (%s)",
+			t.Format(time.RFC3339Nano), MinNotBefore.Format(time.RFC3339), latest.UTC().Format(time.RFC3339)))
 	}
 	return nil
 }

@@ -158,7 +158,7 @@ func (e *PastKeyWindowError) Is(target error) bool { return target == ErrPastKey
 // ValidationError says which field of which item is wrong, and why.
 type ValidationError struct {
 	Index  int    // the item's position in a batch; -1 for a single item
-	Field  string // "source_id", "kind", "payload", "max_attempts"
+	Field  string // "source_id", "kind", "payload", "max_attempts", "not_before"
 	Reason string
 }
 
@@ -294,8 +294,12 @@ func translate(err error) error {
 		var d struct {
 			Index   int    `json:"index"`
 			Problem string `json:"problem"`
+			Field   string `json:"field"` // from schema version 17
 		}
 		if json.Unmarshal([]byte(pe.detail), &d) == nil && d.Problem != "" {
+			if reason, ok := strings.CutPrefix(d.Problem, d.Field+" "); ok && d.Field != "" {
+				return &ValidationError{Index: d.Index, Field: d.Field, Reason: reason}
+			}
 			return &ValidationError{Index: d.Index, Field: "effect", Reason: d.Problem}
 		}
 		return fmt.Errorf("%s: %w", pe.message, ErrInvalid)

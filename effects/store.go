@@ -88,7 +88,8 @@ func buildQueries(q string) *queries {
 			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
 		enqueueTraced: `SELECT ord, id, idempotency_key, inserted FROM ` + q + `.sidefx_enqueue_many_traced($7::text,
 			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
-		// The lean insert: items that are not valid, over the payload
+		// The lean insert: items that are not valid (a not_before
+		// outside the range of ValidateNotBefore included), over the payload
 		// limit, or derived with a namespace that is not the database's
 		// are left out (the SQL function then reports or inserts them).
 		// The first of two items of one pair is inserted, the second
@@ -103,6 +104,7 @@ func buildQueries(q string) *queries {
 				CROSS JOIN ` + q + `.sidefx_settings AS st
 			WHERE st.namespace = $7 AND jsonb_typeof(i.p) = 'object' AND i.m >= 0
 				AND octet_length(c.t) <= coalesce($8::integer, st.max_payload_bytes)
+				AND (i.nb IS NULL OR (i.nb >= timestamptz '2000-01-01 00:00:00+00' AND i.nb <= now() + interval '1 year'))
 			ORDER BY i.o
 			ON CONFLICT (source_id, kind) DO NOTHING
 			RETURNING id, source_id, kind`,

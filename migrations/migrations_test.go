@@ -9,11 +9,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/migrations"
 )
 
@@ -252,5 +255,68 @@ func TestApply_RefusesANewerSchema(t *testing.T) {
 	}
 	if err := migrations.CheckNotNewer("", applied[:len(applied)-1]); err != nil {
 		t.Errorf("CheckNotNewer of a current schema: %v", err)
+	}
+}
+
+// Schema version 17 sets aside the rows written before it with a time Go
+// cannot read (the enqueue functions took '-infinity' and 'infinity'): a
+// pending effect never attempted becomes failed, saying why; any other row
+// gets a finite time. Before it, listing, the table statistics and the
+// claim of a served kind failed on such a row; after it, they all work and
+// the other kinds' effects are claimed.
+func TestApply_17SetsAsideTimesTheEngineCannotRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	// The schema as version 16 left it, with the rows its functions took.
+	if _, err := pool.Exec(ctx, `
+		ALTER TABLE side_effects DROP CONSTRAINT side_effects_finite_times_check;
+		DELETE FROM sidefx_migrations WHERE version = 17;
+		INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash, next_attempt_at, due_at, state)
+		VALUES ('neg', 'a.bad', 'k1', '{}', sha256('{}'), '-infinity', NULL, 'pending'),
+		       ('pos', 'a.bad', 'k2', '{}', sha256('{}'), 'infinity', 'infinity', 'pending'),
+		       ('gone', 'a.bad', 'k3', '{}', sha256('{}'), '-infinity', NULL, 'cancelled'),
+		       ('ok', 'b.good', 'k4', '{}', sha256('{}'), now(), NULL, 'pending')`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := effects.NewStore(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.List(ctx, effects.Filter{}); err == nil {
+		t.Fatal("before version 17, listing read the rows: the test does not hold the rows it means to")
+	}
+
+	if err := migrations.Apply(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	list, err := st.List(ctx, effects.Filter{})
+	if err != nil {
+		t.Fatalf("list after version 17: %v", err)
+	}
+	by := map[string]*effects.Effect{}
+	for _, e := range list {
+		by[e.SourceID] = e
+	}
+	for src, nb := range map[string]string{"neg": "-infinity", "pos": "infinity"} {
+		e := by[src]
+		if e.State != effects.Failed || e.Attempts != 0 || !e.DueAt.IsZero() ||
+			!strings.Contains(e.LastError, "never attempted: not_before "+nb+" cannot be scheduled") {
+			t.Errorf("%s: %s after %d attempts, due %v, last error %q; want failed, never attempted, saying why", src, e.State, e.Attempts, e.DueAt, e.LastError)
+		}
+	}
+	if e := by["gone"]; e.State != effects.Cancelled || e.NextAttemptAt.IsZero() {
+		t.Errorf("gone: %s, next attempt %v; want cancelled still, with a finite time", e.State, e.NextAttemptAt)
+	}
+	if _, err := st.Stats(ctx); err != nil {
+		t.Errorf("table statistics after version 17: %v", err)
+	}
+	eng, err := store.New(pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"a.bad", "b.good"}, Limit: 10, Lease: time.Minute, Worker: "w"})
+	if err != nil || len(got) != 1 || got[0].SourceID != "ok" {
+		t.Fatalf("claim after version 17: %d effects, %v; want the one of b.good", len(got), err)
 	}
 }

@@ -103,7 +103,9 @@
 //	                                  ARRAY['{}','{}']::jsonb[]);
 //
 // Both derive the same keys as Go, dedupe the same way, raise SQLSTATE SX001
-// on a payload mismatch and 22023 on invalid input. Go's Enqueue calls
+// on a payload mismatch and 22023 on invalid input (a not_before outside
+// 2000-01-01 UTC to one year from now, -infinity and infinity included,
+// is invalid there as in Go). Go's Enqueue calls
 // sidefx_enqueue_many itself, so there is one implementation. A traced
 // service sets its span's traceparent for the transaction before it
 // enqueues (SELECT set_config('sidefx.traceparent', '00-…', true)), or

@@ -91,6 +91,8 @@ type Effect struct {
 	// MaxAttempts overrides the kind's policy for this effect; 0 keeps it.
 	MaxAttempts int
 	// NotBefore delays the first attempt; zero means as soon as committed.
+	// It must be from 2000-01-01 UTC to one year from now
+	// (effects.ValidateNotBefore); another time is refused.
 	NotBefore time.Time
 }
 
@@ -318,6 +320,9 @@ func (o *Outbox) prepare(e Effect) (effects.NewEffect, error) {
 	if e.MaxAttempts < 0 {
 		return effects.NewEffect{}, &effects.ValidationError{Index: -1, Field: "max_attempts",
 			Reason: fmt.Sprintf("is %d, it must be positive (or 0 for the kind's policy)", e.MaxAttempts)}
+	}
+	if err := effects.ValidateNotBefore(e.NotBefore, time.Now()); err != nil {
+		return effects.NewEffect{}, err
 	}
 	payload, err := EncodePayload(e.Payload, o.maxBytes)
 	if err != nil {

@@ -264,6 +264,14 @@ func TestEnqueue_InvalidInputIsRefusedBeforeSQL(t *testing.T) {
 			e.Payload = map[string]string{"a": strings.Repeat("x", outbox.DefaultMaxPayloadBytes)}
 		}), "payload", "limit is 262144"},
 		{"negative attempts", with(func(e *outbox.Effect) { e.MaxAttempts = -1 }), "max_attempts", "positive"},
+		{"not_before year 1", with(func(e *outbox.Effect) { e.NotBefore = time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC) }),
+			"not_before", "is 0001-01-02T00:00:00Z, want a time from 2000-01-01T00:00:00Z to one year from now"},
+		{"not_before 1999", with(func(e *outbox.Effect) { e.NotBefore = time.Date(1999, 12, 31, 23, 59, 59, 0, time.UTC) }),
+			"not_before", "is 1999-12-31T23:59:59Z"},
+		{"not_before in two years", with(func(e *outbox.Effect) { e.NotBefore = time.Now().AddDate(2, 0, 0) }),
+			"not_before", "to one year from now"},
+		{"not_before as milliseconds read as seconds", with(func(e *outbox.Effect) { e.NotBefore = time.Unix(time.Now().UnixMilli(), 0) }),
+			"not_before", "want a time from"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -516,5 +524,43 @@ func TestOutbox_RefusesUnknownKindsWhenAsked(t *testing.T) {
 	var n int
 	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM side_effects WHERE kind IN ('sms.send', 'pager.page')`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("refused kinds were written: %d, %v", n, err)
+	}
+}
+
+// The SQL functions other languages call refuse what Go refuses, and the
+// infinities Go cannot send: SQLSTATE 22023 naming the value, the range and
+// the field. A time inside the range is taken.
+func TestEnqueueSQL_RefusesTimesItCannotSchedule(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct{ nb, says string }{
+		{"'-infinity'", "not_before is -infinity, want a time from 2000-01-01"},
+		{"'infinity'", "not_before is infinity, want a time from 2000-01-01"},
+		{"'1999-12-31 23:59:59+00'", "not_before is 1999-12-31 23:59:59+00"},
+		{"now() + interval '1 year 1 day'", "to one year from now"},
+	} {
+		for _, call := range []string{
+			`SELECT * FROM sidefx_enqueue('s', 'email.receipt', '{}', p_not_before => ` + c.nb + `)`,
+			`SELECT * FROM sidefx_enqueue_many(ARRAY['s', 't'], ARRAY['email.receipt', 'email.receipt'], ARRAY['{}', '{}']::jsonb[],
+				p_not_before => ARRAY[now(), ` + c.nb + `])`,
+			`SELECT * FROM sidefx_enqueue_many_traced('00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+				ARRAY['s'], ARRAY['email.receipt'], ARRAY['{}']::jsonb[], p_not_before => ARRAY[(` + c.nb + `)::timestamptz])`,
+		} {
+			_, err := b.pool.Exec(b.ctx, call)
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "22023" || !strings.Contains(pe.Message, c.says) || !strings.Contains(pe.Detail, `"field" : "not_before"`) {
+				t.Errorf("%s: err = %v (detail %v), want 22023 saying %q", call, err, pe, c.says)
+			}
+		}
+	}
+	if n := count(t, b); n != 0 {
+		t.Fatalf("rows after refused times = %d", n)
+	}
+	if _, err := b.pool.Exec(b.ctx, `SELECT * FROM sidefx_enqueue('s', 'email.receipt', '{}', p_not_before => now() + interval '364 days')`); err != nil {
+		t.Fatalf("a time 364 days ahead: %v", err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash, next_attempt_at)
+		VALUES ('raw', 'email.receipt', 'k', '{}', sha256('{}'), '-infinity')`); err == nil || !strings.Contains(err.Error(), "side_effects_finite_times_check") {
+		t.Fatalf("a raw insert of -infinity: %v, want the table's check to refuse it", err)
 	}
 }

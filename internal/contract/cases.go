@@ -334,6 +334,8 @@ func databaseChecks(t *testing.T, e env) {
 		{effects.NewEffect{SourceID: "", Kind: "k", Payload: json.RawMessage(`{}`)}, 0, "source_id is empty"},
 		{effects.NewEffect{SourceID: "s2", Kind: "K", Payload: json.RawMessage(`{}`)}, 0, "is not lowercase"},
 		{effects.NewEffect{SourceID: "s2", Kind: "k", Payload: json.RawMessage(`{"a": "bcdefghij"}`)}, 10, "the limit is 10"},
+		{effects.NewEffect{SourceID: "s2", Kind: "k", Payload: json.RawMessage(`{}`), NotBefore: time.Date(1, 1, 2, 0, 0, 0, 0, time.UTC)},
+			0, "not_before is 0001-01-02 00:00:00+00, want a time from 2000-01-01"},
 	} {
 		_, err := store.Insert(e.ctx, []effects.NewEffect{ok, c.item}, c.limit, "")
 		var ve *effects.ValidationError
@@ -383,7 +385,10 @@ func awkwardText(t *testing.T, e env) {
 }
 
 func schedule(t *testing.T, e env) {
-	later := time.Date(2031, 7, 4, 12, 30, 15, 123456789, time.FixedZone("x", 5*3600+1800))
+	// Some months ahead (at most a year is taken), in an odd zone, with
+	// nanoseconds the database truncates.
+	in := time.Now().AddDate(0, 7, 0).In(time.FixedZone("x", 5*3600+1800))
+	later := time.Date(in.Year(), in.Month(), in.Day(), 12, 30, 15, 123456789, in.Location())
 	es := []outbox.Effect{
 		{SourceID: "later", Kind: "email.receipt", Payload: map[string]int{}, NotBefore: later, MaxAttempts: 7},
 		{SourceID: "now", Kind: "email.receipt", Payload: map[string]int{}},

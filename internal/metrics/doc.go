@@ -75,7 +75,11 @@
 // # Cardinality
 //
 // Labels hold only kinds, providers, states and outcomes, all bounded by the
-// configuration; never an effect's id, source or key.
+// configuration; never an effect's id, source or key. The table's gauges
+// see the kinds producers wrote, which nothing bounds: only the kinds of
+// Options.Kinds (the daemon's served kinds) have series of their own, and
+// the others are summed under kind="_other" (OtherKind). Without
+// Options.Kinds, the first MaxKinds kinds seen keep series of their own.
 //
 // # Cost
 //

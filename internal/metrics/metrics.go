@@ -105,7 +105,24 @@ type Options struct {
 	Version string
 	// Logger receives failed table reads. Default slog.Default().
 	Logger *slog.Logger
+	// Kinds are the kinds with series of their own in the table's gauges
+	// (sidefx_effects, sidefx_oldest_pending_seconds,
+	// sidefx_unserved_pending): the daemon passes the kinds it serves. The
+	// effects of every other kind found in the table are summed under
+	// kind="_other" (OtherKind), so a producer writing many kinds adds no
+	// series. Nil: the first MaxKinds kinds seen have their own, the rest
+	// go to OtherKind.
+	Kinds []string
 }
+
+// OtherKind is the kind label of the table's gauges for the effects of the
+// kinds without series of their own (see Options.Kinds). No kind is named
+// so: a kind starts with a letter.
+const OtherKind = "_other"
+
+// MaxKinds bounds the kinds with series of their own in the table's gauges
+// when Options.Kinds is nil.
+const MaxKinds = 100
 
 // Metrics holds sidefx's Prometheus metrics. It is a dispatcher.Observer,
 // a dispatcher.ErrorObserver and a dispatcher.ProviderObserver; its methods are safe for concurrent use

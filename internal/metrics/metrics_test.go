@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1061,5 +1062,63 @@ func TestMetrics_Paused(t *testing.T) {
 	b.clock.advance(time.Hour) // past StatsInterval: the next scrape reads again
 	if v, ok := scrape(t, b.reg)[key]; !ok || v != 0 {
 		t.Fatalf("%s = %v (present %t) once resumed, want 0", key, v, ok)
+	}
+}
+
+// One enqueue of 20,000 kinds nobody configured adds no series to the
+// table's gauges: they are summed under kind="_other", next to the kinds
+// configured. Without Options.Kinds, MaxKinds kinds keep series of their
+// own and the rest are summed.
+func TestMetrics_ProducerKindsAreBounded(t *testing.T) {
+	t.Parallel()
+	const n = 20000
+	es := make([]outbox.Effect, n)
+	for i := range es {
+		es[i] = outbox.Effect{SourceID: "s", Kind: fmt.Sprintf("k%05d", i), Payload: json.RawMessage(`{}`)}
+	}
+	series := func(s map[string]float64) (count int, sum float64) {
+		for k, v := range s {
+			if strings.HasPrefix(k, "sidefx_effects{") || strings.HasPrefix(k, "sidefx_oldest_pending_seconds{") ||
+				strings.HasPrefix(k, "sidefx_unserved_pending{") {
+				count++
+			}
+			if strings.HasPrefix(k, "sidefx_effects{") {
+				sum += v
+			}
+		}
+		return count, sum
+	}
+	for _, c := range []struct {
+		name  string
+		kinds []string
+		own   int // kinds with series of their own
+	}{
+		{"configured kinds", []string{kindMail}, 1},
+		{"none configured", nil, metrics.MaxKinds},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &metrics.Options{Kinds: c.kinds})
+			b.enqueue(t, kindMail, "o-1")
+			if _, err := outbox.EnqueueMany(b.ctx, b.pool, es); err != nil {
+				t.Fatal(err)
+			}
+			s := scrape(t, b.reg)
+			// Per label: a series per state, the oldest pending, the unserved.
+			count, sum := series(s)
+			if want := (c.own + 1) * (len(effects.States) + 2); count != want || sum != n+1 {
+				t.Errorf("%d table series counting %v effects, want %d counting %d", count, sum, want, n+1)
+			}
+			other := s[key("sidefx_effects", "kind", metrics.OtherKind, "state", "pending")]
+			if want := float64(n + 1 - c.own); other != want {
+				t.Errorf("%s pending = %v, want %v", metrics.OtherKind, other, want)
+			}
+			if c.kinds != nil && s[key("sidefx_effects", "kind", kindMail, "state", "pending")] != 1 {
+				t.Errorf("the configured kind lost its series")
+			}
+			if unserved := s[key("sidefx_unserved_pending", "kind", metrics.OtherKind)]; unserved != other {
+				t.Errorf("unserved %s = %v, want %v", metrics.OtherKind, unserved, other)
+			}
+		})
 	}
 }

@@ -34,17 +34,24 @@ type tableCollector struct {
 	unservedDesc *prometheus.Desc
 	pausedDesc   *prometheus.Desc
 
+	// own are the kinds with series of their own (Options.Kinds); nil:
+	// the first MaxKinds kinds seen, by name.
+	own map[string]bool
+
 	mu  sync.Mutex
 	now func() time.Time // the clock for interval; a test may replace it
 	// timer starts the wait of a scrape for a read; a test may replace it.
 	timer   func(time.Duration) (<-chan time.Time, func() bool)
 	readAt  time.Time     // when the last read started; zero before the first
 	reading chan struct{} // closed when the read in flight ends; nil if none
-	// kinds holds the last reading of every kind seen since start; a kind
-	// absent from a later reading is kept, with zero counts.
-	kinds   map[string]effects.KindStats
-	paused  map[[2]string]bool  // scope and name → paused now; kept at 0 once resumed
-	metrics []prometheus.Metric // built from kinds after each successful read
+	// kinds holds the last reading of every label seen since start (a
+	// kind, or OtherKind for the sum of the others); a label absent from a
+	// later reading is kept, with zero counts. unserved is the pending
+	// effects of each label's kinds no live dispatcher serves.
+	kinds    map[string]effects.KindStats
+	unserved map[string]int64
+	paused   map[[2]string]bool  // scope and name → paused now; kept at 0 once resumed
+	metrics  []prometheus.Metric // built from kinds after each successful read
 }
 
 func newTableCollector(store statsReader, o Options, errors prometheus.Counter) *tableCollector {
@@ -66,11 +73,47 @@ func newTableCollector(store statsReader, o Options, errors prometheus.Counter) 
 		pausedDesc: prometheus.NewDesc(namePaused,
 			"1 while an operator has paused the kind or provider (sidefx pause: none of its effects is claimed), 0 once resumed, as of the last table read.",
 			[]string{"scope", "name"}, nil),
-		now:    time.Now,
-		timer:  realTimer,
-		kinds:  map[string]effects.KindStats{},
-		paused: map[[2]string]bool{},
+		now:      time.Now,
+		timer:    realTimer,
+		kinds:    map[string]effects.KindStats{},
+		unserved: map[string]int64{},
+		paused:   map[[2]string]bool{},
+		own:      own(o.Kinds),
 	}
+}
+
+func own(kinds []string) map[string]bool {
+	if kinds == nil {
+		return nil
+	}
+	m := make(map[string]bool, len(kinds))
+	for _, k := range kinds {
+		m[k] = true
+	}
+	return m
+}
+
+// label is the kind label of kind's series: kind itself if it has series
+// of its own, else OtherKind. Without Options.Kinds, the first MaxKinds
+// kinds seen have their own, and keep them. Called with c.mu held.
+func (c *tableCollector) label(kind string) string {
+	if c.own != nil {
+		if c.own[kind] {
+			return kind
+		}
+		return OtherKind
+	}
+	if _, ok := c.kinds[kind]; ok && kind != OtherKind {
+		return kind
+	}
+	n := len(c.kinds)
+	if _, ok := c.kinds[OtherKind]; ok {
+		n--
+	}
+	if n < MaxKinds {
+		return kind
+	}
+	return OtherKind
 }
 
 // Describe sends the descriptors of the table's gauges.
@@ -148,10 +191,23 @@ func (c *tableCollector) read(done chan struct{}) {
 		return
 	}
 	for k := range c.kinds {
-		c.kinds[k] = effects.KindStats{Kind: k}
+		c.kinds[k] = effects.KindStats{Kind: k, ByState: map[effects.State]int64{}}
+		c.unserved[k] = 0
 	}
-	for _, ks := range stats {
-		c.kinds[ks.Kind] = ks
+	for _, ks := range stats { // ordered by kind
+		l := c.label(ks.Kind)
+		sum, ok := c.kinds[l]
+		if !ok {
+			sum = effects.KindStats{Kind: l, ByState: map[effects.State]int64{}}
+		}
+		for st, n := range ks.ByState {
+			sum.ByState[st] += n
+		}
+		sum.OldestPending = max(sum.OldestPending, ks.OldestPending)
+		c.kinds[l] = sum
+		if ks.Unserved {
+			c.unserved[l] += ks.ByState[effects.Pending]
+		}
 	}
 	for k := range c.paused {
 		c.paused[k] = false
@@ -187,11 +243,7 @@ func (c *tableCollector) build() []prometheus.Metric {
 		}
 		out = append(out, prometheus.MustNewConstMetric(c.oldestDesc, prometheus.GaugeValue,
 			ks.OldestPending.Seconds(), k))
-		var unserved float64
-		if ks.Unserved {
-			unserved = float64(ks.ByState[effects.Pending])
-		}
-		out = append(out, prometheus.MustNewConstMetric(c.unservedDesc, prometheus.GaugeValue, unserved, k))
+		out = append(out, prometheus.MustNewConstMetric(c.unservedDesc, prometheus.GaugeValue, float64(c.unserved[k]), k))
 	}
 	for k, on := range c.paused {
 		v := 0.0
