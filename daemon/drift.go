@@ -112,11 +112,17 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 		fmt.Fprintln(io.Out, "stuck: none")
 	}
 	if rep.Errors() > 0 {
-		n := 0
+		n, problems := 0, 0
 		for _, f := range rep.Findings {
 			if f.Refused {
 				n++
 			}
+			if f.Problem != "" {
+				problems++
+			}
+		}
+		if problems > 0 {
+			return fmt.Errorf("%d rules refused, %d failed, %d with a problem", n, rep.Errors()-n-problems, problems)
 		}
 		return fmt.Errorf("%d rules refused, %d failed", n, rep.Errors()-n)
 	}
@@ -138,6 +144,9 @@ func printFinding(w io.Writer, f drift.Finding) {
 	}
 	if f.Extra > 0 {
 		fmt.Fprintf(w, "    extra:   %s\n", sample(f.ExtraIDs, f.Extra))
+	}
+	if f.Problem != "" {
+		fmt.Fprintf(w, "    problem: %s\n", f.Problem)
 	}
 }
 

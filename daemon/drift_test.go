@@ -130,3 +130,36 @@ drift:
 		t.Fatalf("drift list:\n%s", list)
 	}
 }
+
+// A rule whose SQL returns NULL ids: drift run and drift list show its
+// findings and, beside them, the problem; the run counts it as an error.
+func TestCLI_DriftRuleNullIDs(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newCLI(t)
+	ctx := context.Background()
+	if _, err := outbox.Enqueue(ctx, pool, outbox.Effect{SourceID: "a", Kind: "email.receipt", Payload: map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "sidefx.yaml")
+	if err := os.WriteFile(cfg, []byte(`providers:
+  mail: {type: sendgrid, api_key_env: SENDGRID_API_KEY}
+kinds:
+  email.receipt: {provider: mail}
+drift:
+  rules:
+    - name: with_null
+      kind: email.receipt
+      sql: SELECT id FROM (VALUES ('a'), (NULL), ('b')) v(id)
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "  rule with_null (email.receipt): 1 missing, 0 extra\n    missing: b\n    problem: the rule's query returned 1 NULL id: it was left out\n"
+	out, _, err := c.run("", "drift", "run", "--config", cfg)
+	if err == nil || err.Error() != "0 rules refused, 0 failed, 1 with a problem" || !strings.Contains(out, want) {
+		t.Fatalf("drift run: %v\n%s", err, out)
+	}
+	list := c.ok("drift", "list", "--limit", "1")
+	if !strings.Contains(list, ", 1 errors\n") || !strings.Contains(list, want) {
+		t.Fatalf("drift list:\n%s", list)
+	}
+}

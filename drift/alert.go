@@ -23,7 +23,7 @@ type Alert struct {
 }
 
 // alerter posts firing alerts for non-zero findings and for failed or
-// refused rules on every run (as Alertmanager expects active alerts to be
+// refused rules, or rules with a problem, on every run (as Alertmanager expects active alerts to be
 // re-sent) and a resolved alert once a firing one goes back to zero.
 type alerter struct {
 	url    string
@@ -61,6 +61,10 @@ func alertsFor(rep Report, now time.Time) []Alert {
 			add("SidefxDriftRunErrors", "ticket", map[string]string{"rule": f.Rule, "kind": f.Kind},
 				fmt.Sprintf("drift rule %s %s", f.Rule, what),
 				fmt.Sprintf("%v; its findings are missing until the rule is fixed", f.Err))
+		} else if f.Problem != "" {
+			add("SidefxDriftRunErrors", "ticket", map[string]string{"rule": f.Rule, "kind": f.Kind},
+				fmt.Sprintf("drift rule %s has a problem", f.Rule),
+				fmt.Sprintf("%s; its other findings stand", f.Problem))
 		}
 		if f.Missing > 0 {
 			add("SidefxDriftMissing", "page", map[string]string{"rule": f.Rule, "kind": f.Kind},

@@ -203,12 +203,17 @@ func (c *Checker) logReport(rep Report) {
 			c.log.Error("drift rule refused at start, not run", "rule", f.Rule, "err", f.Err)
 		case f.Err != nil:
 			c.log.Error("drift rule failed", "rule", f.Rule, "err", f.Err)
-		case f.Missing > 0 || f.Extra > 0:
-			c.log.Error("drift found effects missing or extra", "rule", f.Rule, "kind", f.Kind,
-				"missing", f.Missing, "missing_sample", strings.Join(f.MissingIDs, ","),
-				"extra", f.Extra, "extra_sample", strings.Join(f.ExtraIDs, ","))
 		default:
-			c.log.Info("drift rule clean", "rule", f.Rule, "kind", f.Kind, "took", f.Duration)
+			if f.Problem != "" {
+				c.log.Error("drift rule has a problem; its findings stand", "rule", f.Rule, "kind", f.Kind, "problem", f.Problem)
+			}
+			if f.Missing > 0 || f.Extra > 0 {
+				c.log.Error("drift found effects missing or extra", "rule", f.Rule, "kind", f.Kind,
+					"missing", f.Missing, "missing_sample", strings.Join(f.MissingIDs, ","),
+					"extra", f.Extra, "extra_sample", strings.Join(f.ExtraIDs, ","))
+			} else if f.Problem == "" {
+				c.log.Info("drift rule clean", "rule", f.Rule, "kind", f.Kind, "took", f.Duration)
+			}
 		}
 	}
 	if rep.StuckErr != nil {

@@ -234,3 +234,56 @@ func TestChecker_RefusedRuleIsAnErrorOfEveryRun(t *testing.T) {
 		}
 	}
 }
+
+// NULL ids from a rule's SQL are a problem of the rule, stored, logged,
+// alerted and counted as an error beside its findings, which stand.
+func TestChecker_NullIDsAreAProblemBesideTheFindings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	if _, err := outbox.Enqueue(ctx, pool, outbox.Effect{SourceID: "a", Kind: "email.receipt", Payload: map[string]int{}}); err != nil {
+		t.Fatal(err)
+	}
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	var obs lastReport
+	var logs strings.Builder
+	rule := drift.Rule{Name: "with_nulls", Kind: "email.receipt", SQL: `SELECT id FROM (VALUES ('a'), (NULL), ('b'), (NULL), (NULL)) v(id)`}
+	c, refused, err := drift.NewChecker(ctx, pool, &drift.Config{Rules: []drift.Rule{rule},
+		AlertURL: srv.URL + "/api/v2/alerts", Logger: slog.New(slog.NewTextHandler(&logs, nil)), Observer: &obs})
+	if err != nil || len(refused) != 0 {
+		t.Fatalf("checker: %v, %v", refused, err)
+	}
+	if _, err := c.RunNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const problem = "the rule's query returned 3 NULL ids: they were left out"
+	obs.mu.Lock()
+	seen := obs.rep
+	obs.mu.Unlock()
+	if seen.Errors() != 1 || seen.Findings[0].Problem != problem {
+		t.Fatalf("the observer saw %+v", seen)
+	}
+	runs, err := drift.Recent(ctx, pool, "", 1)
+	if err != nil || len(runs) != 1 || len(runs[0].Findings) != 1 {
+		t.Fatalf("recent = %+v, %v", runs, err)
+	}
+	if r, f := runs[0], runs[0].Findings[0]; r.Errors != 1 || f.Err != nil || f.Problem != problem ||
+		f.Missing != 1 || strings.Join(f.MissingIDs, ",") != "b" || f.Extra != 0 {
+		t.Fatalf("stored run = %+v, finding = %+v", r, f)
+	}
+	if !strings.Contains(logs.String(), `problem="`+problem+`"`) {
+		t.Fatalf("logs lack the problem:\n%s", logs.String())
+	}
+	names := map[string]drift.Alert{}
+	for _, a := range rcv.last() {
+		names[a.Labels["alertname"]] = a
+	}
+	if a, ok := names["SidefxDriftRunErrors"]; !ok || a.Labels["rule"] != rule.Name || !strings.Contains(a.Annotations["description"], problem) {
+		t.Fatalf("alerts posted: %+v", rcv.last())
+	}
+	if _, ok := names["SidefxDriftMissing"]; !ok || len(names) != 2 {
+		t.Fatalf("alerts posted: %+v", rcv.last())
+	}
+}

@@ -27,7 +27,9 @@
 // The comparison runs in SQL, in one statement per rule (one snapshot):
 // anti-joins on side_effects' (source_id, kind) index, bounded by the
 // window. A rule whose SQL fails is reported in its finding and does not stop
-// the others.
+// the others. A NULL the SQL returns is no source id: it is left out, the
+// other ids are compared, and the rule's finding names the NULLs as its
+// Problem, which counts in Report.Errors like a failed rule.
 //
 // Each rule runs in a read-only transaction of its own (a savepoint when the
 // DB given is a transaction), and the database cancels any of its statements

@@ -312,3 +312,31 @@ func TestRun_StatementTimeout(t *testing.T) {
 		t.Fatalf("finding = %+v", f)
 	}
 }
+
+// A rule whose SQL returns NULL ids still reports its findings for the
+// others, and the NULLs as a problem of the rule beside them.
+func TestRun_NullIDsAreAProblemBesideTheFindings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	if _, err := outbox.Enqueue(ctx, pool, outbox.Effect{SourceID: "a", Kind: "email.receipt", Payload: map[string]int{}}); err != nil {
+		t.Fatal(err)
+	}
+	rule := drift.Rule{Name: "with_null", Kind: "email.receipt", SQL: `SELECT id FROM (VALUES ('a'), (NULL), ('b')) v(id)`}
+	rep := drift.Run(ctx, pool, "", []drift.Rule{rule}, 0)
+	f := rep.Findings[0]
+	if f.Err != nil || f.Missing != 1 || strings.Join(f.MissingIDs, ",") != "b" || f.Extra != 0 {
+		t.Fatalf("finding = %+v, want b missing", f)
+	}
+	if f.Problem != "the rule's query returned 1 NULL id: it was left out" {
+		t.Fatalf("problem = %q", f.Problem)
+	}
+	if rep.Errors() != 1 {
+		t.Fatalf("errors = %d, want the NULL id counted", rep.Errors())
+	}
+	// Without NULLs, no problem.
+	rule.SQL = `SELECT id FROM (VALUES ('a'), ('b')) v(id)`
+	if f := drift.Run(ctx, pool, "", []drift.Rule{rule}, 0).Findings[0]; f.Problem != "" || f.Missing != 1 {
+		t.Fatalf("finding without NULLs = %+v", f)
+	}
+}

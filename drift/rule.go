@@ -216,6 +216,10 @@ type Finding struct {
 	// its SQL are invalid, Err says why), so it does not run until it is
 	// fixed and the process restarted. It counts as an error in every run.
 	Refused bool `json:",omitempty"`
+	// Problem: something wrong with the rule that did not stop its run, so
+	// its counts stand: its SQL returned NULL ids, which were left out of the
+	// comparison. It counts as an error of the run (Report.Errors).
+	Problem string `json:",omitempty"`
 }
 
 // checkRule runs one rule in one statement, so missing and extra are
@@ -237,12 +241,15 @@ func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
 		f.Sampled = true
 	}
 	// params names every parameter's type, so a rule that uses neither
-	// placeholder leaves none of them untyped.
+	// placeholder leaves none of them untyped. A NULL the rule returns is no
+	// source id: due leaves it out, and known counts it (GROUP BY puts the
+	// NULLs in one group) for Finding.Problem.
 	q := new(query).add(`WITH params AS (SELECT $1::timestamptz, $2::timestamptz, $3::text, $4::timestamptz, $5::interval, $6::integer),
 		due AS MATERIALIZED (
-			SELECT source_id FROM (SELECT DISTINCT x.src::text AS source_id FROM (`).rule(r.bind(1, 2)).add(`) AS x(src)) d` + sampling + `
+			SELECT source_id FROM (SELECT DISTINCT x.src::text AS source_id FROM (`).rule(r.bind(1, 2)).add(`) AS x(src)
+				WHERE x.src IS NOT NULL) d` + sampling + `
 		), known AS MATERIALIZED (
-			SELECT DISTINCT x.src::text AS source_id FROM (`).rule(r.bind(4, 2)).add(`) AS x(src)
+			SELECT x.src::text AS source_id, count(*) AS n FROM (`).rule(r.bind(4, 2)).add(`) AS x(src) GROUP BY 1
 		), missing AS (
 			SELECT d.source_id FROM due d
 			WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` s WHERE s.source_id = d.source_id AND s.kind = $3)
@@ -253,12 +260,13 @@ func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
 			SELECT r.source_id FROM recent r
 			WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.source_id = r.source_id)
 		)
-		SELECT (SELECT count(*) FROM missing),
+		SELECT coalesce((SELECT n FROM known WHERE source_id IS NULL), 0),
+			(SELECT count(*) FROM missing),
 			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM missing ORDER BY source_id LIMIT $6) m), '{}'),
 			(SELECT count(*) FROM extra),
 			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM extra ORDER BY source_id LIMIT $6) e), '{}')`)
 	start := time.Now()
-	var missing, extra int64
+	var nulls, missing, extra int64
 	err := readOnly(ctx, db, r, func(tx pgx.Tx) error {
 		if err := checkShape(ctx, tx, r); err != nil {
 			return err
@@ -272,7 +280,7 @@ func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
 			windowStart = now.Add(-r.Window)
 		}
 		err := tx.QueryRow(ctx, q.String(), now.Add(-r.Grace), windowStart, r.Kind, now, r.Grace, sample).
-			Scan(&missing, &f.MissingIDs, &extra, &f.ExtraIDs)
+			Scan(&nulls, &missing, &f.MissingIDs, &extra, &f.ExtraIDs)
 		if err != nil {
 			return fmt.Errorf("drift rule %q: %s", r.Name, r.problem(q, err))
 		}
@@ -284,7 +292,20 @@ func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
 		return f
 	}
 	f.Missing, f.Extra = int(missing), int(extra)
+	f.Problem = nullProblem(nulls)
 	return f
+}
+
+// nullProblem says what a rule whose SQL returned n NULL ids is told: a
+// NULL is no source id, so it is left out and the other ids are compared.
+func nullProblem(n int64) string {
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return "the rule's query returned 1 NULL id: it was left out"
+	}
+	return fmt.Sprintf("the rule's query returned %d NULL ids: they were left out", n)
 }
 
 // pgxInfinity is a time far enough in the past to stand for "no window".

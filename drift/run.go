@@ -36,12 +36,12 @@ type Report struct {
 	StuckErr error
 }
 
-// Errors counts the rules whose run failed or that were refused, and the
-// stuck check if it failed.
+// Errors counts the rules whose run failed, that were refused or that have
+// a problem (Finding.Problem), and the stuck check if it failed.
 func (r Report) Errors() int {
 	n := 0
 	for _, f := range r.Findings {
-		if f.Err != nil {
+		if f.Err != nil || f.Problem != "" {
 			n++
 		}
 	}

@@ -33,6 +33,8 @@ func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Re
 			if f.Refused {
 				errText.String = refusedPrefix + errText.String
 			}
+		} else if f.Problem != "" {
+			errText = pgtype.Text{String: problemPrefix + f.Problem, Valid: true}
 		}
 		if _, err := db.Exec(ctx, `INSERT INTO `+findingsTable(schema)+`
 			(run_id, rule, kind, missing, extra, missing_ids, extra_ids, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
@@ -43,8 +45,12 @@ func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Re
 	return nil
 }
 
-// refusedPrefix marks a stored finding's error as the refusal of its rule.
-const refusedPrefix = "refused: "
+// refusedPrefix marks a stored finding's error as the refusal of its rule,
+// problemPrefix as a problem beside its counts (Finding.Problem).
+const (
+	refusedPrefix = "refused: "
+	problemPrefix = "problem: "
+)
 
 func nonNil(s []string) []string {
 	if s == nil {
@@ -103,7 +109,9 @@ func Recent(ctx context.Context, db effects.DB, schema string, limit int) ([]Run
 		}
 		if rule.Valid {
 			f := Finding{Rule: rule.String, Kind: kind.String, Missing: int(missing.Int64), Extra: int(extra.Int64), MissingIDs: missingIDs, ExtraIDs: extraIDs}
-			if errText.Valid {
+			if problem, ok := strings.CutPrefix(errText.String, problemPrefix); ok {
+				f.Problem = problem
+			} else if errText.Valid {
 				msg, refused := strings.CutPrefix(errText.String, refusedPrefix)
 				f.Err, f.Refused = errors.New(msg), refused
 			}

@@ -30,3 +30,25 @@ func TestReported_RefusedDriftRuleCountsAsError(t *testing.T) {
 		}
 	}
 }
+
+// A rule whose SQL returns NULL ids counts in sidefx_drift_run_errors_total,
+// and its findings for the other ids stand in the gauges.
+func TestReported_DriftRuleNullIDsCountAsError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	rule := drift.Rule{Name: "with_null", Kind: "email.receipt", SQL: `SELECT id FROM (VALUES ('a'), (NULL)) v(id)`}
+	c, refused, err := drift.NewChecker(b.ctx, b.pool, &drift.Config{Rules: []drift.Rule{rule},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Observer: b.m})
+	if err != nil || len(refused) != 0 {
+		t.Fatalf("checker: %v %v", refused, err)
+	}
+	if _, err := c.RunNow(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(b.m.DriftErrorsForTest()); got != 1 {
+		t.Fatalf("sidefx_drift_run_errors_total = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(b.m.DriftMissingForTest("with_null")); got != 1 {
+		t.Fatalf("sidefx_drift_missing = %v, want 1", got)
+	}
+}

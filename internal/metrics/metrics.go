@@ -264,7 +264,7 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 		}),
 		driftErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: nameDriftErrors,
-			Help: "Drift rules whose run failed or that were refused at start (counted on every run), and failed stuck checks.",
+			Help: "Drift rules whose run failed, that were refused at start (counted on every run) or whose query returned NULL ids, and failed stuck checks.",
 		}),
 		reconFindings: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: nameReconFindings,
