@@ -5,7 +5,9 @@
 // Each file NNNN_name.sql is one version. Apply runs, in one transaction
 // under an advisory lock, every version the database lacks, and records it in
 // sidefx_migrations. Two processes applying at once serialise on the lock;
-// the second finds nothing to do. Released files never change: a change to
+// the second finds nothing to do. The transaction is READ COMMITTED whatever
+// the database's default_transaction_isolation, so that the second reads the
+// versions after the lock, with what the first committed. Released files never change: a change to
 // the schema is a new file (released.sum pins each file's SHA-256, and a
 // test builds every released version and upgrades it). A schema newer than
 // the build, migrated by a later sidefx, is refused (NewerSchemaError).
@@ -32,7 +34,9 @@ import (
 var files embed.FS
 
 // Beginner is what Apply needs from the database: *pgxpool.Pool and
-// *pgx.Conn satisfy it.
+// *pgx.Conn satisfy it. Apply begins with their BeginTx, at READ COMMITTED;
+// a Beginner without BeginTx must give READ COMMITTED transactions for
+// concurrent Apply calls to succeed.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
@@ -159,12 +163,16 @@ func apply(ctx context.Context, db Beginner, cfg *Config, ms []Migration) error 
 	}
 	q := sqlname.Quote(schema)
 
-	tx, err := db.Begin(ctx)
+	tx, err := beginReadCommitted(ctx, db)
 	if err != nil {
 		return fmt.Errorf("apply migrations: begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 
+	// Read committed, each statement after the lock sees what the migrator
+	// ahead of this one committed; under repeatable read or serializable
+	// the snapshot would be taken when the lock was asked for, before that
+	// commit, and the versions it applied would be applied again.
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
 		return fmt.Errorf("apply migrations: lock: %w", err)
 	}
@@ -206,6 +214,20 @@ func apply(ctx context.Context, db Beginner, cfg *Config, ms []Migration) error 
 		return fmt.Errorf("apply migrations: commit: %w", err)
 	}
 	return nil
+}
+
+// beginReadCommitted begins Apply's transaction at READ COMMITTED, whatever
+// the database's or the role's default_transaction_isolation, when db can
+// say the level (*pgxpool.Pool and *pgx.Conn can); any other Beginner's
+// transaction has the isolation it gives, and a repeatable read one makes
+// concurrent Apply calls fail.
+func beginReadCommitted(ctx context.Context, db Beginner) (pgx.Tx, error) {
+	if b, ok := db.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	}); ok {
+		return b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	}
+	return db.Begin(ctx)
 }
 
 // Status reports the versions applied in the schema and those embedded but

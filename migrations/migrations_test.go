@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/derive"
@@ -111,6 +112,81 @@ func TestApply_TwiceAndConcurrentlyGiveTheSameSchema(t *testing.T) {
 	var n int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM zz_conc_schema.sidefx_migrations").Scan(&n); err != nil || n != migrations.Latest() {
 		t.Fatalf("recorded versions = %d, %v; want %d", n, err, migrations.Latest())
+	}
+}
+
+// Under a database whose default isolation is repeatable read or
+// serializable, migrators that start together still all succeed: each reads
+// the applied versions after the lock, not in a snapshot taken before the
+// migrator ahead of it committed.
+func TestApply_ConcurrentlyUnderAnyDefaultIsolation(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			url := pgtest.URL(t)
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var db string
+			err = conn.QueryRow(ctx, "SELECT current_database()").Scan(&db)
+			if err == nil {
+				_, err = conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET default_transaction_isolation = '"+level+"'")
+			}
+			conn.Close(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const migrators = 8
+			cfg, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = migrators
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			var got string
+			if err := pool.QueryRow(ctx, "SHOW transaction_isolation").Scan(&got); err != nil || got != level {
+				t.Fatalf("a new session's isolation = %q, %v; want %q", got, err, level)
+			}
+
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			errs := make([]error, migrators)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					errs[i] = migrations.Apply(ctx, pool, &migrations.Config{Schema: "zz_iso_schema"})
+				}()
+			}
+			close(start)
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("concurrent apply %d under %s: %v", i, level, err)
+				}
+			}
+			var n int
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM zz_iso_schema.sidefx_migrations").Scan(&n); err != nil || n != migrations.Latest() {
+				t.Fatalf("recorded versions = %d, %v; want %d", n, err, migrations.Latest())
+			}
+			if _, missing, err := migrations.Status(ctx, pool, &migrations.Config{Schema: "zz_iso_schema"}); err != nil || len(missing) != 0 {
+				t.Fatalf("status: missing %v, %v", missing, err)
+			}
+			if err := migrations.Apply(ctx, pool, &migrations.Config{Schema: "zz_seq_schema"}); err != nil {
+				t.Fatal(err)
+			}
+			if conc, once := fingerprint(t, pool, "zz_iso_schema"), fingerprint(t, pool, "zz_seq_schema"); conc != once {
+				t.Fatalf("concurrent apply built another schema:\n%s\n---\n%s", once, conc)
+			}
+		})
 	}
 }
 
