@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -90,6 +91,10 @@ type Config struct {
 	// connections when Pool goes through a transaction pooler, which does
 	// not deliver notifications. Without it (DB alone), the wait polls.
 	ListenPool *pgxpool.Pool
+	// Logger receives the edge's logs: a RequireOutcome handler that
+	// answered without enqueuing the effect its route awaits. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Edge is the idempotency key store of an HTTP API.
@@ -107,6 +112,7 @@ type Edge struct {
 	maxBody    int64
 	retryAfter time.Duration
 	obs        Observer
+	log        *slog.Logger
 	route      Route // the options of the routes this Edge wraps
 }
 
@@ -128,6 +134,11 @@ func New(cfg *Config) (*Edge, error) {
 	if e.tenant == nil {
 		e.tenant = func(*http.Request) string { return "" }
 	}
+	e.log = c.Logger
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	e.log = e.log.With("component", "edge")
 	if e.retention == 0 {
 		e.retention = DefaultRetention
 	}
@@ -314,6 +325,12 @@ type Outcome struct {
 // changed since (an operator retried, resolved, refired or superseded it)
 // is not given it. It gets 409 while the effect is unsettled again, then
 // the answer made from the effect as it is now, stored in its place.
+//
+// The handler must enqueue the effect of o.Kind whose source id is the
+// request's DomainID in the request's transaction. If it answers below
+// 400 without it, the request is answered 500 (problem+json naming the
+// kind and source), its transaction rolls back, key included, and the
+// Config's Logger gets an error.
 func (e *Edge) RequireOutcome(next http.Handler, o Outcome) http.Handler {
 	if o.Wait <= 0 {
 		o.Wait = DefaultOutcomeWait
@@ -422,7 +439,21 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	if outcome != nil && rec.status < 400 {
-		// The work commits with the key, its answer unknown yet.
+		// The work commits with the key, its answer unknown yet: only
+		// with the effect that answer awaits, or the key would wait for
+		// it, and answer 409, until it expires.
+		source := e.DomainID(r)
+		if _, err := e.effects.WithDB(tx).GetBySource(ctx, source, outcome.Kind); errors.Is(err, effects.ErrNotFound) {
+			e.log.Error("a RequireOutcome handler answered without enqueuing the effect its route awaits; nothing was committed",
+				"route", route, "status", rec.status, "kind", outcome.Kind, "source_id", source)
+			problem(w, http.StatusInternalServerError, "Awaited effect not enqueued",
+				fmt.Sprintf("the handler answered %d without enqueuing the effect this route awaits (kind %q, source %q): nothing was committed",
+					rec.status, outcome.Kind, source), 0)
+			return
+		} else if err != nil {
+			problem(w, http.StatusServiceUnavailable, "Database unavailable", "the awaited effect could not be read; nothing was committed", e.retryAfter)
+			return
+		}
 		if err := tx.commit(ctx); err != nil {
 			problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
 			return

@@ -1,18 +1,23 @@
 package edge_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/effects"
@@ -365,4 +370,116 @@ func TestEdge_StoredOutcomeFollowsTheEffect(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A RequireOutcome handler that answers 2xx without enqueuing the effect
+// its route awaits (a bug: another source id, another kind, no enqueue)
+// gets a 500 naming the effect at once, its work rolled back and the
+// bug logged; no key is kept waiting, and answering 409, for an effect
+// that never comes. A retry after the fix executes.
+func TestEdge_OutcomeRouteRefusesAHandlerThatDidNotEnqueue(t *testing.T) {
+	for _, useSQL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) {
+			ctx := context.Background()
+			pool := pgtest.DB(t)
+			var logs syncBuffer
+			cfg := &edge.Config{Pool: pool, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+			if useSQL {
+				db := stdlib.OpenDBFromPool(pool)
+				t.Cleanup(func() { db.Close() })
+				cfg.Pool, cfg.DB = nil, db
+			}
+			e, err := edge.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fixed atomic.Bool
+			var calls atomic.Int32
+			charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				var tx any = edge.Tx(r.Context())
+				if useSQL {
+					tx = edge.SQLTx(r.Context())
+				}
+				// Work of its own, and the charge under the wrong
+				// source id until fixed.
+				source := "order-" + e.DomainID(r)
+				if fixed.Load() {
+					source = e.DomainID(r)
+				}
+				if _, err := outbox.EnqueueMany(r.Context(), tx, []outbox.Effect{
+					{SourceID: e.DomainID(r), Kind: "email.receipt", Payload: map[string]int{"amount": 1200}},
+					{SourceID: source, Kind: chargeKind, Payload: map[string]int{"amount": 1200}}}); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				w.WriteHeader(http.StatusAccepted)
+			})
+			answer := func(w http.ResponseWriter, eff *effects.Effect) { fmt.Fprint(w, eff.State) }
+			mux := http.NewServeMux()
+			mux.Handle("POST /charges", e.RequireOutcome(charge, edge.Outcome{Kind: chargeKind, Wait: 50 * time.Millisecond, Answer: answer}))
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			post := func() (*http.Response, string) {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{}`))
+				req.Header.Set(edge.HeaderKey, "k-bug")
+				resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				return resp, readAll(resp)
+			}
+			count := func(table string) (n int) {
+				t.Helper()
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			source := derive.DomainID("", "k-bug").String()
+
+			resp, body := post()
+			if resp.StatusCode != 500 || resp.Header.Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(body, `without enqueuing the effect this route awaits (kind \"`+chargeKind+`\", source \"`+source+`\")`) {
+				t.Fatalf("a handler that did not enqueue the awaited effect: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+			if n, k := count("side_effects"), count("sidefx_edge_keys"); n != 0 || k != 0 {
+				t.Errorf("%d effects and %d keys committed, want none: the handler's transaction rolls back", n, k)
+			}
+			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "kind="+chargeKind) || !strings.Contains(l, "source_id="+source) {
+				t.Errorf("log %q, want an error naming the kind and source id", l)
+			}
+			if resp, body := post(); resp.StatusCode != 500 || calls.Load() != 2 {
+				t.Fatalf("a retry: %d %s after %d calls, want it executed, and refused, again", resp.StatusCode, body, calls.Load())
+			}
+
+			// Fixed: the retry executes, and waits for the charge.
+			fixed.Store(true)
+			if resp, body := post(); resp.StatusCode != 202 || calls.Load() != 3 {
+				t.Fatalf("a retry after the fix: %d %s after %d calls, want the provisional 202 of a third call", resp.StatusCode, body, calls.Load())
+			}
+			if n := count("side_effects"); n != 2 {
+				t.Errorf("%d effects, want the charge and the receipt", n)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger's writes from handlers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
