@@ -44,6 +44,19 @@
 //     409 until the effect settles, then the stored outcome. The wait is
 //     woken when the dispatcher announces the effect settled (the kind's
 //     notify_outcome, dispatcher.Kind.NotifyOutcome), and polls besides.
+//     An outcome answer never outlives the outcome it was made from: it
+//     is stored with the effect's id and updated_at, and once the effect
+//     changes (an operator retries, resolves, refires or supersedes it) a
+//     retry gets 409 while it is unsettled, then the answer made from the
+//     effect as it is now, stored in place of the old one: a charge
+//     declined, then retried by an operator and confirmed, answers the
+//     confirmation, never the decline that would have the client pay
+//     again under a new key. A handler that answers below 400 without
+//     enqueuing the awaited effect (its kind under the request's
+//     DomainID) is a bug the middleware tells at once: 500, problem+json
+//     naming the kind and source, the handler's transaction rolled back
+//     (so a retry executes) and an error logged (Config.Logger), rather
+//     than a key answering 409 for the effect that never comes.
 //
 // Keys live for Config.Retention, default 72 hours, after which the
 // daemon's reaper deletes them; a retry after that executes again, so the

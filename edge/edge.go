@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/derive"
@@ -89,6 +91,10 @@ type Config struct {
 	// connections when Pool goes through a transaction pooler, which does
 	// not deliver notifications. Without it (DB alone), the wait polls.
 	ListenPool *pgxpool.Pool
+	// Logger receives the edge's logs: a RequireOutcome handler that
+	// answered without enqueuing the effect its route awaits. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Edge is the idempotency key store of an HTTP API.
@@ -106,6 +112,7 @@ type Edge struct {
 	maxBody    int64
 	retryAfter time.Duration
 	obs        Observer
+	log        *slog.Logger
 	route      Route // the options of the routes this Edge wraps
 }
 
@@ -127,6 +134,11 @@ func New(cfg *Config) (*Edge, error) {
 	if e.tenant == nil {
 		e.tenant = func(*http.Request) string { return "" }
 	}
+	e.log = c.Logger
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	e.log = e.log.With("component", "edge")
 	if e.retention == 0 {
 		e.retention = DefaultRetention
 	}
@@ -293,7 +305,9 @@ type Outcome struct {
 	// Wait bounds the wait for the outcome after the commit. Default 5s.
 	Wait time.Duration
 	// Answer writes the final answer from the effect, once it is
-	// confirmed, failed or cancelled. Required.
+	// confirmed, failed or cancelled. Required. It is called again for a
+	// retry once the effect has changed since its answer was stored (an
+	// operator retried it, say), so it must depend on the effect alone.
 	Answer func(w http.ResponseWriter, e *effects.Effect)
 }
 
@@ -305,6 +319,18 @@ type Outcome struct {
 // answer (a 202, say), unstored; a retry then gets 409 with Retry-After
 // while the effect is not settled, and the stored final answer once it
 // is: the first retry after the outcome stores it.
+//
+// A stored answer is the answer of the effect as it was: it is stored
+// with the effect's id and updated_at, and a retry that finds the effect
+// changed since (an operator retried, resolved, refired or superseded it)
+// is not given it. It gets 409 while the effect is unsettled again, then
+// the answer made from the effect as it is now, stored in its place.
+//
+// The handler must enqueue the effect of o.Kind whose source id is the
+// request's DomainID in the request's transaction. If it answers below
+// 400 without it, the request is answered 500 (problem+json naming the
+// kind and source), its transaction rolls back, key included, and the
+// Config's Logger gets an error.
 func (e *Edge) RequireOutcome(next http.Handler, o Outcome) http.Handler {
 	if o.Wait <= 0 {
 		o.Wait = DefaultOutcomeWait
@@ -387,7 +413,8 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 			INSERT INTO `+e.table+` AS k (scope, key, fingerprint, expires_at)
 			SELECT $1, $2, $3, now() + $4 * interval '1 millisecond' FROM l WHERE l.got
 			ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, created_at = now(),
-				expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL, completed_at = NULL
+				expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL, completed_at = NULL,
+				effect_id = NULL, effect_updated_at = NULL
 				WHERE k.expires_at < now()
 			RETURNING 1)
 		SELECT l.got, EXISTS (SELECT FROM ins) FROM l`, scope, key, fp[:], e.retention.Milliseconds()).Scan(&locked, &inserted)
@@ -412,15 +439,29 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	if outcome != nil && rec.status < 400 {
-		// The work commits with the key, its answer unknown yet.
+		// The work commits with the key, its answer unknown yet: only
+		// with the effect that answer awaits, or the key would wait for
+		// it, and answer 409, until it expires.
+		source := e.DomainID(r)
+		if _, err := e.effects.WithDB(tx).GetBySource(ctx, source, outcome.Kind); errors.Is(err, effects.ErrNotFound) {
+			e.log.Error("a RequireOutcome handler answered without enqueuing the effect its route awaits; nothing was committed",
+				"route", route, "status", rec.status, "kind", outcome.Kind, "source_id", source)
+			problem(w, http.StatusInternalServerError, "Awaited effect not enqueued",
+				fmt.Sprintf("the handler answered %d without enqueuing the effect this route awaits (kind %q, source %q): nothing was committed",
+					rec.status, outcome.Kind, source), 0)
+			return
+		} else if err != nil {
+			problem(w, http.StatusServiceUnavailable, "Database unavailable", "the awaited effect could not be read; nothing was committed", e.retryAfter)
+			return
+		}
 		if err := tx.commit(ctx); err != nil {
 			problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
 			return
 		}
-		if final := e.awaitOutcome(ctx, r, outcome); final != nil {
+		if final, eff := e.awaitOutcome(ctx, r, outcome); final != nil {
 			// If this fails, the first retry stores it: the answer is a
 			// function of the settled effect.
-			_ = e.storeAnswer(ctx, e.db(), scope, key, final)
+			_ = e.storeAnswer(ctx, e.db(), scope, key, final, eff)
 			final.writeTo(w, nil)
 			return
 		}
@@ -451,8 +492,13 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Request, tx tx, scope, key, route string, fp []byte, outcome *Outcome) {
 	var stored, rawHeaders, body []byte
 	var status int32 // 0: the final answer is not known yet
-	err := tx.QueryRow(ctx, `SELECT fingerprint, coalesce(status, 0), coalesce(headers::text, '{}'), coalesce(body, '') FROM `+e.table+` WHERE scope = $1 AND key = $2`, scope, key).
-		Scan(&stored, &status, &rawHeaders, &body)
+	// The effect the stored answer was made from, as it was then; NULL for
+	// the handler's own answer.
+	var effectID pgtype.Int8
+	var effectAt pgtype.Timestamptz
+	err := tx.QueryRow(ctx, `SELECT fingerprint, coalesce(status, 0), coalesce(headers::text, '{}'), coalesce(body, ''), effect_id, effect_updated_at
+		FROM `+e.table+` WHERE scope = $1 AND key = $2`, scope, key).
+		Scan(&stored, &status, &rawHeaders, &body, &effectID, &effectAt)
 	var headers map[string][]string
 	if err == nil {
 		err = json.Unmarshal(rawHeaders, &headers)
@@ -472,21 +518,32 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		problem(w, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 			"this Idempotency-Key was used for another request (method, path, query or body differ); use a new key for a new request", 0)
 		return
+	case status != 0 && outcome != nil && effectID.Valid:
+		// An answer made from the effect: replayed while the effect is as
+		// it was then, made again from the effect as it is now otherwise.
+		final, eff, err := e.outcomeAnswer(ctx, r, outcome)
+		switch {
+		case errors.Is(err, effects.ErrNotFound):
+			// Deleted since (the reaper's purge): nothing newer to say.
+		case err != nil:
+			problem(w, http.StatusServiceUnavailable, "Database unavailable", "the awaited effect could not be read", e.retryAfter)
+			return
+		case eff.ID != effectID.Int64 || !eff.UpdatedAt.Equal(effectAt.Time):
+			if final == nil {
+				e.conflict(w, route, "the effect of the request with this Idempotency-Key changed since its outcome was answered; its new outcome is not known yet")
+				return
+			}
+			e.replayOutcome(ctx, w, tx, scope, key, route, final, eff)
+			return
+		}
 	case status == 0 && outcome != nil:
 		// Executed; its answer waits for the effect's outcome.
-		final, _ := e.outcomeAnswer(ctx, r, outcome)
+		final, eff, _ := e.outcomeAnswer(ctx, r, outcome)
 		if final == nil {
 			e.conflict(w, route, "the request with this Idempotency-Key was executed; its outcome is not known yet")
 			return
 		}
-		// In this transaction: its insert attempt holds the record's row.
-		if e.storeAnswer(ctx, tx, scope, key, final) == nil {
-			_ = tx.commit(ctx) // if not stored, the next retry stores it
-		}
-		if e.obs != nil {
-			e.obs.Replayed(route)
-		}
-		final.writeTo(w, http.Header{HeaderReplayed: {"true"}})
+		e.replayOutcome(ctx, w, tx, scope, key, route, final, eff)
 		return
 	case status == 0:
 		e.conflict(w, route, "the request with this Idempotency-Key has not finished")
@@ -505,20 +562,33 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	w.Write(body) //nolint:errcheck // the client may be gone
 }
 
-// outcomeAnswer returns the final answer of a request whose effect is
-// settled (confirmed, failed or cancelled), or nil and the effect's id (0
-// if it was not found).
-func (e *Edge) outcomeAnswer(ctx context.Context, r *http.Request, o *Outcome) (*recorder, int64) {
+// replayOutcome answers a retry with final, the answer made from eff, and
+// stores it with tx, the retry's transaction: its insert attempt holds the
+// key's row.
+func (e *Edge) replayOutcome(ctx context.Context, w http.ResponseWriter, tx tx, scope, key, route string, final *recorder, eff *effects.Effect) {
+	if e.storeAnswer(ctx, tx, scope, key, final, eff) == nil {
+		_ = tx.commit(ctx) // if not stored, the next retry stores it
+	}
+	if e.obs != nil {
+		e.obs.Replayed(route)
+	}
+	final.writeTo(w, http.Header{HeaderReplayed: {"true"}})
+}
+
+// outcomeAnswer returns the effect a request awaits and, once it is
+// settled (confirmed, failed or cancelled), the final answer made from it
+// (nil before).
+func (e *Edge) outcomeAnswer(ctx context.Context, r *http.Request, o *Outcome) (*recorder, *effects.Effect, error) {
 	eff, err := e.effects.GetBySource(ctx, e.DomainID(r), o.Kind)
 	if err != nil {
-		return nil, 0
+		return nil, nil, err
 	}
 	if !eff.State.Terminal() {
-		return nil, eff.ID
+		return nil, eff, nil
 	}
 	rec := newRecorder()
 	o.Answer(rec, eff)
-	return rec, 0
+	return rec, eff, nil
 }
 
 // The outcome wait's polls back off from pollFirst to pollMax, or to
@@ -533,25 +603,25 @@ const (
 // when the dispatcher announces it settled (its kind's NotifyOutcome), and
 // polling besides, for a kind that is not announced, an outcome an operator
 // recorded, or while the listener is down.
-func (e *Edge) awaitOutcome(ctx context.Context, r *http.Request, o *Outcome) *recorder {
+func (e *Edge) awaitOutcome(ctx context.Context, r *http.Request, o *Outcome) (*recorder, *effects.Effect) {
 	ctx, cancel := context.WithTimeout(ctx, o.Wait)
 	defer cancel()
 	w := e.outcomes.subscribe()
 	defer w.done()
 	delay := e.polls[0]
 	for {
-		rec, id := e.outcomeAnswer(ctx, r, o)
+		rec, eff, _ := e.outcomeAnswer(ctx, r, o)
 		if rec != nil {
-			return rec
+			return rec, eff
 		}
-		if id != 0 {
-			w.watch(id)
+		if eff != nil {
+			w.watch(eff.ID)
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil
+			return nil, nil
 		case <-w.wake:
 			t.Stop()
 		case <-t.C:
@@ -576,9 +646,10 @@ func (e *Edge) db() driver.DB {
 	return e.pool
 }
 
-// storeAnswer stores, with db, the final answer of a request whose work
-// committed, unless one is stored already.
-func (e *Edge) storeAnswer(ctx context.Context, db driver.DB, scope, key string, rec *recorder) error {
+// storeAnswer stores, with db, rec, the final answer of a request whose
+// work committed, made from eff: unless an answer is stored already that
+// was made from eff as it is, or later.
+func (e *Edge) storeAnswer(ctx context.Context, db driver.DB, scope, key string, rec *recorder, eff *effects.Effect) error {
 	headers := map[string][]string{}
 	for _, h := range e.headers {
 		if v := rec.header.Values(h); len(v) > 0 {
@@ -586,8 +657,10 @@ func (e *Edge) storeAnswer(ctx context.Context, db driver.DB, scope, key string,
 		}
 	}
 	hj, _ := json.Marshal(headers)
-	_, err := db.Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now()
-		WHERE scope = $1 AND key = $2 AND status IS NULL`, scope, key, rec.status, string(hj), rec.body.Bytes())
+	_, err := db.Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now(),
+			effect_id = $6, effect_updated_at = $7
+		WHERE scope = $1 AND key = $2 AND (status IS NULL OR effect_id <> $6 OR effect_updated_at < $7)`,
+		scope, key, rec.status, string(hj), rec.body.Bytes(), eff.ID, eff.UpdatedAt)
 	return err
 }
 

@@ -1,22 +1,28 @@
 package edge_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -33,8 +39,14 @@ func startDispatcher(t *testing.T, pool *pgxpool.Pool) (stop func()) {
 // not.
 func startNotifying(t *testing.T, pool *pgxpool.Pool, notify bool) (stop func()) {
 	t.Helper()
+	return startWith(t, pool, providertest.New(providertest.Config{Name: "payments", Idempotent: true, Latency: 30 * time.Millisecond}), notify)
+}
+
+// startWith is startNotifying with the payment provider given.
+func startWith(t *testing.T, pool *pgxpool.Pool, payments *providertest.Fake, notify bool) (stop func()) {
+	t.Helper()
 	d, err := dispatcher.New(pool, &dispatcher.Config{PollInterval: 10 * time.Millisecond, Kinds: map[string]dispatcher.Kind{
-		chargeKind: {Provider: providertest.New(providertest.Config{Name: "payments", Idempotent: true, Latency: 30 * time.Millisecond}), NotifyOutcome: notify},
+		chargeKind: {Provider: payments, NotifyOutcome: notify},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -232,4 +244,242 @@ func TestEdge_OutcomeWaitIsWokenByTheAnnouncement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A stored outcome answer never outlives the outcome it was made from: a
+// charge declined, answered 402 and stored, then retried by an operator
+// and confirmed, answers the next retry under the key with the
+// confirmation (stored in place of the decline), not the decline, which
+// would have the client pay again under a new key. While the charge is
+// pending again the retry gets 409.
+func TestEdge_StoredOutcomeFollowsTheEffect(t *testing.T) {
+	for _, useSQL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) {
+			ctx := context.Background()
+			pool := pgtest.DB(t)
+			cfg := &edge.Config{Pool: pool}
+			if useSQL {
+				db := stdlib.OpenDBFromPool(pool)
+				t.Cleanup(func() { db.Close() })
+				cfg.Pool, cfg.DB, cfg.ListenPool = nil, db, pool
+			}
+			e, err := edge.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(e.Close)
+			charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var tx any = edge.Tx(r.Context())
+				if useSQL {
+					tx = edge.SQLTx(r.Context())
+				}
+				if _, err := outbox.Enqueue(r.Context(), tx, outbox.Effect{SourceID: e.DomainID(r), Kind: chargeKind, Payload: map[string]int{"amount": 1200}}); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				w.WriteHeader(http.StatusAccepted)
+			})
+			answer := func(w http.ResponseWriter, eff *effects.Effect) {
+				status := http.StatusCreated
+				if eff.State != effects.Confirmed {
+					status = http.StatusPaymentRequired
+				}
+				w.WriteHeader(status)
+				fmt.Fprint(w, eff.State)
+			}
+			mux := http.NewServeMux()
+			mux.Handle("POST /charges", e.RequireOutcome(charge, edge.Outcome{Kind: chargeKind, Wait: 20 * time.Second, Answer: answer}))
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			post := func() (int, string, string) {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{}`))
+				req.Header.Set(edge.HeaderKey, "k-declined")
+				resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				return resp.StatusCode, readAll(resp), resp.Header.Get(edge.HeaderReplayed)
+			}
+			stored := func() (status int) {
+				t.Helper()
+				if err := pool.QueryRow(ctx, `SELECT coalesce(status, 0) FROM sidefx_edge_keys`).Scan(&status); err != nil {
+					t.Fatal(err)
+				}
+				return status
+			}
+
+			// The first call is declined; the same fake confirms the next.
+			payments := providertest.New(providertest.Config{Name: "payments", Idempotent: true,
+				Faults: providertest.FailFirst(1, providertest.Reject("card declined"))})
+			stop := startWith(t, pool, payments, true)
+			if c, b, _ := post(); c != 402 || b != "failed" {
+				t.Fatalf("the declined charge: %d %q, want 402 failed", c, b)
+			}
+			if c, b, replayed := post(); c != 402 || b != "failed" || replayed != "true" {
+				t.Fatalf("a retry: %d %q replayed=%q, want the stored 402 failed", c, b, replayed)
+			}
+			stop()
+
+			store, err := effects.NewStore(pool, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var id int64
+			if err := pool.QueryRow(ctx, `SELECT id FROM side_effects WHERE kind = $1`, chargeKind).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Retry(ctx, id, 1, effects.RefireOptions{}, effects.Action{Actor: "ops@test", Note: "the customer topped up"}); err != nil {
+				t.Fatal(err)
+			}
+			if c, b, _ := post(); c != 409 {
+				t.Fatalf("a retry while the retried charge is pending: %d %q, want 409, not the stale decline", c, b)
+			}
+
+			// Wait for the dispatcher's announcement that the charge settled.
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, `LISTEN `+sqlname.OutcomeChannel("public")); err != nil {
+				t.Fatal(err)
+			}
+			startWith(t, pool, payments, true)
+			wait, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if _, err := conn.Conn().WaitForNotification(wait); err != nil {
+				t.Fatalf("the retried charge's outcome: %v", err)
+			}
+			if eff, err := store.Get(ctx, id); err != nil || eff.State != effects.Confirmed {
+				t.Fatalf("the retried charge: %+v, %v; want confirmed", eff, err)
+			}
+
+			if c, b, replayed := post(); c != 201 || b != "confirmed" || replayed != "true" {
+				t.Fatalf("a retry after the charge was confirmed: %d %q replayed=%q, want 201 confirmed, not the stale decline", c, b, replayed)
+			}
+			if s := stored(); s != 201 {
+				t.Errorf("stored status %d, want the confirmation's 201 in place of the decline", s)
+			}
+			if c, b, _ := post(); c != 201 || b != "confirmed" {
+				t.Errorf("a later retry: %d %q, want 201 confirmed", c, b)
+			}
+			var charges int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM side_effects`).Scan(&charges); err != nil || charges != 1 {
+				t.Errorf("%d charges, want 1: %v", charges, err)
+			}
+		})
+	}
+}
+
+// A RequireOutcome handler that answers 2xx without enqueuing the effect
+// its route awaits (a bug: another source id, another kind, no enqueue)
+// gets a 500 naming the effect at once, its work rolled back and the
+// bug logged; no key is kept waiting, and answering 409, for an effect
+// that never comes. A retry after the fix executes.
+func TestEdge_OutcomeRouteRefusesAHandlerThatDidNotEnqueue(t *testing.T) {
+	for _, useSQL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) {
+			ctx := context.Background()
+			pool := pgtest.DB(t)
+			var logs syncBuffer
+			cfg := &edge.Config{Pool: pool, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+			if useSQL {
+				db := stdlib.OpenDBFromPool(pool)
+				t.Cleanup(func() { db.Close() })
+				cfg.Pool, cfg.DB = nil, db
+			}
+			e, err := edge.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fixed atomic.Bool
+			var calls atomic.Int32
+			charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				var tx any = edge.Tx(r.Context())
+				if useSQL {
+					tx = edge.SQLTx(r.Context())
+				}
+				// Work of its own, and the charge under the wrong
+				// source id until fixed.
+				source := "order-" + e.DomainID(r)
+				if fixed.Load() {
+					source = e.DomainID(r)
+				}
+				if _, err := outbox.EnqueueMany(r.Context(), tx, []outbox.Effect{
+					{SourceID: e.DomainID(r), Kind: "email.receipt", Payload: map[string]int{"amount": 1200}},
+					{SourceID: source, Kind: chargeKind, Payload: map[string]int{"amount": 1200}}}); err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				w.WriteHeader(http.StatusAccepted)
+			})
+			answer := func(w http.ResponseWriter, eff *effects.Effect) { fmt.Fprint(w, eff.State) }
+			mux := http.NewServeMux()
+			mux.Handle("POST /charges", e.RequireOutcome(charge, edge.Outcome{Kind: chargeKind, Wait: 50 * time.Millisecond, Answer: answer}))
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			post := func() (*http.Response, string) {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{}`))
+				req.Header.Set(edge.HeaderKey, "k-bug")
+				resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				return resp, readAll(resp)
+			}
+			count := func(table string) (n int) {
+				t.Helper()
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			source := derive.DomainID("", "k-bug").String()
+
+			resp, body := post()
+			if resp.StatusCode != 500 || resp.Header.Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(body, `without enqueuing the effect this route awaits (kind \"`+chargeKind+`\", source \"`+source+`\")`) {
+				t.Fatalf("a handler that did not enqueue the awaited effect: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+			if n, k := count("side_effects"), count("sidefx_edge_keys"); n != 0 || k != 0 {
+				t.Errorf("%d effects and %d keys committed, want none: the handler's transaction rolls back", n, k)
+			}
+			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "kind="+chargeKind) || !strings.Contains(l, "source_id="+source) {
+				t.Errorf("log %q, want an error naming the kind and source id", l)
+			}
+			if resp, body := post(); resp.StatusCode != 500 || calls.Load() != 2 {
+				t.Fatalf("a retry: %d %s after %d calls, want it executed, and refused, again", resp.StatusCode, body, calls.Load())
+			}
+
+			// Fixed: the retry executes, and waits for the charge.
+			fixed.Store(true)
+			if resp, body := post(); resp.StatusCode != 202 || calls.Load() != 3 {
+				t.Fatalf("a retry after the fix: %d %s after %d calls, want the provisional 202 of a third call", resp.StatusCode, body, calls.Load())
+			}
+			if n := count("side_effects"); n != 2 {
+				t.Errorf("%d effects, want the charge and the receipt", n)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger's writes from handlers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
