@@ -163,7 +163,11 @@ func forge(t *testing.T, ctx context.Context, action string, fields map[string]s
 	for k, v := range fields {
 		js += fmt.Sprintf(`{ const i = document.createElement("input"); i.type = "hidden"; i.name = %q; i.value = %q; f.appendChild(i); }`, k, v)
 	}
-	js += `document.body.appendChild(f); f.submit(); return true; })()`
+	// Submitted after the evaluation returns: a navigation started inside
+	// it can destroy the page's context before its result is sent, and the
+	// evaluation then waits for an answer that never comes (a clean clone's
+	// run timed out here after 120 s).
+	js += `document.body.appendChild(f); setTimeout(() => f.submit(), 0); return true; })()`
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js)); err != nil {
 		t.Fatal(err)
 	}
