@@ -54,8 +54,12 @@ func TestScenario_ProviderStormThenRecovery(t *testing.T) {
 		{
 			name:  "shutdown during the 5xx storm",
 			grace: 2 * time.Second,
+			// Early in the storm: the waiter is woken by the fake's
+			// change signal, but on a loaded machine the dispatcher can
+			// make hundreds of calls before the test's goroutine runs
+			// again (once, the 300 were over before the stop).
 			stopAt: func(w *harness.Watch, s providertest.Stats) bool {
-				return s.Retryable >= 100 && s.InFlight > 0
+				return s.Retryable >= 20 && s.InFlight > 0
 			},
 			during: func(t *testing.T, w *harness.Watch, _ harness.LevelCounter) {
 				if n, _ := w.Counts(providertest.KindRetryable); n >= stormCalls {
