@@ -104,7 +104,7 @@ func sessionPooled(ctx context.Context, pool *pgxpool.Pool) error {
 		QueryRow(context.Context, string, ...any) pgx.Row
 	}) (int, error) {
 		var p int
-		err := q.QueryRow(ctx, "SELECT pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&p)
+		err := q.QueryRow(ctx, "SELECT pg_catalog.pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&p)
 		return p, err
 	}
 	first, err := pid(a)

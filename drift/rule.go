@@ -262,9 +262,9 @@ func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
 		)
 		SELECT coalesce((SELECT n FROM known WHERE source_id IS NULL), 0),
 			(SELECT count(*) FROM missing),
-			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM missing ORDER BY source_id LIMIT $6) m), '{}'),
+			coalesce((SELECT pg_catalog.array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM missing ORDER BY source_id LIMIT $6) m), '{}'),
 			(SELECT count(*) FROM extra),
-			coalesce((SELECT array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM extra ORDER BY source_id LIMIT $6) e), '{}')`)
+			coalesce((SELECT pg_catalog.array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM extra ORDER BY source_id LIMIT $6) e), '{}')`)
 	start := time.Now()
 	var nulls, missing, extra int64
 	err := readOnly(ctx, db, r, func(tx pgx.Tx) error {

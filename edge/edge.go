@@ -408,7 +408,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	// answer at once, never wait), then its record, inserted unless one
 	// that has not expired exists.
 	var locked, inserted bool
-	err = tx.QueryRow(ctx, `WITH l AS (SELECT pg_try_advisory_xact_lock(hashtextextended($1 || ' ' || $2, 0)) AS got),
+	err = tx.QueryRow(ctx, `WITH l AS (SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($1 OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) $2, 0)) AS got),
 		ins AS (
 			INSERT INTO `+e.table+` AS k (scope, key, fingerprint, expires_at)
 			SELECT $1, $2, $3, now() + $4 * interval '1 millisecond' FROM l WHERE l.got

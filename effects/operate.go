@@ -129,7 +129,7 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, 
 	// starts again from now, as the provider, having forgotten the key, will
 	// take the next request as a new one, and an answer for the key then
 	// speaks only for the attempts from the next on (key_epoch).
-	guard := ` AND ($x2 OR $x3 = 0 OR cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
+	guard := ` AND ($x2 OR $x3 = 0 OR pg_catalog.cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
 		OR now() < first_fired_at + $x3 * interval '1 millisecond')
 		AND ($x4 = 0 OR attempts = $x4)`
 	set := `, next_attempt_at = now(), max_attempts = attempts + $x1,

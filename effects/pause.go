@@ -91,7 +91,7 @@ func (s *Store) SetPause(ctx context.Context, scope PauseScope, name string, pau
 		string(scope), name, action, a.Actor, a.Note); err != nil {
 		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.Channel(), PausesPayload); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_catalog.pg_notify($1, $2)`, s.Channel(), PausesPayload); err != nil {
 		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -90,7 +90,7 @@ type KindStatus struct {
 // map is served by none.
 func (s *Store) KindStatuses(ctx context.Context) (map[string]KindStatus, error) {
 	rows, err := s.db.Query(ctx, `SELECT k.kind, coalesce(d.kind_status -> k.kind, '{}'::jsonb)
-		FROM `+s.registry()+` d, unnest(d.kinds) AS k(kind)
+		FROM `+s.registry()+` d, pg_catalog.unnest(d.kinds) AS k(kind)
 		WHERE d.heartbeat_at > now() - $1 * d.interval_ms * interval '1 millisecond'`, LiveAfter)
 	if err != nil {
 		return nil, fmt.Errorf("kinds served: %w", translate(err))

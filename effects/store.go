@@ -95,15 +95,16 @@ func buildQueries(q string) *queries {
 		// The first of two items of one pair is inserted, the second
 		// conflicts with it.
 		insert: `INSERT INTO ` + t + ` (source_id, kind, idempotency_key, payload, payload_hash, max_attempts, next_attempt_at, due_at, traceparent)
-			SELECT i.s, i.k, i.key, i.p, sha256(convert_to(c.t, 'UTF8')), nullif(i.m, 0), coalesce(i.nb, now()),
+			SELECT i.s, i.k, i.key, i.p, pg_catalog.sha256(pg_catalog.convert_to(c.t, 'UTF8')), nullif(i.m, 0), coalesce(i.nb, now()),
 				CASE WHEN i.nb > now() THEN i.nb END,
-				coalesce(nullif($9::text, ''), left(nullif(current_setting('sidefx.traceparent', true), ''), 256))
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]::jsonb[], $5::integer[], $6::timestamptz[])
+				coalesce(nullif($9::text, ''), pg_catalog.left(nullif(pg_catalog.current_setting('sidefx.traceparent', true), ''), 256))
+			FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::text[]),
+					pg_catalog.unnest($4::text[]::jsonb[]), pg_catalog.unnest($5::integer[]), pg_catalog.unnest($6::timestamptz[]))
 					WITH ORDINALITY AS i(s, k, key, p, m, nb, o)
 				CROSS JOIN LATERAL (SELECT i.p::text AS t) AS c
 				CROSS JOIN ` + q + `.sidefx_settings AS st
-			WHERE st.namespace = $7 AND jsonb_typeof(i.p) = 'object' AND i.m >= 0
-				AND octet_length(c.t) <= coalesce($8::integer, st.max_payload_bytes)
+			WHERE st.namespace = $7 AND pg_catalog.jsonb_typeof(i.p) = 'object' AND i.m >= 0
+				AND pg_catalog.octet_length(c.t) <= coalesce($8::integer, st.max_payload_bytes)
 				AND (i.nb IS NULL OR (i.nb >= timestamptz '2000-01-01 00:00:00+00' AND i.nb <= now() + interval '1 year'))
 			ORDER BY i.o
 			ON CONFLICT (source_id, kind) DO NOTHING
@@ -449,7 +450,7 @@ func (f Filter) where() ([]string, []any, error) {
 	}
 	if f.SourcePrefix != "" {
 		// starts_with, not LIKE: no pattern characters to escape.
-		where = append(where, "starts_with(source_id, "+arg(f.SourcePrefix)+")")
+		where = append(where, "pg_catalog.starts_with(source_id, "+arg(f.SourcePrefix)+")")
 	}
 	if f.Key != "" {
 		where = append(where, "idempotency_key = "+arg(f.Key))
@@ -610,7 +611,7 @@ func (s *Store) StateCounts(ctx context.Context) (map[State]int, error) {
 
 // neverPerformed holds for an effect no attempt of which may have reached
 // its provider without a definite answer: the condition for cancelling.
-const neverPerformed = `cardinality(maybe_attempts) = 0`
+const neverPerformed = `pg_catalog.cardinality(maybe_attempts) = 0`
 
 // refusal explains why op found cur in the wrong state: a
 // *MaybePerformedError when op needs the effect never performed (cancel)

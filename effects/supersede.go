@@ -97,14 +97,14 @@ func (s *Store) Supersede(ctx context.Context, id int64, from Version, payload j
 				payload_hash = n.h,
 				revision = o.revision + 1,
 				idempotency_key = ` + q + `.sidefx_revision_key(o.idempotency_key, o.revision + 1),
-				superseded_hashes = o.superseded_hashes || o.payload_hash,
+				superseded_hashes = o.superseded_hashes OPERATOR(pg_catalog.||) o.payload_hash,
 				state = 'pending', next_attempt_at = now(), due_at = now(), max_attempts = o.attempts + $3,
 				first_fired_at = NULL, last_error = NULL, provider_ref = NULL, outcome = NULL,
 				claimed_by = NULL, lease_until = NULL, updated_at = now()
 			FROM (SELECT id, state, idempotency_key, payload_hash, provider_ref, revision, attempts, superseded_hashes
 					FROM ` + t + ` WHERE id = $1 FOR UPDATE) AS o,
-				(SELECT $2::jsonb AS p, sha256(convert_to($2::jsonb::text, 'UTF8')) AS h,
-					octet_length($2::jsonb::text) AS len) AS n,
+				(SELECT $2::jsonb AS p, pg_catalog.sha256(pg_catalog.convert_to($2::jsonb::text, 'UTF8')) AS h,
+					pg_catalog.octet_length($2::jsonb::text) AS len) AS n,
 				` + q + `.sidefx_settings st
 			WHERE e.id = o.id AND e.state IN ('pending', 'failed') AND e.reaped_at IS NULL
 				AND ` + neverPerformed + ` AND e.flag IS NULL
@@ -153,7 +153,7 @@ func (s *Store) supersedeRefusal(ctx context.Context, id int64, from Version, pa
 		hash        []byte
 		size, limit int
 	)
-	err = s.db.QueryRow(ctx, `SELECT sha256(convert_to($1::jsonb::text, 'UTF8')), octet_length($1::jsonb::text), max_payload_bytes
+	err = s.db.QueryRow(ctx, `SELECT pg_catalog.sha256(pg_catalog.convert_to($1::jsonb::text, 'UTF8')), pg_catalog.octet_length($1::jsonb::text), max_payload_bytes
 		FROM `+sqlname.Quote(s.schema)+`.sidefx_settings`, string(payload)).Scan(&hash, &size, &limit)
 	if err != nil {
 		return fmt.Errorf("%s effect %d: %w", op, id, translate(err))

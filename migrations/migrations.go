@@ -173,7 +173,14 @@ func apply(ctx context.Context, db Beginner, cfg *Config, ms []Migration) error 
 	// ahead of this one committed; under repeatable read or serializable
 	// the snapshot would be taken when the lock was asked for, before that
 	// commit, and the versions it applied would be applied again.
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
+	// The migrations' statements, and the function bodies they create,
+	// resolve names with pg_catalog alone, whatever schema on the
+	// migrator's search_path someone else can create functions in: a
+	// look-alike of a built-in there never runs as the migrator.
+	if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog, pg_temp"); err != nil {
+		return fmt.Errorf("apply migrations: pin search_path: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::bigint)", lockKey(schema)); err != nil {
 		return fmt.Errorf("apply migrations: lock: %w", err)
 	}
 	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
@@ -252,7 +259,7 @@ func Status(ctx context.Context, db Beginner, cfg *Config) (applied, missing []i
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", sqlname.Quote(schema)+".sidefx_migrations").Scan(&exists); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", sqlname.Quote(schema)+".sidefx_migrations").Scan(&exists); err != nil {
 		return nil, nil, fmt.Errorf("migration status: %w", err)
 	}
 	if exists {

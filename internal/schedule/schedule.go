@@ -92,7 +92,7 @@ func (j Job) Begin(ctx context.Context, tick time.Time) (runID int64, end func()
 		return 0, nil, false, fmt.Errorf("%s: %w", j.Name, err)
 	}
 	var locked bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", j.Lock).Scan(&locked); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock($1::bigint)", j.Lock).Scan(&locked); err != nil {
 		conn.Release()
 		return 0, nil, false, fmt.Errorf("%s lock: %w", j.Name, err)
 	}
@@ -101,7 +101,7 @@ func (j Job) Begin(ctx context.Context, tick time.Time) (runID int64, end func()
 		return 0, nil, false, nil
 	}
 	end = func() {
-		conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", j.Lock) //nolint:errcheck // released with the session anyway
+		conn.Exec(context.WithoutCancel(ctx), "SELECT pg_catalog.pg_advisory_unlock($1::bigint)", j.Lock) //nolint:errcheck // released with the session anyway
 		conn.Release()
 	}
 	err = j.Pool.QueryRow(ctx, `INSERT INTO `+j.Runs+` (tick, runner) VALUES ($1, $2) ON CONFLICT (tick) DO NOTHING RETURNING id`,

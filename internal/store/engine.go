@@ -78,7 +78,7 @@ type dispatchQueries struct {
 // window), the call would end m milliseconds from now, and the window runs
 // from the effect's first fire.
 func windowPassed(maybe, w, m string) string {
-	return `(cardinality(` + maybe + `) > 0 AND ` + w + ` > 0 AND now() + ` + m +
+	return `(pg_catalog.cardinality(` + maybe + `) > 0 AND ` + w + ` > 0 AND now() + ` + m +
 		` * interval '1 millisecond' >= coalesce(e.first_fired_at, now()) + ` + w + ` * interval '1 millisecond')`
 }
 
@@ -103,13 +103,13 @@ func buildDispatchQueries(t string) dispatchQueries {
 			SET state = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN 'uncertain' ELSE 'fired' END,
 				attempts = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN e.attempts ELSE e.attempts + 1 END,
 				last_error = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + `
-					THEN format('not sent again: attempt %s may have been performed, and the provider forgets keys %s after the first attempt at %s',
-						array_to_string(e.maybe_attempts, ', '), k.window_ms * interval '1 millisecond', e.first_fired_at)
+					THEN pg_catalog.format('not sent again: attempt %s may have been performed, and the provider forgets keys %s after the first attempt at %s',
+						pg_catalog.array_to_string(e.maybe_attempts, ', '), k.window_ms * interval '1 millisecond', e.first_fired_at)
 					ELSE e.last_error END,
 				lease_until = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN NULL
 					ELSE now() + $3 * interval '1 millisecond' END,
 				claimed_by = $4, fired_at = now(), first_fired_at = coalesce(e.first_fired_at, now()), updated_at = now()
-			FROM unnest($1::text[], $5::bigint[], $6::bigint[]) AS k(kind, window_ms, timeout_ms)
+			FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[])) AS k(kind, window_ms, timeout_ms)
 			WHERE e.id = ANY(ARRAY(
 				SELECT id FROM ` + t + `
 				WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($1::text[])
@@ -147,7 +147,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// transactions that send one.
 		complete: `WITH done AS (UPDATE ` + t + ` AS e
 			SET state = CASE
-					WHEN u.state = 'failed' AND cardinality(` + newMaybe + `) > 0 THEN 'uncertain'
+					WHEN u.state = 'failed' AND pg_catalog.cardinality(` + newMaybe + `) > 0 THEN 'uncertain'
 					WHEN u.state = 'pending' AND ` + windowPassed(newMaybe, "u.window_ms", "(u.delay_ms + u.margin_ms)") + ` THEN 'uncertain'
 					ELSE u.state END,
 				maybe_attempts = ` + newMaybe + `,
@@ -155,7 +155,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 				outcome = coalesce(u.outcome_text::jsonb, e.outcome),
 				last_error = CASE
 					WHEN u.state = 'pending' AND ` + windowPassed(newMaybe, "u.window_ms", "(u.delay_ms + u.margin_ms)") + `
-					THEN coalesce(u.err || '; ', '') || format('not retried: the next attempt could not end before the provider forgets the key (%s after the first attempt at %s)',
+					THEN coalesce(u.err || '; ', '') || pg_catalog.format('not retried: the next attempt could not end before the provider forgets the key (%s after the first attempt at %s)',
 						u.window_ms * interval '1 millisecond', e.first_fired_at)
 					ELSE coalesce(u.err, e.last_error) END,
 				next_attempt_at = CASE WHEN u.state = 'pending'
@@ -164,14 +164,16 @@ func buildDispatchQueries(t string) dispatchQueries {
 				confirmed_at = CASE WHEN u.state = 'confirmed' THEN now() ELSE e.confirmed_at END,
 				outcome_attempt = u.attempt,
 				updated_at = now()
-			FROM unnest($1::bigint[], $2::integer[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
-					$8::boolean[], $9::boolean[], $10::bigint[], $11::bigint[], $13::boolean[])
+			FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::integer[]), pg_catalog.unnest($3::text[]),
+					pg_catalog.unnest($4::text[]), pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]), pg_catalog.unnest($7::bigint[]),
+					pg_catalog.unnest($8::boolean[]), pg_catalog.unnest($9::boolean[]), pg_catalog.unnest($10::bigint[]),
+					pg_catalog.unnest($11::bigint[]), pg_catalog.unnest($13::boolean[]))
 				AS u(id, attempt, state, ref, outcome_text, err, delay_ms, maybe, settles, window_ms, margin_ms, notify)
 			WHERE e.id = u.id AND (e.attempts = u.attempt AND e.state = 'fired') IS TRUE
 			RETURNING e.id, u.attempt, e.state, u.notify)
 			SELECT id, attempt, state FROM done
 			WHERE CASE WHEN notify AND state IN ('confirmed', 'failed', 'cancelled')
-				THEN pg_notify($12::text, id::text)::text = '' ELSE true END`,
+				THEN pg_catalog.pg_notify($12::text, id::text)::text = '' ELSE true END`,
 		// One outcome that the complete statement did not apply, with its
 		// effect locked: see Engine.late.
 		late: `SELECT e.state, e.attempts, e.maybe_attempts, coalesce(e.provider_ref, ''), e.outcome_attempt,
@@ -185,7 +187,8 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// back to pending with the same key, unless out of attempts or past
 		// the provider's key window; the rest become uncertain.
 		rescue: `WITH policy AS (
-				SELECT * FROM unnest($1::text[], $2::boolean[], $3::integer[], $5::bigint[], $6::bigint[])
+				SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::boolean[]), pg_catalog.unnest($3::integer[]),
+						pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[]))
 					AS p(kind, repeatable, max_attempts, window_ms, timeout_ms)
 			), due AS (
 				SELECT e.id, p.repeatable AND e.attempts < coalesce(e.max_attempts, p.max_attempts)
@@ -199,9 +202,9 @@ func buildDispatchQueries(t string) dispatchQueries {
 			)
 			UPDATE ` + t + ` AS e
 			SET state = CASE WHEN due.again THEN 'pending' ELSE 'uncertain' END,
-				maybe_attempts = array_append(array_remove(e.maybe_attempts, e.attempts), e.attempts),
+				maybe_attempts = pg_catalog.array_append(pg_catalog.array_remove(e.maybe_attempts, e.attempts), e.attempts),
 				lease_until = NULL, next_attempt_at = now(), updated_at = now(),
-				last_error = format('attempt %s: lease expired at %s with no outcome recorded (worker %s)',
+				last_error = pg_catalog.format('attempt %s: lease expired at %s with no outcome recorded (worker %s)',
 					e.attempts, e.lease_until, coalesce(e.claimed_by, 'unknown'))
 			FROM due WHERE e.id = due.id
 			RETURNING e.id, e.kind, e.state, e.attempts`,
@@ -254,9 +257,9 @@ func buildDispatchQueries(t string) dispatchQueries {
 // (its answer was definite).
 const newMaybe = `(CASE
 	WHEN u.state = 'confirmed' THEN '{}'::integer[]
-	WHEN u.maybe THEN array_append(array_remove(e.maybe_attempts, u.attempt), u.attempt)
-	WHEN u.settles THEN ARRAY(SELECT a FROM unnest(e.maybe_attempts) AS a WHERE a < e.key_epoch ORDER BY a)
-	ELSE array_remove(e.maybe_attempts, u.attempt) END)`
+	WHEN u.maybe THEN pg_catalog.array_append(pg_catalog.array_remove(e.maybe_attempts, u.attempt), u.attempt)
+	WHEN u.settles THEN ARRAY(SELECT a FROM pg_catalog.unnest(e.maybe_attempts) AS a WHERE a < e.key_epoch ORDER BY a)
+	ELSE pg_catalog.array_remove(e.maybe_attempts, u.attempt) END)`
 
 // eventsOf names the history table next to the side_effects table t.
 func eventsOf(t string) string {
@@ -772,7 +775,7 @@ func (s *Engine) Exclusive(ctx context.Context, db Beginner, job string, fn func
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	var got bool
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", s.lockKey(job)).Scan(&got); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_xact_lock($1::bigint)", s.lockKey(job)).Scan(&got); err != nil {
 		return false, fmt.Errorf("%s: lock: %w", job, err)
 	}
 	if !got {
