@@ -24,6 +24,7 @@ import (
 	"github.com/sidefx/sidefx/internal/pgtest"
 	engine "github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/migrations"
+	"github.com/sidefx/sidefx/outbox"
 )
 
 // cli runs the sidefx command in-process against a database.
@@ -840,5 +841,30 @@ func TestCLI_StatusSaysWhatIsPending(t *testing.T) {
 	}
 	if err := c.refuse("status", "--schema", "nopauses"); err == nil || err.Error() != "schema nopauses lacks migrations [13]: run sidefx migrate" {
 		t.Errorf("status of a schema without the pauses: %v", err)
+	}
+}
+
+// sidefx status stays a screenful however many kinds producers wrote:
+// past twenty, the kinds no live dispatcher serves are summed in one row
+// and one line; the JSON has them all.
+func TestCLI_StatusIsBoundedHoweverManyKinds(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newCLI(t)
+	var batch []outbox.Effect
+	for i := range 2000 {
+		batch = append(batch, outbox.Effect{SourceID: "o", Kind: fmt.Sprintf("made.up.kind%d", i), Payload: map[string]int{"n": i}})
+	}
+	if _, err := outbox.EnqueueMany(context.Background(), pool, batch); err != nil {
+		t.Fatal(err)
+	}
+	out := c.ok("status")
+	if n := strings.Count(out, "\n"); n > 80 {
+		t.Fatalf("sidefx status printed %d lines for 2000 kinds nothing serves:\n%.2000s", n, out)
+	}
+	if !strings.Contains(out, "(1980 more unserved kinds)") || !strings.Contains(out, "1980 pending effects of 1980 more kinds wait for a dispatcher") {
+		t.Fatalf("sidefx status does not sum the rest:\n%s", out)
+	}
+	if js := c.ok("status", "--json"); strings.Count(js, "made.up.kind") < 2000 {
+		t.Fatal("sidefx status --json left kinds out")
 	}
 }

@@ -65,6 +65,31 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 		return enc.Encode(map[string]any{"kinds": kinds, "total": total, "uncertain": total[effects.Uncertain], "failed": total[effects.Failed],
 			"unserved_pending": unserved, "paused": pausedJSON(pauses)})
 	}
+	// The text stays a screenful however many kinds producers wrote: the
+	// kinds a dispatcher serves each have a row, and past statusUnservedRows
+	// the kinds nothing serves are summed in one (the JSON has them all).
+	var other *statusKind
+	otherKinds := 0
+	if len(unservedStats) > statusUnservedRows {
+		keep := kinds[:0]
+		seen := 0
+		other = &statusKind{States: map[effects.State]int64{}}
+		for i, k := range kinds {
+			if stats[i].Unserved {
+				if seen++; seen > statusUnservedRows {
+					otherKinds++
+					for st, n := range k.States {
+						other.States[st] += n
+					}
+					continue
+				}
+			}
+			keep = append(keep, k)
+		}
+		kinds = keep
+		other.Kind = fmt.Sprintf("(%d more unserved kinds)", otherKinds)
+		kinds = append(kinds, *other)
+	}
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "KIND\t")
 	for _, st := range effects.States {
@@ -86,7 +111,16 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	for _, s := range unservedStats {
+	for i, s := range unservedStats {
+		if i == statusUnservedRows {
+			var pending int64
+			for _, r := range unservedStats[i:] {
+				pending += r.ByState[effects.Pending]
+			}
+			fmt.Fprintf(io.Out, "\n%d pending effects of %d more kinds wait for a dispatcher: no live dispatcher serves them (sidefx status --json lists them all).\n",
+				pending, len(unservedStats)-i)
+			break
+		}
 		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). Add the kind to a daemon's configuration.\n",
 			s.ByState[effects.Pending], s.Kind, s.Kind, s.OldestPending.Round(time.Second))
 	}
@@ -99,6 +133,10 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	return nil
 }
+
+// statusUnservedRows is how many kinds no live dispatcher serves sidefx
+// status names one by one; the rest are summed.
+const statusUnservedRows = 20
 
 // oldestPending says how long the pending effect due the longest has been
 // due, or that none is pending, or none due yet.

@@ -148,7 +148,7 @@ type PastKeyWindowError struct {
 }
 
 func (e *PastKeyWindowError) Error() string {
-	return fmt.Sprintf("%s effect %d: refused, it was first fired at %s and its provider forgets keys after %s: sent again, it could be performed twice; say so explicitly to go ahead",
+	return fmt.Sprintf("%s effect %d: refused, it was first fired at %s and its provider forgets keys after %s: sent again, it could be performed twice; say so explicitly to go ahead (sidefx: --past-key-window)",
 		e.Op, e.ID, e.FirstFiredAt.UTC().Format(time.RFC3339), e.Window)
 }
 
