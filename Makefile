@@ -1,10 +1,10 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: test deps vet fmt-check vet-newest test-newest bench bench-full gobench fuzz soak model
+.PHONY: test deps vet fmt-check no-binaries vet-newest test-newest bench bench-full gobench fuzz soak model
 
 ## test: install what is missing, then vet and run every test with the race detector
-test: deps fmt-check vet
+test: deps fmt-check no-binaries vet
 	$(GO) test -race -count=1 ./...
 # deploy/rulecheck: its own module (Prometheus stays out of go.mod); checks deploy/'s alert rules and dashboard
 	cd deploy/rulecheck && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -42,6 +42,12 @@ deps:
 
 vet:
 	$(GO) vet ./...
+
+## no-binaries: no built executable is tracked (a file git tracks that is
+## an ELF, Mach-O or PE binary, or larger than 2 MB)
+no-binaries:
+	@out=$$(git ls-files -z 2>/dev/null | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] || continue; if [ $$(wc -c < "$$f") -gt 2000000 ] || head -c 4 "$$f" | grep -qaE "^(.ELF|MZ|\xcf\xfa\xed\xfe)"; then echo "$$f"; fi; done' sh); \
+	if [ -n "$$out" ]; then echo "built binaries are tracked (add them to .gitignore and git rm --cached them): $$out"; exit 1; fi
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
