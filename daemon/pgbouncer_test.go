@@ -17,26 +17,9 @@ import (
 
 	"github.com/sidefx/sidefx/internal/pgbouncer"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/syncbuf"
 	"github.com/sidefx/sidefx/outbox"
 )
-
-// syncBuffer is a log the daemon writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Through PgBouncer in transaction mode, the daemon refuses to start
 // without a connection for sessions, naming the setting; with
@@ -101,7 +84,7 @@ kinds:
 	// database_url alone, through the pooler: refused, naming the setting.
 	// (A daemon that cannot read its database waits for it: the deadline
 	// turns that into a failure.)
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	refusedCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	err := Run(refusedCtx, []string{"run", "--config", write("pooled.yaml", ""), "--listen", "127.0.0.1:0"}, &IO{Out: &out, Err: &errOut, Getenv: getenv})

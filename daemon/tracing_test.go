@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/syncbuf"
 	"github.com/sidefx/sidefx/outbox"
 )
 
@@ -85,7 +86,7 @@ tracing:
 
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	go func() {
 		done <- Run(rctx, []string{"run", "--config", path, "--listen", "127.0.0.1:0"}, &IO{Out: &bytes.Buffer{}, Err: &logs, Getenv: func(k string) string { return env[k] }})
 	}()

@@ -1,7 +1,6 @@
 package dispatcher_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/syncbuf"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -97,33 +97,12 @@ func TestDispatcher_HungProviderDoesNotHoldOthersSlots(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger's writes and the test's
-// reads at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns what was written so far.
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// lines returns the JSON log lines whose message starts with prefix.
-func (s *syncBuffer) lines(t *testing.T, prefix string) []map[string]any {
+// logLines returns the JSON log lines in logs whose message starts with
+// prefix.
+func logLines(t *testing.T, logs *syncbuf.Buffer, prefix string) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -172,7 +151,7 @@ func TestDispatcher_LogsProviderFailureStreak(t *testing.T) {
 		}
 		return providertest.RetryableErr
 	}})
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	obs := &answers{}
 	clk := newClock()
 	d := build(t, pool, &dispatcher.Config{
@@ -189,7 +168,7 @@ func TestDispatcher_LogsProviderFailureStreak(t *testing.T) {
 
 	enqueue(t, pool, "webhook.order_paid", "a", 12)
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Failed: 12})
-	warns := logs.lines(t, "provider failing")
+	warns := logLines(t, &logs, "provider failing")
 	var streaks []float64
 	for _, w := range warns {
 		streaks = append(streaks, w["consecutive_failures"].(float64))
@@ -212,7 +191,7 @@ func TestDispatcher_LogsProviderFailureStreak(t *testing.T) {
 	healthy.Store(true)
 	enqueue(t, pool, "webhook.order_paid", "b", 1)
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Failed: 12, effects.Confirmed: 1})
-	if again := logs.lines(t, "provider answering again"); len(again) != 1 || again[0]["failures_before"] != 12.0 || again[0]["level"] != "INFO" {
+	if again := logLines(t, &logs, "provider answering again"); len(again) != 1 || again[0]["failures_before"] != 12.0 || again[0]["level"] != "INFO" {
 		t.Errorf("recovery lines %v, want one at info with failures_before 12", again)
 	}
 	got = obs.snapshot()
@@ -226,7 +205,7 @@ func TestDispatcher_LogsProviderFailureStreak(t *testing.T) {
 	healthy.Store(false)
 	enqueue(t, pool, "webhook.order_paid", "c", 1)
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Failed: 13, effects.Confirmed: 1})
-	if warns := logs.lines(t, "provider failing"); len(warns) != 4 || warns[3]["consecutive_failures"] != 1.0 {
+	if warns := logLines(t, &logs, "provider failing"); len(warns) != 4 || warns[3]["consecutive_failures"] != 1.0 {
 		t.Errorf("a failure after a success: warn lines %v, want a 4th with consecutive_failures 1", warns)
 	}
 	if got = obs.snapshot(); len(got) != 14 {
@@ -283,7 +262,7 @@ func TestDispatcher_ReportsUnservedKindsInOneLine(t *testing.T) {
 	if _, err := outbox.EnqueueMany(context.Background(), pool, es); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	r := start(t, pool, &dispatcher.Config{
 		Kinds:  kinds("served.kind", dispatcher.Kind{Provider: providertest.New(providertest.Config{Name: "fake"})}),
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
@@ -293,7 +272,7 @@ func TestDispatcher_ReportsUnservedKindsInOneLine(t *testing.T) {
 		return strings.Contains(logs.String(), msg), "no report of the unserved kinds"
 	})
 	r.stop(t)
-	got := logs.lines(t, msg)
+	got := logLines(t, logs, msg)
 	if len(got) != 1 {
 		t.Fatalf("%d lines report unserved kinds, want 1", len(got))
 	}

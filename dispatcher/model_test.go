@@ -475,35 +475,33 @@ func (w *world) deliver(ev modelEvent) {
 // deliverEvent delivers one pending event, any of them: events come out of
 // order.
 func (w *world) deliverEvent(t *rapid.T) {
-	w.model.mu.Lock()
-	n := len(w.model.events)
-	w.model.mu.Unlock()
-	if n == 0 {
-		t.Skip("no event pending")
-	}
-	i := rapid.IntRange(0, n-1).Draw(t, "event")
-	w.model.mu.Lock()
-	ev := w.model.events[i]
-	w.model.events = slices.Delete(w.model.events, i, i+1)
-	w.model.delivered = append(w.model.delivered, ev)
-	w.model.mu.Unlock()
-	w.deliver(ev)
+	w.deliver(w.drawEvent(t, &w.model.events, true, "no event pending"))
 }
 
 // replayEvent delivers again an event delivered before, perhaps hours
 // later: the provider retries deliveries it thinks failed.
 func (w *world) replayEvent(t *rapid.T) {
+	w.deliver(w.drawEvent(t, &w.model.delivered, false, "no event delivered"))
+}
+
+// drawEvent draws one event of list (a list of the model's), taking it out
+// to the delivered ones when take; it skips the step when list is empty.
+func (w *world) drawEvent(t *rapid.T, list *[]modelEvent, take bool, none string) modelEvent {
 	w.model.mu.Lock()
-	n := len(w.model.delivered)
+	n := len(*list)
 	w.model.mu.Unlock()
 	if n == 0 {
-		t.Skip("no event delivered")
+		t.Skip(none)
 	}
 	i := rapid.IntRange(0, n-1).Draw(t, "event")
 	w.model.mu.Lock()
-	ev := w.model.delivered[i]
-	w.model.mu.Unlock()
-	w.deliver(ev)
+	defer w.model.mu.Unlock()
+	ev := (*list)[i]
+	if take {
+		*list = slices.Delete(*list, i, i+1)
+		w.model.delivered = append(w.model.delivered, ev)
+	}
+	return ev
 }
 
 // foreignEvent delivers an event about an object that is not the effect's:

@@ -12,6 +12,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/syncbuf"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
 
@@ -27,7 +28,7 @@ func TestDispatcher_RegistersServedKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	enqueue(t, pool, "sms.send", "s", 2)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	fake := providertest.New(providertest.Config{Name: "mail"})
 	d := build(t, pool, &dispatcher.Config{
 		Kinds: map[string]dispatcher.Kind{

@@ -1,7 +1,6 @@
 package edge_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/syncbuf"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -382,7 +381,7 @@ func TestEdge_OutcomeRouteRefusesAHandlerThatDidNotEnqueue(t *testing.T) {
 		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) {
 			ctx := context.Background()
 			pool := pgtest.DB(t)
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			cfg := &edge.Config{Pool: pool, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 			if useSQL {
 				db := stdlib.OpenDBFromPool(pool)
@@ -464,22 +463,4 @@ func TestEdge_OutcomeRouteRefusesAHandlerThatDidNotEnqueue(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger's writes from handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

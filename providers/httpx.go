@@ -80,11 +80,7 @@ func (t oneRequest) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // CloseIdleConnections closes the base transport's idle connections.
-func (t oneRequest) CloseIdleConnections() {
-	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
-}
+func (t oneRequest) CloseIdleConnections() { closeIdle(t.base) }
 
 // RetryAfter reads a Retry-After header: delay-seconds or an HTTP date
 // (relative to now). Absent, malformed or past values give zero.

@@ -83,8 +83,12 @@ func (t tracedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // CloseIdleConnections lets http.Client.CloseIdleConnections reach the
 // wrapped transport.
-func (t tracedTransport) CloseIdleConnections() {
-	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+func (t tracedTransport) CloseIdleConnections() { closeIdle(t.base) }
+
+// closeIdle closes rt's idle connections, if it has any: a wrapping
+// transport's CloseIdleConnections.
+func closeIdle(rt http.RoundTripper) {
+	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
 }
