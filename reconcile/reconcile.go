@@ -89,15 +89,16 @@ type Kind struct {
 	Provider providers.Provider
 	// RefireWhenAbsentAfter, when positive, sends again an uncertain effect
 	// the provider never got (Absent) once this long has passed since its
-	// latest attempt (a refire is an attempt like any other): for kinds whose provider takes no key, so that a lost
-	// email is sent rather than left to an operator. Zero: an absent
-	// effect is left to an operator, with the evidence.
+	// latest attempt (a refire is an attempt like any other): for kinds
+	// whose provider takes no key, so that a lost email is sent rather
+	// than left to an operator. Zero: an absent effect is left to an
+	// operator, with the evidence.
 	RefireWhenAbsentAfter time.Duration
 	// EventsWithin, when positive, is how soon the provider's events follow
 	// a request it got (SendGrid's "processed" comes within seconds): an
 	// uncertain effect with no event this long after its latest attempt
-	// never reached the provider, and is Absent. Zero: the lack of an event says
-	// nothing.
+	// never reached the provider, and is Absent. Zero: the lack of an
+	// event says nothing.
 	EventsWithin time.Duration
 }
 
