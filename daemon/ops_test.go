@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -866,5 +867,63 @@ func TestCLI_StatusIsBoundedHoweverManyKinds(t *testing.T) {
 	}
 	if js := c.ok("status", "--json"); strings.Count(js, "made.up.kind") < 2000 {
 		t.Fatal("sidefx status --json left kinds out")
+	}
+}
+
+// Every command of the CLI an operator runs works as a role holding only
+// deploy/postgres/operator-role.sql's grants.
+func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
+	_, role := pgtest.Role(t, owner, url, "operator")
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(role)
+	eng, err := engine.New(owner, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cli{t: t, url: u.String(), eng: eng}
+	for _, k := range []string{"k.failed", "k.uncertain", "k.refire", "k.pending", "k.super"} {
+		c.ok("enqueue", "--any-kind", "--source", "s", "--kind", k, "--payload", "{}")
+	}
+	failed := operate(t, eng, "k.failed", effects.Failed)
+	unsure := operate(t, eng, "k.uncertain", effects.Uncertain)
+	refire := operate(t, eng, "k.refire", effects.Uncertain)
+	super := operate(t, eng, "k.super", effects.Failed)
+	id := func(e *effects.Effect) string { return fmt.Sprint(e.ID) }
+	for _, args := range [][]string{
+		{"status"},
+		{"status", "--json"},
+		{"list"},
+		{"list", "--state", "failed"},
+		{"inspect", id(failed)},
+		{"inspect", "--source", "s", "--kind", "k.pending"},
+		{"inspect", failed.Key},
+		{"version"},
+		{"retry", id(failed), "--note", "provider fixed"},
+		{"resolve", id(unsure), "--as", "confirmed", "--ref", "msg_1", "--note", "seen"},
+		{"resolve", id(refire), "--refire", "--note", "never arrived"},
+		{"supersede", id(super), "--payload", `{"fixed": true}`, "--note", "corrected"},
+		{"cancel", "--source", "s", "--kind", "k.pending", "--note", "voided"},
+		{"pause", "--kind", "k.failed", "--note", "incident"},
+		{"resume", "--kind", "k.failed", "--note", "over"},
+		{"bulk", "cancel", "--kind", "k.none", "--note", "nothing to do", "--yes"},
+		{"drift", "list"},
+		{"reconcile", "list"},
+	} {
+		c.ok(args...)
+	}
+	var events int
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM side_effect_events`).Scan(&events); err != nil || events != 5 {
+		t.Errorf("the operator's five actions left %d events, %v", events, err)
 	}
 }

@@ -3,18 +3,15 @@ package effects
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/internal/effectrow"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
@@ -40,7 +37,6 @@ type Store struct {
 	db     DB
 	schema string
 	q      *queries
-	ns     *nsCache // shared by the copies WithDB makes
 }
 
 // NewStore returns a Store that runs its statements on db. cfg may be nil.
@@ -52,7 +48,7 @@ func NewStore(db DB, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new effects store: %w", err)
 	}
-	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema)), ns: &nsCache{}}, nil
+	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema))}, nil
 }
 
 // WithDB returns a Store with the same configuration that runs its
@@ -77,7 +73,7 @@ func init() { effectrow.Register(scanEffect) }
 var columns = effectrow.Columns("")
 
 type queries struct {
-	table, enqueue, enqueueTraced, insert, namespace, get, getByKey, getBySource, cancel, counts, list, stats string
+	table, enqueue, enqueueTraced, get, getByKey, getBySource, cancel, counts, list, stats string
 }
 
 func buildQueries(q string) *queries {
@@ -88,35 +84,12 @@ func buildQueries(q string) *queries {
 			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
 		enqueueTraced: `SELECT ord, id, idempotency_key, inserted FROM ` + q + `.sidefx_enqueue_many_traced($7::text,
 			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
-		// The lean insert: items that are not valid (a not_before
-		// outside the range of ValidateNotBefore included), over the payload
-		// limit, or derived with a namespace that is not the database's
-		// are left out (the SQL function then reports or inserts them).
-		// The first of two items of one pair is inserted, the second
-		// conflicts with it.
-		insert: `INSERT INTO ` + t + ` (source_id, kind, idempotency_key, payload, payload_hash, max_attempts, next_attempt_at, due_at, traceparent)
-			SELECT i.s, i.k, i.key, i.p, pg_catalog.sha256(pg_catalog.convert_to(c.t, 'UTF8')), nullif(i.m, 0), coalesce(i.nb, now()),
-				CASE WHEN i.nb > now() THEN i.nb END,
-				coalesce(nullif($9::text, ''), pg_catalog.left(nullif(pg_catalog.current_setting('sidefx.traceparent', true), ''), 256))
-			FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::text[]),
-					pg_catalog.unnest($4::text[]::jsonb[]), pg_catalog.unnest($5::integer[]), pg_catalog.unnest($6::timestamptz[]))
-					WITH ORDINALITY AS i(s, k, key, p, m, nb, o)
-				CROSS JOIN LATERAL (SELECT i.p::text AS t) AS c
-				CROSS JOIN ` + q + `.sidefx_settings AS st
-			WHERE st.namespace = $7 AND pg_catalog.jsonb_typeof(i.p) = 'object' AND i.m >= 0
-				AND pg_catalog.octet_length(c.t) <= coalesce($8::integer, st.max_payload_bytes)
-				AND (i.nb IS NULL OR (i.nb >= timestamptz '2000-01-01 00:00:00+00' AND i.nb <= now() + interval '1 year'))
-			ORDER BY i.o
-			ON CONFLICT (source_id, kind) DO NOTHING
-			RETURNING id, source_id, kind`,
-		namespace:   `SELECT namespace FROM ` + q + `.sidefx_settings`,
 		get:         `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
 		getByKey:    `SELECT ` + columns + ` FROM ` + t + ` WHERE idempotency_key = $1`,
 		getBySource: `SELECT ` + columns + ` FROM ` + t + ` WHERE source_id = $1 AND kind = $2`,
-		cancel: `UPDATE ` + t + ` SET state = 'cancelled', updated_at = now()
-			WHERE source_id = $1 AND kind = $2 AND state = 'pending' AND ` + neverPerformed + ` RETURNING ` + columns,
-		counts: `SELECT state, kind, count(*) FROM ` + t + ` GROUP BY state, kind ORDER BY kind, state`,
-		list:   `SELECT ` + columns + ` FROM ` + t,
+		cancel:      `SELECT id, state, cancelled, attempts, maybe_attempts, last_error, reaped_at FROM ` + q + `.sidefx_cancel($1, $2)`,
+		counts:      `SELECT state, kind, count(*) FROM ` + t + ` GROUP BY state, kind ORDER BY kind, state`,
+		list:        `SELECT ` + columns + ` FROM ` + t,
 		stats: `SELECT s.*, NOT EXISTS (SELECT 1 FROM ` + q + `.sidefx_dispatchers d
 					WHERE s.kind = ANY(d.kinds) AND d.heartbeat_at > now() - ` + strconv.Itoa(LiveAfter) + ` * d.interval_ms * interval '1 millisecond')
 			FROM (SELECT kind, state, count(*),
@@ -186,18 +159,14 @@ type Inserted struct {
 // *PayloadMismatchError and writes nothing; inside a transaction, the
 // transaction is then aborted.
 //
-// In a transaction (db is a pgx.Tx, the business transaction), one lean
-// statement inserts what it can: the key derived here
-// (derive.KeyNS with the database's namespace, read once and cached), the
-// payload hashed by the server in the INSERT, the conflict on
-// (source_id, kind) absorbed. Whatever it did not insert (an effect that
-// exists, a payload over the limit, a namespace changed since it was read)
-// goes through the schema's sidefx_enqueue_many function, the one
-// implementation SQL callers use, which reports duplicates, mismatches and
-// invalid items, and aborts the transaction on a mismatch, undoing the lean
-// insert with it. On any other db (a pool, a connection, or a database/sql
-// handle wrapped by internal/driver, a *sql.Tx included), the SQL function
-// does it all in one statement. Both write identical rows.
+// One statement on every db (a pgx.Tx, the business transaction; a pool, a
+// connection, or a database/sql handle wrapped by internal/driver, a
+// *sql.Tx included): a call of the schema's sidefx_enqueue_many function,
+// the one implementation SQL callers use too. It runs with its owner's
+// rights, so the caller needs EXECUTE on it and no privilege on any table
+// (deploy/postgres/producer-role.sql), and it alone writes the row: a fresh
+// pending effect, the key derived from the database's namespace, the
+// payload's hash computed from the payload.
 //
 // traceparent, if not "", is stored with each inserted effect (the W3C
 // trace context of the caller's span); "" stores what the transaction set
@@ -210,84 +179,7 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 	if maxPayloadBytes > 0 {
 		limit = pgtype.Int4{Int32: int32(min(maxPayloadBytes, 1<<31-1)), Valid: true}
 	}
-	if _, ok := s.db.(pgx.Tx); !ok {
-		// Its own transaction: one statement must do all, or nothing (a
-		// mismatch found after the lean insert committed could not undo
-		// it). database/sql handles come here too, a *sql.Tx included: one
-		// statement, whose array arguments every driver can send as text.
-		return s.insertSQL(ctx, items, limit, traceparent)
-	}
-	ns, err := s.namespace(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("enqueue effects: %w", err)
-	}
-	n := len(items)
-	a := arraysOf(items)
-	keys := make([]string, n)
-	for i, it := range items {
-		keys[i] = derive.KeyNS(ns, it.SourceID, it.Kind)
-	}
-	rows, err := s.db.Query(ctx, s.q.insert, a.sources, a.kinds, keys, a.payloads, a.attempts, a.notBefore, ns, limit, traceparent)
-	if err != nil {
-		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
-	}
-	type pair struct{ source, kind string }
-	got := make(map[pair]int64, n)
-	for rows.Next() {
-		var p pair
-		var id int64
-		if err := rows.Scan(&id, &p.source, &p.kind); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("enqueue effects: %w", err)
-		}
-		got[p] = id
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
-	}
-	out := make([]Inserted, n)
-	var rest []int // items the lean statement did not insert
-	for i, it := range items {
-		p := pair{it.SourceID, it.Kind}
-		if id, ok := got[p]; ok {
-			out[i] = Inserted{ID: id, Key: keys[i], Inserted: true}
-			delete(got, p) // a later item of the same pair is a duplicate of it
-			continue
-		}
-		rest = append(rest, i)
-	}
-	if len(rest) == 0 {
-		return out, nil
-	}
-	// The rest, through the SQL function: duplicates and mismatches are
-	// checked against the rows as they are now (a statement's snapshot
-	// would miss a row committed while the INSERT waited on it), and
-	// invalid items named.
-	sub := make([]NewEffect, len(rest))
-	for j, i := range rest {
-		sub[j] = items[i]
-	}
-	res, err := s.insertSQL(ctx, sub, limit, traceparent)
-	if err != nil {
-		var pm *PayloadMismatchError
-		var ve *ValidationError
-		switch {
-		case errors.As(err, &pm):
-			pm.Index = rest[pm.Index]
-		case errors.As(err, &ve) && ve.Index >= 0:
-			ve.Index = rest[ve.Index]
-		}
-		return nil, err
-	}
-	for j, i := range rest {
-		out[i] = res[j]
-		if res[j].Inserted && res[j].Key != keys[i] {
-			// Inserted with another key: the namespace changed since it was
-			// read (it may change only while no effect exists).
-			s.ns.forget()
-		}
-	}
-	return out, nil
+	return s.insertSQL(ctx, items, limit, traceparent)
 }
 
 // insertSQL enqueues items through sidefx_enqueue_many, or its traced
@@ -348,35 +240,6 @@ func arraysOf(items []NewEffect) itemArrays {
 		a.notBefore[i] = pgtype.Timestamptz{Time: it.NotBefore, Valid: !it.NotBefore.IsZero()}
 	}
 	return a
-}
-
-// nsCache holds the database's key namespace, read once: it can change only
-// while no effect exists, and a change is noticed (the SQL function then
-// returns another key) and read again.
-type nsCache struct {
-	mu sync.Mutex
-	ns string
-	ok bool
-}
-
-func (c *nsCache) forget() {
-	c.mu.Lock()
-	c.ok = false
-	c.mu.Unlock()
-}
-
-// namespace returns the database's key namespace.
-func (s *Store) namespace(ctx context.Context) (string, error) {
-	s.ns.mu.Lock()
-	defer s.ns.mu.Unlock()
-	if s.ns.ok {
-		return s.ns.ns, nil
-	}
-	if err := s.db.QueryRow(ctx, s.q.namespace).Scan(&s.ns.ns); err != nil {
-		return "", fmt.Errorf("read the key namespace: %w", translate(err))
-	}
-	s.ns.ok = true
-	return s.ns.ns, nil
 }
 
 // Get returns the effect with id, or ErrNotFound.
@@ -624,24 +487,40 @@ func refusal(op string, cur *Effect, want ...State) error {
 	return &StateError{ID: cur.ID, State: cur.State, Want: want, Op: op, ReapedAt: cur.ReapedAt}
 }
 
-// Cancel moves the pending effect of kind caused by sourceID to cancelled
-// and returns it. Only an effect that was never performed can be cancelled:
-// one that is fired, or whose attempts may have reached the provider without
-// a definite answer, is refused with a *MaybePerformedError (errors.Is
-// ErrMaybePerformed); an effect in another state with a *StateError
-// (errors.Is ErrWrongState); a missing one with ErrNotFound. A cancelled
-// effect keeps its (source_id, kind): enqueuing it again is a duplicate.
-func (s *Store) Cancel(ctx context.Context, sourceID, kind string) (*Effect, error) {
-	e, err := scanEffect(s.db.QueryRow(ctx, s.q.cancel, sourceID, kind))
-	if err == nil {
-		return e, nil
-	}
-	if err = translate(err); err != ErrNotFound {
-		return nil, fmt.Errorf("cancel effect source_id %q kind %q: %w", sourceID, kind, err)
-	}
-	cur, err := s.GetBySource(ctx, sourceID, kind)
+// Cancel moves the pending effect of kind caused by sourceID to cancelled,
+// records it in the effect's history (actor "producer:" and the session's
+// user), and returns the effect's id. Only an effect that was never
+// performed can be cancelled: one that is fired, or whose attempts may have
+// reached the provider without a definite answer, is refused with a
+// *MaybePerformedError (errors.Is ErrMaybePerformed); an effect in another
+// state with a *StateError (errors.Is ErrWrongState); a missing one with
+// ErrNotFound. A cancelled effect keeps its (source_id, kind): enqueuing it
+// again is a duplicate.
+//
+// It calls the schema's sidefx_cancel function, which runs with its owner's
+// rights: a producer needs EXECUTE on it and no privilege on the table, and
+// learns the effect's state, attempts and last error, never its payload.
+func (s *Store) Cancel(ctx context.Context, sourceID, kind string) (int64, error) {
+	var (
+		id        int64
+		state     string
+		cancelled bool
+		attempts  int32
+		maybe     []int32
+		lastError pgtype.Text
+		reaped    pgtype.Timestamptz
+	)
+	err := s.db.QueryRow(ctx, s.q.cancel, sourceID, kind).Scan(&id, &state, &cancelled, &attempts, &maybe, &lastError, &reaped)
 	if err != nil {
-		return nil, fmt.Errorf("cancel: %w", err)
+		return 0, fmt.Errorf("cancel effect source_id %q kind %q: %w", sourceID, kind, translate(err))
 	}
-	return nil, refusal("cancel", cur, Pending)
+	if cancelled {
+		return id, nil
+	}
+	cur := &Effect{ID: id, SourceID: sourceID, Kind: kind, State: State(state), Attempts: int(attempts),
+		LastError: lastError.String, ReapedAt: reaped.Time}
+	for _, a := range maybe {
+		cur.MaybeAttempts = append(cur.MaybeAttempts, int(a))
+	}
+	return 0, refusal("cancel", cur, Pending)
 }

@@ -196,9 +196,17 @@ func TestStore_CancelOnlyPending(t *testing.T) {
 		effects.NewEffect{SourceID: "s", Kind: "k.pending", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "s", Kind: "k.fired", Payload: json.RawMessage(`{}`)},
 	)
-	e, err := b.store.Cancel(b.ctx, "s", "k.pending")
-	if err != nil || e.State != effects.Cancelled {
-		t.Fatalf("cancel pending = %+v, %v", e, err)
+	id, err := b.store.Cancel(b.ctx, "s", "k.pending")
+	if err != nil {
+		t.Fatalf("cancel pending: %v", err)
+	}
+	if e, err := b.store.Get(b.ctx, id); err != nil || e.State != effects.Cancelled || e.SourceID != "s" || e.Kind != "k.pending" {
+		t.Fatalf("cancel pending returned %d: %+v, %v", id, e, err)
+	}
+	// The history says who cancelled it.
+	var actor, note string
+	if err := b.pool.QueryRow(b.ctx, `SELECT actor, note FROM side_effect_events WHERE effect_id = $1 AND action = 'cancel' AND from_state = 'pending' AND to_state = 'cancelled'`, id).Scan(&actor, &note); err != nil || !strings.HasPrefix(actor, "producer:") {
+		t.Errorf("the cancel's history: actor %q note %q, %v", actor, note, err)
 	}
 	// A claimed effect may be at its provider: cancelling it is refused.
 	// (The dispatcher's claim will own this statement; here the test sets the

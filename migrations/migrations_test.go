@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -308,6 +309,41 @@ func TestSQLFunctions_MatchGoldenVectors(t *testing.T) {
 	}
 	if checked < len(vs)-1 {
 		t.Fatalf("checked %d of %d vectors", checked, len(vs))
+	}
+	// The enqueue function derives the key itself (it does not call
+	// sidefx_key): the key it writes is the golden one for every vector it
+	// accepts as an effect.
+	written := 0
+	for _, v := range vs {
+		var ns, source, kind string
+		switch v.Func {
+		case "Key":
+			source, kind = v.Args[0], v.Args[1]
+		case "KeyNS":
+			ns, source, kind = v.Args[0], v.Args[1], v.Args[2]
+		default:
+			continue
+		}
+		if effects.ValidateKind(kind) != nil || source == "" || utf8.RuneCountInString(source) > 255 || strings.ContainsRune(source+ns, 0) {
+			continue
+		}
+		if _, err := pool.Exec(ctx, "DELETE FROM side_effects; UPDATE sidefx_settings SET namespace = '"+strings.ReplaceAll(ns, "'", "''")+"'"); err != nil {
+			t.Fatal(err)
+		}
+		var key string
+		if err := pool.QueryRow(ctx, "SELECT idempotency_key FROM sidefx_enqueue($1, $2, '{}')", source, kind).Scan(&key); err != nil {
+			t.Fatalf("enqueue %s%q: %v", v.Func, v.Args, err)
+		}
+		if key != v.Want {
+			t.Errorf("sidefx_enqueue wrote key %s for %s%q, golden %s", key, v.Func, v.Args, v.Want)
+		}
+		written++
+	}
+	if written < 9 {
+		t.Fatalf("enqueued %d golden vectors, want the 9 that are valid effects", written)
+	}
+	if _, err := pool.Exec(ctx, "DELETE FROM side_effects; UPDATE sidefx_settings SET namespace = ''"); err != nil {
+		t.Fatal(err)
 	}
 	// The two-argument key uses the stored namespace (empty by default).
 	var got string

@@ -15,6 +15,7 @@ import (
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/migrations"
+	"github.com/sidefx/sidefx/outbox"
 )
 
 // released returns the migrations as each first landed: the embedded file,
@@ -294,4 +295,86 @@ func stateOf(e *effects.Effect) effects.State {
 		return ""
 	}
 	return e.State
+}
+
+// Version 20 runs enqueue with its owner's rights and revokes EXECUTE from
+// PUBLIC: the producers of older versions (roles granted INSERT on
+// side_effects) keep enqueuing across the upgrade, from SQL and from Go;
+// a role that never could enqueue still cannot.
+func TestUpgrade_ProducersOfOlderVersionsKeepEnqueuing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
+	const s = "zz_producers"
+	if err := migrations.ApplyThese(ctx, owner, &migrations.Config{Schema: s}, released(t)[:19]); err != nil {
+		t.Fatal(err)
+	}
+	admin := pgtest.Admin(t)
+	login := func(name, grants string) *pgxpool.Pool {
+		t.Helper()
+		role := name + "_" + strings.ReplaceAll(fmt.Sprint(os.Getpid()), "-", "") + "_" + fmt.Sprint(len(name))
+		if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+role)
+			_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+		})
+		if _, err := owner.Exec(ctx, strings.ReplaceAll(grants, "ROLE", role)); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.User = role
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	// What a producer needed before version 20, and a reader.
+	producer := login("zz_old_producer", `GRANT USAGE ON SCHEMA `+s+` TO ROLE;
+		GRANT SELECT, INSERT ON `+s+`.side_effects TO ROLE; GRANT SELECT ON `+s+`.sidefx_settings TO ROLE`)
+	reader := login("zz_old_reader", `GRANT USAGE ON SCHEMA `+s+` TO ROLE; GRANT SELECT ON `+s+`.side_effects TO ROLE`)
+	enqueue := func(p *pgxpool.Pool, source string) error {
+		_, err := p.Exec(ctx, `SELECT * FROM `+s+`.sidefx_enqueue($1, 'charge.create', '{}')`, source)
+		return err
+	}
+	if err := enqueue(producer, "before"); err != nil {
+		t.Fatalf("the producer at version 19: %v", err)
+	}
+	if err := migrations.Apply(ctx, owner, &migrations.Config{Schema: s}); err != nil {
+		t.Fatal(err)
+	}
+	if err := enqueue(producer, "after"); err != nil {
+		t.Errorf("the producer after the upgrade, in SQL: %v", err)
+	}
+	ob, err := outbox.New(&outbox.Config{Schema: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := producer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.Enqueue(ctx, tx, outbox.Effect{SourceID: "after-go", Kind: "charge.create", Payload: map[string]int{}}); err != nil {
+		t.Errorf("the producer after the upgrade, from Go: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Error(err)
+	}
+	if err := ob.Cancel(ctx, producer, "after-go", "charge.create"); err != nil {
+		t.Errorf("the producer's cancel after the upgrade: %v", err)
+	}
+	if err := enqueue(reader, "reader"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("a role that could not enqueue before the upgrade: %v", err)
+	}
 }

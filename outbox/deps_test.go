@@ -110,7 +110,7 @@ func importChain(deps map[string]goPackage, from, to string) string {
 func TestOutbox_CompilesNoProviderMetricsOrTestCode(t *testing.T) {
 	t.Parallel()
 	for pkg, needs := range map[string][]string{
-		"github.com/sidefx/sidefx/outbox": {"github.com/sidefx/sidefx/effects", "github.com/sidefx/sidefx/derive", "github.com/jackc/pgx/v5"},
+		"github.com/sidefx/sidefx/outbox": {"github.com/sidefx/sidefx/effects", "github.com/jackc/pgx/v5"},
 		"github.com/sidefx/sidefx/inbox":  {"github.com/sidefx/sidefx/internal/driver", "github.com/jackc/pgx/v5"},
 		"github.com/sidefx/sidefx/edge":   {"github.com/sidefx/sidefx/derive", "github.com/jackc/pgx/v5"},
 	} {

@@ -50,15 +50,18 @@
 //     ErrPayloadMismatch, naming source, kind and both payload hashes:
 //     a producer bug, never silently accepted. Payloads are compared in
 //     their canonical jsonb form (see package effects).
-//   - One round trip: in a pgx.Tx, one lean INSERT … ON CONFLICT
-//     (source_id, kind) DO NOTHING with the key derived in Go; what it did
-//     not insert (a duplicate, a mismatch, an invalid item) goes through the
-//     schema's sidefx_enqueue_many function, which reports it. On a pool or
-//     a connection, and on any database/sql handle (a *sql.Tx included),
-//     the function does it all, its arrays sent as PostgreSQL array
-//     literals that every driver passes through. Never check-then-insert.
-//     Concurrent enqueues of one pair leave one row: one caller sees
-//     Inserted true, the others false (or ErrPayloadMismatch).
+//   - One round trip: every enqueue, on pgx or database/sql, in a
+//     transaction or not, is one call of the schema's sidefx_enqueue_many
+//     function (its arrays sent as PostgreSQL array literals that every
+//     driver passes through), the one SQL callers use too. It inserts with
+//     ON CONFLICT (source_id, kind) DO NOTHING, never check-then-insert,
+//     and reports duplicates, mismatches and invalid items. It runs with
+//     its owner's rights and alone writes the row (a fresh pending effect,
+//     the key it derives, the payload's hash), so a producer's role needs
+//     EXECUTE on it and no privilege on any table
+//     (deploy/postgres/producer-role.sql). Concurrent enqueues of one pair
+//     leave one row: one caller sees Inserted true, the others false (or
+//     ErrPayloadMismatch).
 //   - Invalid input is refused before any SQL with an *effects.ValidationError
 //     that names the field and the problem: an empty or over-long source id,
 //     a kind that is not lowercase dotted words, a payload that is not a JSON

@@ -79,11 +79,11 @@ func TestSQLEnqueue_SameContractAsGo(t *testing.T) {
 	}
 }
 
-// In a transaction, Go enqueues with one lean statement (the key derived in
-// Go, the payload hashed by the server) and falls back to the SQL function
-// only for what it did not insert. Both paths write identical rows: every
-// column but the id and the insert's own times, for payloads in other key
-// orders and spellings, schedules, attempt limits and a namespace.
+// Go's batch in a transaction (the function's general path: one INSERT of
+// the valid items, then the duplicate reported) and SQL's calls one effect
+// at a time (its one-item path) write identical rows: every column but the
+// id and the insert's own times, for payloads in other key orders and
+// spellings, schedules, attempt limits and a namespace.
 func TestGoAndSQLEnqueueWriteIdenticalRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -102,7 +102,7 @@ func TestGoAndSQLEnqueueWriteIdenticalRows(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		// Go, in a transaction: the lean path.
+		// Go, in a transaction: a batch.
 		tx, err := goDB.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -149,8 +149,8 @@ func TestGoAndSQLEnqueueWriteIdenticalRows(t *testing.T) {
 	}
 }
 
-// A mismatch found by the fallback aborts the transaction, undoing the lean
-// insert of the same call: the call writes nothing.
+// A mismatch found after the INSERT of the other items aborts the
+// transaction, undoing that INSERT: the call writes nothing.
 func TestEnqueueInTransaction_MismatchWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -177,8 +177,9 @@ func TestEnqueueInTransaction_MismatchWritesNothing(t *testing.T) {
 	}
 }
 
-// The namespace is read once and cached; set while no effect exists (the
-// only time it may change), it is noticed and the key is right.
+// The key is derived in the database with its namespace, whatever it was
+// when the producer last enqueued: set while no effect exists (the only
+// time it may change), the next key is the new namespace's.
 func TestEnqueueInTransaction_NamespaceChangedWhileEmpty(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -39,8 +39,7 @@ func storedTraceparent(t *testing.T, pool *pgxpool.Pool, source string) string {
 }
 
 // Enqueue stores the caller's trace context with the effect on every path:
-// the lean insert in a pgx transaction, the SQL function outside one, and
-// database/sql in and outside a transaction. Without a span it stores
+// pgx and database/sql, each in and outside a transaction. Without a span it stores
 // nothing. SQL producers set sidefx.traceparent for their transaction, or
 // call sidefx_enqueue_many_traced, whose setting ends with the call.
 func TestEnqueue_StoresTheTraceContext(t *testing.T) {
@@ -53,7 +52,7 @@ func TestEnqueue_StoresTheTraceContext(t *testing.T) {
 		t.Fatalf("Traceparent without a span = %q", got)
 	}
 
-	// pgx, in a transaction (the lean insert) and on the pool (the function).
+	// pgx, in a transaction and on the pool.
 	ctx, want := spanCtx(t, 1, 1)
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {

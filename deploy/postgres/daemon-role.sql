@@ -29,18 +29,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_reconcile_runs TO sidefx_d
 GRANT SELECT, INSERT ON public.sidefx_reconcile_findings TO sidefx_daemon;
 GRANT SELECT ON public.sidefx_pauses TO sidefx_daemon;
 
--- Operators' commands (sidefx retry, resolve, cancel, inspect) and
--- `sidefx enqueue` need more: run them as a role that also has
---   GRANT SELECT, UPDATE ON public.side_effects TO sidefx_operator;
---   GRANT SELECT, INSERT ON public.side_effect_events TO sidefx_operator;
---   GRANT SELECT ON public.sidefx_dispatchers TO sidefx_operator;
---   GRANT SELECT, INSERT, DELETE ON public.sidefx_pauses TO sidefx_operator;
---   GRANT INSERT ON public.sidefx_pause_log TO sidefx_operator;
---   GRANT SELECT ON public.sidefx_settings TO sidefx_operator;
---   GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
---   GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many_traced(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
--- and INSERT on side_effects (enqueue runs as the caller; supersede reads
--- sidefx_settings). The web console (console.listen) acts with the
+-- Operators' commands (sidefx retry, resolve, cancel, inspect, enqueue, …)
+-- run as a role with operator-role.sql's grants, producers with
+-- producer-role.sql's. The web console (console.listen) acts with the
 -- daemon's own role: to pause and resume from it, and to supersede, grant
--- the daemon's role the sidefx_pauses, sidefx_pause_log and
--- sidefx_settings lines above as well.
+-- the daemon's role these as well:
+--   GRANT SELECT, INSERT, DELETE ON public.sidefx_pauses TO sidefx_daemon;
+--   GRANT INSERT ON public.sidefx_pause_log TO sidefx_daemon;
+--   GRANT SELECT ON public.sidefx_settings TO sidefx_daemon;

@@ -2,11 +2,17 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
@@ -68,5 +74,229 @@ func TestE2E_DaemonRunsWithLeastPrivileges(t *testing.T) {
 		if _, err := daemon.Exec(ctx, q); err == nil || !strings.Contains(err.Error(), "denied") && !strings.Contains(err.Error(), "must be owner") {
 			t.Errorf("the daemon role could run %q: %v", q, err)
 		}
+	}
+}
+
+// denied runs each statement on pool and wants each refused for want of a
+// privilege (or of ownership).
+func denied(t *testing.T, who string, pool *pgxpool.Pool, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		_, err := pool.Exec(context.Background(), q)
+		if err == nil || !strings.Contains(err.Error(), "denied") && !strings.Contains(err.Error(), "must be owner") {
+			t.Errorf("the %s role could run %q: %v", who, q, err)
+		}
+	}
+}
+
+// A producer holds only deploy/postgres/producer-role.sql's grants: it
+// enqueues from Go (pgx and database/sql) and through the SQL functions,
+// cancels what it may cancel, and can do nothing else: read a payload,
+// insert a row of its own making (in another state, or with a key it
+// chose or another effect's), or touch an existing row.
+func TestE2E_AProducerCanOnlyEnqueueAndCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner, pools, roles := pgtest.Roles(t, "producer")
+	producer := pools["producer"]
+
+	// Another service's effect, which the producer must not read or touch.
+	theirs, err := outbox.Enqueue(ctx, owner, outbox.Effect{SourceID: "order-77", Kind: "charge.create", Payload: map[string]any{"card": "secret-pan", "amount": 4200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// What it may do: enqueue in its transaction on pgx, on database/sql,
+	// and through each SQL function.
+	tx, err := producer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := outbox.EnqueueMany(ctx, tx, []outbox.Effect{
+		{SourceID: "order-78", Kind: "charge.create", Payload: map[string]int{"amount": 1}},
+		{SourceID: "order-78", Kind: "email.receipt", Payload: map[string]string{"to": "a@example.com"}},
+		{SourceID: "order-77", Kind: "charge.create", Payload: map[string]any{"card": "secret-pan", "amount": 4200}},
+	})
+	if err != nil || !got[0].Inserted || !got[1].Inserted || got[2].Inserted || got[2].ID != theirs.ID {
+		t.Fatalf("enqueue as the producer in a pgx transaction: %+v, %v", got, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(producer)
+	defer db.Close()
+	sqlTx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := outbox.Enqueue(ctx, sqlTx, outbox.Effect{SourceID: "order-79", Kind: "charge.create", Payload: map[string]int{"amount": 2}}); err != nil || !r.Inserted {
+		t.Fatalf("enqueue as the producer in a database/sql transaction: %+v, %v", r, err)
+	}
+	if err := sqlTx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`SELECT * FROM sidefx_enqueue('order-80', 'charge.create', '{"amount": 3}')`,
+		`SELECT * FROM sidefx_enqueue_many(ARRAY['order-81'], ARRAY['charge.create'], ARRAY['{"amount": 4}'::jsonb])`,
+		`SELECT * FROM sidefx_enqueue_many_traced('00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', ARRAY['order-82'], ARRAY['charge.create'], ARRAY['{"amount": 5}'::jsonb])`,
+	} {
+		if _, err := producer.Exec(ctx, q); err != nil {
+			t.Errorf("the producer could not run %q: %v", q, err)
+		}
+	}
+	// A mismatch is refused as for any caller, naming the pair.
+	if _, err := outbox.Enqueue(ctx, producer, outbox.Effect{SourceID: "order-77", Kind: "charge.create", Payload: map[string]int{"amount": 1}}); !errors.Is(err, outbox.ErrPayloadMismatch) {
+		t.Errorf("a mismatch enqueued by the producer: %v", err)
+	}
+	// RequireServed reads the dispatchers' registry.
+	served, err := outbox.New(&outbox.Config{RequireServed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := served.Enqueue(ctx, producer, outbox.Effect{SourceID: "order-83", Kind: "charge.create", Payload: map[string]int{}}); !errors.Is(err, outbox.ErrUnknownKind) {
+		t.Errorf("RequireServed with no dispatcher, as the producer: %v", err)
+	}
+
+	// Every row it wrote is a fresh pending effect with the derived key
+	// and the payload's hash: it chose none of it.
+	var ns string
+	if err := owner.QueryRow(ctx, `SELECT namespace FROM sidefx_settings`).Scan(&ns); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := owner.Query(ctx, `SELECT source_id, kind, idempotency_key, state, attempts, payload_hash = sha256(convert_to(payload::text, 'UTF8')), revision
+		FROM side_effects WHERE source_id <> 'order-77'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var src, kind, key, state string
+		var attempts, revision int
+		var hashOK bool
+		if err := rows.Scan(&src, &kind, &key, &state, &attempts, &hashOK, &revision); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if key != derive.KeyNS(ns, src, kind) || state != "pending" || attempts != 0 || !hashOK || revision != 0 {
+			t.Errorf("the producer's %s %s: key %s state %s attempts %d hash ok %v revision %d", src, kind, key, state, attempts, hashOK, revision)
+		}
+	}
+	if err := rows.Err(); err != nil || n != 6 {
+		t.Fatalf("%d rows written by the producer, want 6: %v", n, err)
+	}
+
+	// It cancels a pending effect no attempt reached; not one that may
+	// have been performed, and never one that is not pending.
+	if err := outbox.Cancel(ctx, producer, "order-78", "email.receipt"); err != nil {
+		t.Errorf("the producer's cancel: %v", err)
+	}
+	if _, err := owner.Exec(ctx, `UPDATE side_effects SET attempts = 1, maybe_attempts = '{1}', last_error = 'timeout' WHERE source_id = 'order-79'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Cancel(ctx, producer, "order-79", "charge.create"); !errors.Is(err, outbox.ErrMaybePerformed) {
+		t.Errorf("the producer cancelled an effect that may have been performed: %v", err)
+	}
+	if err := outbox.Cancel(ctx, producer, "order-78", "email.receipt"); !errors.Is(err, outbox.ErrWrongState) {
+		t.Errorf("the producer cancelled a cancelled effect: %v", err)
+	}
+	var actor string
+	if err := owner.QueryRow(ctx, `SELECT actor FROM side_effect_events e JOIN side_effects s ON s.id = e.effect_id
+		WHERE s.source_id = 'order-78' AND s.kind = 'email.receipt' AND e.action = 'cancel'`).Scan(&actor); err != nil || actor != "producer:"+roles["producer"] {
+		t.Errorf("the cancel's history names %q, want the producer's role: %v", actor, err)
+	}
+
+	// And nothing else.
+	denied(t, "producer", producer,
+		`SELECT payload FROM side_effects WHERE source_id = 'order-77'`,
+		`SELECT count(*) FROM side_effects`,
+		`SELECT * FROM side_effect_events`,
+		`INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash, state, attempts, confirmed_at)
+			VALUES ('order-90', 'charge.create', 'sfx1_chosen', '{}', sha256('{}'), 'confirmed', 1, now())`,
+		`INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash)
+			SELECT 'order-91', 'charge.create', '`+theirs.Key+`', '{}', sha256('{}')`,
+		`UPDATE side_effects SET state = 'cancelled' WHERE source_id = 'order-77'`,
+		`UPDATE side_effects SET payload = '{"card": "mine"}' WHERE source_id = 'order-78'`,
+		`DELETE FROM side_effects WHERE source_id = 'order-77'`,
+		`TRUNCATE side_effects`,
+		`INSERT INTO side_effect_events (effect_id, action, from_state, to_state, actor) VALUES (1, 'cancel', 'pending', 'cancelled', 'x')`,
+		`SELECT * FROM sidefx_settings`,
+		`UPDATE sidefx_settings SET namespace = 'other'`,
+		`SELECT * FROM sidefx_evidence`,
+		`INSERT INTO sidefx_pauses (scope, name, actor) VALUES ('kind', 'charge.create', 'x')`,
+		`DELETE FROM sidefx_pauses`,
+		`SELECT * FROM sidefx_inbox`,
+		`SELECT * FROM sidefx_edge_keys`,
+		`DELETE FROM sidefx_dispatchers`,
+		`ALTER TABLE side_effects ADD COLUMN evil text`,
+		`CREATE TABLE public.mine (id int)`,
+		`ALTER FUNCTION sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) SECURITY INVOKER`,
+		`CREATE OR REPLACE FUNCTION sidefx_cancel(p_source_id text, p_kind text) RETURNS TABLE (id bigint, state text, cancelled boolean, attempts integer, maybe_attempts integer[], last_error text, reaped_at timestamptz) LANGUAGE sql AS 'SELECT NULL::bigint, NULL, NULL::boolean, NULL::integer, NULL::integer[], NULL, NULL::timestamptz'`,
+	)
+	// The other service's effect is as it was.
+	var state string
+	var payload []byte
+	if err := owner.QueryRow(ctx, `SELECT state, payload::text FROM side_effects WHERE id = $1`, theirs.ID).Scan(&state, &payload); err != nil || state != "pending" || !strings.Contains(string(payload), "secret-pan") {
+		t.Errorf("the other service's effect: %s %s, %v", state, payload, err)
+	}
+}
+
+// An operator holds only deploy/postgres/operator-role.sql's grants: it
+// reads everything, moves effects along the guarded transitions, supersedes,
+// pauses, enqueues and cancels, and cannot insert or delete effects,
+// rewrite their history, change the settings, or forge evidence.
+func TestE2E_AnOperatorActsOnlyThroughTheGuards(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner, pools, _ := pgtest.Roles(t, "operator", "producer")
+	operator := pools["operator"]
+	if _, err := outbox.EnqueueMany(ctx, pools["producer"], []outbox.Effect{
+		{SourceID: "o-1", Kind: "charge.create", Payload: map[string]int{"amount": 1}},
+		{SourceID: "o-2", Kind: "charge.create", Payload: map[string]int{"amount": 2}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := effects.NewStore(operator, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	who := effects.Action{Actor: "ops@host", Note: "role test"}
+	one, err := store.GetBySource(ctx, "o-1", "charge.create")
+	if err != nil {
+		t.Fatalf("the operator reads an effect: %v", err)
+	}
+	if _, err := store.Supersede(ctx, one.ID, one.Version(), json.RawMessage(`{"amount": 10}`), 1, who); err != nil {
+		t.Errorf("the operator's supersede: %v", err)
+	}
+	if _, err := store.CancelByID(ctx, one.ID, who); err != nil {
+		t.Errorf("the operator's cancel: %v", err)
+	}
+	if _, err := store.SetPause(ctx, effects.PauseKind, "charge.create", true, who); err != nil {
+		t.Errorf("the operator's pause: %v", err)
+	}
+	if _, err := store.SetPause(ctx, effects.PauseKind, "charge.create", false, who); err != nil {
+		t.Errorf("the operator's resume: %v", err)
+	}
+	if _, err := outbox.Enqueue(ctx, operator, outbox.Effect{SourceID: "o-3", Kind: "charge.create", Payload: map[string]int{}}); err != nil {
+		t.Errorf("the operator's enqueue: %v", err)
+	}
+	if _, err := store.List(ctx, effects.Filter{}); err != nil {
+		t.Errorf("the operator's list: %v", err)
+	}
+	denied(t, "operator", operator,
+		`INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash, state) VALUES ('o-9', 'charge.create', 'k', '{}', sha256('{}'), 'confirmed')`,
+		`DELETE FROM side_effects`,
+		`TRUNCATE side_effects`,
+		`UPDATE side_effect_events SET note = 'rewritten'`,
+		`DELETE FROM side_effect_events`,
+		`UPDATE sidefx_settings SET namespace = 'other'`,
+		`INSERT INTO sidefx_evidence (effect_id, key, provider, source, verdict, ref) VALUES (1, 'k', 'stripe', 'lookup', 'found', 'ch_forged')`,
+		`DELETE FROM sidefx_pause_log`,
+		`DELETE FROM sidefx_migrations`,
+		`ALTER TABLE side_effects ADD COLUMN evil text`,
+		`DROP FUNCTION sidefx_cancel(text, text)`,
+	)
+	var events int
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM side_effect_events WHERE effect_id = $1`, one.ID).Scan(&events); err != nil || events != 2 {
+		t.Errorf("the operator's supersede and cancel left %d events, want 2: %v", events, err)
 	}
 }

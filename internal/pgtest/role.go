@@ -20,16 +20,46 @@ import (
 // The role is dropped at the end of the test.
 func DaemonRole(t testing.TB) (owner, daemon *pgxpool.Pool, role string) {
 	t.Helper()
-	ctx := context.Background()
+	owner, url := ownerPool(t)
+	daemon, role = Role(t, owner, url, "daemon")
+	return owner, daemon, role
+}
+
+// Roles gives a test a new database (as URL does), a pool on it as its
+// owner, and one pool per name, each logged in as a fresh role holding only
+// the grants of deploy/postgres/<name>-role.sql (name: "producer", "daemon"
+// or "operator"), keyed by name. The roles are dropped at the end of the
+// test.
+func Roles(t testing.TB, names ...string) (owner *pgxpool.Pool, pools map[string]*pgxpool.Pool, roles map[string]string) {
+	t.Helper()
+	owner, url := ownerPool(t)
+	pools, roles = map[string]*pgxpool.Pool{}, map[string]string{}
+	for _, n := range names {
+		pools[n], roles[n] = Role(t, owner, url, n)
+	}
+	return owner, pools, roles
+}
+
+func ownerPool(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
 	url := URL(t)
-	owner, err := pgxpool.New(ctx, url)
+	owner, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(owner.Close)
+	return owner, url
+}
+
+// Role creates a fresh login role, applies deploy/postgres/<name>-role.sql
+// to it as owner (the script's sidefx_<name> replaced by the role), and
+// returns a pool logged in as it on url's database.
+func Role(t testing.TB, owner *pgxpool.Pool, url, name string) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx := context.Background()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	role = "sidefx_daemon_" + hex.EncodeToString(b[:])
+	role := "sidefx_" + name + "_" + hex.EncodeToString(b[:])
 	admin := Admin(t)
 	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
 		t.Fatal(err)
@@ -42,22 +72,22 @@ func DaemonRole(t testing.TB) (owner, daemon *pgxpool.Pool, role string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grants, err := os.ReadFile(filepath.Join(root, "deploy", "postgres", "daemon-role.sql"))
+	grants, err := os.ReadFile(filepath.Join(root, "deploy", "postgres", name+"-role.sql"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := owner.Exec(ctx, strings.ReplaceAll(string(grants), "sidefx_daemon", role)); err != nil {
-		t.Fatalf("applying daemon-role.sql: %v", err)
+	if _, err := owner.Exec(ctx, strings.ReplaceAll(string(grants), "sidefx_"+name, role)); err != nil {
+		t.Fatalf("applying %s-role.sql: %v", name, err)
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.User = role
-	daemon, err = pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(daemon.Close)
-	return owner, daemon, role
+	t.Cleanup(pool.Close)
+	return pool, role
 }

@@ -1,0 +1,37 @@
+-- The privileges of a producer: a service that enqueues effects in its own
+-- transactions (Go's outbox, on pgx or database/sql, or the SQL functions)
+-- and cancels those it may cancel. For schema public, schema version 20 or
+-- later. Run as the schema's owner (the role that applies the migrations),
+-- after `sidefx migrate`; replace sidefx_producer with your service's role.
+--
+-- A producer holds no privilege on any table. The enqueue functions and
+-- sidefx_cancel run with their owner's rights and do only this:
+--   - enqueue writes a fresh pending row, its key derived from the
+--     database's namespace, the source and the kind, its payload's hash
+--     computed from the payload: the producer chooses neither, nor any state;
+--   - an effect that exists is a duplicate (the same payload) or a
+--     mismatch (another one), never touched;
+--   - cancel moves a pending effect that no attempt may have reached to
+--     cancelled, and records it in the effect's history (actor
+--     "producer:<session user>"); it answers with the effect's state and
+--     attempts, never its payload.
+-- So a producer cannot read any effect's payload, insert a row in another
+-- state, choose or reuse a key, or change an effect in any other way.
+
+GRANT USAGE ON SCHEMA public TO sidefx_producer;
+GRANT EXECUTE ON FUNCTION public.sidefx_enqueue(text, text, jsonb, integer, timestamptz) TO sidefx_producer;
+GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_producer;
+GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many_traced(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_producer;
+GRANT EXECUTE ON FUNCTION public.sidefx_cancel(text, text) TO sidefx_producer;
+-- outbox.Config{RequireServed: true} checks that a live dispatcher serves
+-- each kind it enqueues: it reads the dispatchers' registry (names, hosts,
+-- kinds and heartbeats; no effect).
+GRANT SELECT ON public.sidefx_dispatchers TO sidefx_producer;
+
+-- A service that also consumes with inbox, or answers HTTP with edge, needs
+-- their tables too (each holds that library's records, no effect):
+--   GRANT SELECT, INSERT, UPDATE ON public.sidefx_inbox TO sidefx_producer;
+--   GRANT SELECT, INSERT, UPDATE ON public.sidefx_edge_keys TO sidefx_producer;
+-- and an edge route that awaits an effect's outcome (edge.RequireOutcome)
+-- reads that effect: GRANT SELECT ON public.side_effects, which shows every
+-- effect's payload. Give it only to a service you trust with them.
