@@ -365,6 +365,7 @@ func TestUpgrade_ProducersOfOlderVersionsKeepEnqueuing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback(ctx) // a no-op once committed; else the pool's Close would wait for it
 	if _, err := ob.Enqueue(ctx, tx, outbox.Effect{SourceID: "after-go", Kind: "charge.create", Payload: map[string]int{}}); err != nil {
 		t.Errorf("the producer after the upgrade, from Go: %v", err)
 	}

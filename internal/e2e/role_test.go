@@ -112,6 +112,7 @@ func TestE2E_AProducerCanOnlyEnqueueAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback(ctx) // a no-op once committed; else the pool's Close would wait for it
 	got, err := outbox.EnqueueMany(ctx, tx, []outbox.Effect{
 		{SourceID: "order-78", Kind: "charge.create", Payload: map[string]int{"amount": 1}},
 		{SourceID: "order-78", Kind: "email.receipt", Payload: map[string]string{"to": "a@example.com"}},
@@ -129,6 +130,7 @@ func TestE2E_AProducerCanOnlyEnqueueAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer sqlTx.Rollback()
 	if r, err := outbox.Enqueue(ctx, sqlTx, outbox.Effect{SourceID: "order-79", Kind: "charge.create", Payload: map[string]int{"amount": 2}}); err != nil || !r.Inserted {
 		t.Fatalf("enqueue as the producer in a database/sql transaction: %+v, %v", r, err)
 	}
