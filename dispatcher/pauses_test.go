@@ -3,14 +3,19 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/syncbuf"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
 
@@ -86,4 +91,76 @@ func TestDispatcher_HonoursPauses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A resume sent after Run first read the pauses and before its listener is
+// up is heard when the listener comes up, not at the next heartbeat (an
+// hour here): the listener reads the pauses again once it listens.
+func TestDispatcher_AResumeBeforeTheListenerIsUpIsHeard(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	st, _ := effects.NewStore(pool, nil)
+	a := effects.Action{Actor: "ops@example", Note: "incident"}
+	if _, err := st.SetPause(ctx, effects.PauseKind, "mail.paused", true, a); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, "mail.paused", "p", 5)
+
+	// The listener's pool holds its first connection until the test lets
+	// it go: by then Run has read the pauses (it does before it starts the
+	// listener), and the resume below is sent to no one.
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	lcfg := pool.Config().Copy()
+	lcfg.PrepareConn = func(ctx context.Context, _ *pgx.Conn) (bool, error) {
+		once.Do(func() { close(reached) })
+		select {
+		case <-release:
+			return true, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	listen, err := pgxpool.NewWithConfig(ctx, lcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listen.Close()
+	r := start(t, pool, &dispatcher.Config{PollInterval: 10 * time.Millisecond, HeartbeatInterval: time.Hour, Logger: quiet(),
+		ListenPool: listen,
+		Kinds:      map[string]dispatcher.Kind{"mail.paused": {Provider: providertest.New(providertest.Config{Name: "mailer"})}}})
+	defer r.stop(t)
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the listener never asked for a connection")
+	}
+	if _, err := st.SetPause(ctx, effects.PauseKind, "mail.paused", false, a); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		s := stateOf(t, pool, "mail.paused")
+		return s[effects.Confirmed] == 5, fmt.Sprintf("the resumed effects: %v", s)
+	})
+}
+
+// Pending effects of kinds no dispatcher serves are reported again every
+// few heartbeats (every minute by default, as the README says), not once at
+// start: no pause notification is needed for the next report.
+func TestDispatcher_ReportsUnservedKindsAgainEveryFewHeartbeats(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	enqueue(t, pool, "nobody.serves", "n", 1)
+	logs := &syncbuf.Buffer{}
+	r := start(t, pool, &dispatcher.Config{PollInterval: 10 * time.Millisecond, HeartbeatInterval: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Kinds:  map[string]dispatcher.Kind{"served.kind": {Provider: providertest.New(providertest.Config{Name: "fake"})}}})
+	defer r.stop(t)
+	const msg = "pending effects of kinds no live dispatcher serves"
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		n := strings.Count(logs.String(), msg)
+		return n >= 3, fmt.Sprintf("%d reports of the unserved kinds, want 3", n)
+	})
 }
