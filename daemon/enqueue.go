@@ -68,7 +68,7 @@ func enqueueCmd(ctx context.Context, io *IO, args []string) error {
 	// A kind nothing serves would wait forever: refuse it, unless asked.
 	// With a configuration, its kinds are the ones served; without, the
 	// live dispatchers' registry says.
-	oc := &outbox.Config{Schema: store.Schema()}
+	oc := &outbox.Config{Schema: store.Schema(), AnyKind: *anyKind}
 	if !*anyKind {
 		cfg, err := c.loadConfig(io)
 		if err != nil {
@@ -81,6 +81,9 @@ func enqueueCmd(ctx context.Context, io *IO, args []string) error {
 			// Checked as the provider would before sending it: a
 			// misspelled Stripe parameter is refused now, not at dispatch.
 			oc.CheckPayload = cfg.CheckPayload
+			// The configuration's kinds are the ones served, whether or
+			// not a dispatcher has registered them yet.
+			oc.AnyKind = true
 		} else {
 			oc.RequireServed = true
 		}

@@ -78,6 +78,8 @@ type Dispatcher struct {
 	// and on a notification of a change.
 	paused    atomic.Pointer[pauseSet]
 	pausesNow chan struct{}
+	// kindsWarn logs once that the kinds could not be registered.
+	kindsWarn sync.Once
 	// claimMu: claims in progress hold it shared, a put-back exclusive,
 	// so that a put-back never takes effects a claim is about to hold.
 	claimMu sync.RWMutex
@@ -1133,8 +1135,16 @@ const unservedEvery = 6
 func (d *Dispatcher) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
-	if err := d.engine.Beat(hctx, d.beat()); err != nil && ctx.Err() == nil {
+	b := d.beat()
+	if err := d.engine.Beat(hctx, b); err != nil && ctx.Err() == nil {
 		d.log.Warn("could not record this dispatcher's heartbeat; sidefx enqueue and status may not see its kinds as served", "err", err)
+	}
+	// Its own statement: a daemon role granted before schema 21 may lack
+	// sidefx_kinds, and its heartbeat must not fail for it.
+	if err := d.engine.RegisterKinds(hctx, b); err != nil && ctx.Err() == nil {
+		d.kindsWarn.Do(func() {
+			d.log.Warn("could not record the kinds this dispatcher serves in sidefx_kinds; producers may refuse them as unknown (grant the daemon's role deploy/postgres/daemon-role.sql's sidefx_kinds line)", "err", err)
+		})
 	}
 }
 

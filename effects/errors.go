@@ -52,6 +52,11 @@ type UnknownKindError struct {
 	// Served: Known lists the kinds live dispatchers serve (from the
 	// registry), not a configured list.
 	Served bool
+	// Registered: the database refused it (schema 21's sidefx_kinds): no
+	// dispatcher has served the kind within KnownFor; Known lists the
+	// known kinds closest to it.
+	Registered bool
+	KnownFor   string
 }
 
 func (e *UnknownKindError) Error() string {
@@ -59,13 +64,17 @@ func (e *UnknownKindError) Error() string {
 	if e.Index >= 0 {
 		where = fmt.Sprintf(" at index %d", e.Index)
 	}
-	what := "known kinds"
-	if e.Served {
-		what = "kinds a live dispatcher serves"
-	}
 	known := "none"
 	if len(e.Known) > 0 {
 		known = strings.Join(e.Known, ", ")
+	}
+	if e.Registered {
+		return fmt.Sprintf("effect%s: kind %q is not one a dispatcher has served in the last %s (the closest known: %s): "+
+			"check its spelling, or start a dispatcher that serves it; outbox.Config{AnyKind: true} enqueues any kind", where, e.Kind, e.KnownFor, known)
+	}
+	what := "known kinds"
+	if e.Served {
+		what = "kinds a live dispatcher serves"
 	}
 	return fmt.Sprintf("effect%s: kind %q is not one of the %s (%s): its effects would wait forever", where, e.Kind, what, known)
 }
@@ -248,6 +257,7 @@ func (e *StateError) Is(target error) bool { return target == ErrWrongState }
 // SQLSTATEs raised by the sidefx SQL functions.
 const (
 	codePayloadMismatch = "SX001"
+	codeUnknownKind     = "SX002"
 	codeInvalid         = "22023"
 )
 
@@ -303,6 +313,17 @@ func translate(err error) error {
 			return &ValidationError{Index: d.Index, Field: "effect", Reason: d.Problem}
 		}
 		return fmt.Errorf("%s: %w", pe.message, ErrInvalid)
+	case codeUnknownKind:
+		var d struct {
+			Index    int      `json:"index"`
+			Kind     string   `json:"kind"`
+			Known    []string `json:"known"`
+			KnownFor string   `json:"known_for"`
+		}
+		if json.Unmarshal([]byte(pe.detail), &d) == nil && d.Kind != "" {
+			return &UnknownKindError{Index: d.Index, Kind: d.Kind, Known: d.Known, Registered: true, KnownFor: d.KnownFor}
+		}
+		return fmt.Errorf("%s: %w", pe.message, ErrUnknownKind)
 	case "23514": // check_violation: the table's own guard
 		return fmt.Errorf("constraint %s: %w: %w", pe.constraint, ErrInvalid, err)
 	}

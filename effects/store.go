@@ -73,7 +73,7 @@ func init() { effectrow.Register(scanEffect) }
 var columns = effectrow.Columns("")
 
 type queries struct {
-	table, enqueue, enqueueTraced, get, getByKey, getBySource, cancel, counts, list, stats string
+	table, enqueue, enqueueTraced, enqueueKnown, get, getByKey, getBySource, cancel, counts, list, stats string
 }
 
 func buildQueries(q string) *queries {
@@ -83,6 +83,8 @@ func buildQueries(q string) *queries {
 		enqueue: `SELECT ord, id, idempotency_key, inserted FROM ` + q + `.sidefx_enqueue_many(
 			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
 		enqueueTraced: `SELECT ord, id, idempotency_key, inserted FROM ` + q + `.sidefx_enqueue_many_traced($7::text,
+			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
+		enqueueKnown: `SELECT ord, id, idempotency_key, inserted FROM ` + q + `.sidefx_enqueue_known($7::text,
 			$1::text[], $2::text[], $3::text[]::jsonb[], $4::integer[], $5::timestamptz[], $6::integer)`,
 		get:         `SELECT ` + columns + ` FROM ` + t + ` WHERE id = $1`,
 		getByKey:    `SELECT ` + columns + ` FROM ` + t + ` WHERE idempotency_key = $1`,
@@ -172,6 +174,19 @@ type Inserted struct {
 // trace context of the caller's span); "" stores what the transaction set
 // as sidefx.traceparent, if anything.
 func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes int, traceparent string) ([]Inserted, error) {
+	return s.insert(ctx, items, maxPayloadBytes, traceparent, false)
+}
+
+// InsertKnown is Insert that first refuses, with an *UnknownKindError
+// (errors.Is ErrUnknownKind), an item whose kind no dispatcher has served
+// within the database's kinds_known_for (30 days by default), once the
+// database knows any kind: the same one statement, through the schema's
+// sidefx_enqueue_known function (schema 21).
+func (s *Store) InsertKnown(ctx context.Context, items []NewEffect, maxPayloadBytes int, traceparent string) ([]Inserted, error) {
+	return s.insert(ctx, items, maxPayloadBytes, traceparent, true)
+}
+
+func (s *Store) insert(ctx context.Context, items []NewEffect, maxPayloadBytes int, traceparent string, known bool) ([]Inserted, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -179,17 +194,21 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 	if maxPayloadBytes > 0 {
 		limit = pgtype.Int4{Int32: int32(min(maxPayloadBytes, 1<<31-1)), Valid: true}
 	}
-	return s.insertSQL(ctx, items, limit, traceparent)
+	return s.insertSQL(ctx, items, limit, traceparent, known)
 }
 
-// insertSQL enqueues items through sidefx_enqueue_many, or its traced
+// insertSQL enqueues items through sidefx_enqueue_known when known (the
+// kinds checked), else sidefx_enqueue_many, or its traced
 // form when there is a traceparent.
-func (s *Store) insertSQL(ctx context.Context, items []NewEffect, limit pgtype.Int4, traceparent string) ([]Inserted, error) {
+func (s *Store) insertSQL(ctx context.Context, items []NewEffect, limit pgtype.Int4, traceparent string, known bool) ([]Inserted, error) {
 	n := len(items)
 	a := arraysOf(items)
 	var rows pgx.Rows
 	var err error
-	if traceparent == "" {
+	if known {
+		tp := pgtype.Text{String: traceparent, Valid: traceparent != ""}
+		rows, err = s.db.Query(ctx, s.q.enqueueKnown, a.sources, a.kinds, a.payloads, a.attempts, a.notBefore, limit, tp)
+	} else if traceparent == "" {
 		rows, err = s.db.Query(ctx, s.q.enqueue, a.sources, a.kinds, a.payloads, a.attempts, a.notBefore, limit)
 	} else {
 		rows, err = s.db.Query(ctx, s.q.enqueueTraced, a.sources, a.kinds, a.payloads, a.attempts, a.notBefore, limit, traceparent)

@@ -26,6 +26,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
@@ -183,14 +184,26 @@ func apply(ctx context.Context, db Beginner, cfg *Config, ms []Migration) error 
 	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::bigint)", lockKey(schema)); err != nil {
 		return fmt.Errorf("apply migrations: lock: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
-		return fmt.Errorf("apply migrations: create schema %s: %w", schema, err)
+	// Only what is missing is created: CREATE … IF NOT EXISTS needs the
+	// privilege to create even when the object exists, and a current
+	// schema must be a no-op for any role that can read it.
+	var haveSchema, haveTable bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = $1),
+			pg_catalog.to_regclass($2) IS NOT NULL`, schema, q+".sidefx_migrations").Scan(&haveSchema, &haveTable); err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q+`.sidefx_migrations (
-		version integer PRIMARY KEY,
-		name text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("apply migrations: create version table: %w", err)
+	if !haveSchema {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+q); err != nil {
+			return fmt.Errorf("apply migrations: create schema %s: %w", schema, ownerHint(err))
+		}
+	}
+	if !haveTable {
+		if _, err := tx.Exec(ctx, `CREATE TABLE `+q+`.sidefx_migrations (
+			version integer PRIMARY KEY,
+			name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("apply migrations: create version table: %w", ownerHint(err))
+		}
 	}
 	applied, err := appliedVersions(ctx, tx, q)
 	if err != nil {
@@ -206,7 +219,7 @@ func apply(ctx context.Context, db Beginner, cfg *Config, ms []Migration) error 
 			continue
 		}
 		if _, err := tx.Exec(ctx, render(m.SQL, schema)); err != nil {
-			return fmt.Errorf("apply migration %04d_%s: %w", m.Version, m.Name, err)
+			return fmt.Errorf("apply migration %04d_%s: %w", m.Version, m.Name, ownerHint(err))
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO "+q+".sidefx_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
 			return fmt.Errorf("record migration %04d_%s: %w", m.Version, m.Name, err)
@@ -221,6 +234,17 @@ func apply(ctx context.Context, db Beginner, cfg *Config, ms []Migration) error 
 		return fmt.Errorf("apply migrations: commit: %w", err)
 	}
 	return nil
+}
+
+// ownerHint adds to a refusal for want of privilege (SQLSTATE 42501) who
+// may migrate: the schema's owner, the role that applied the migrations
+// before (or, for a new schema, a role that may create one).
+func ownerHint(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return fmt.Errorf("%w: run sidefx migrate as the owner of sidefx's tables (the role that applied its migrations before; for a new schema, a role that may create it)", err)
+	}
+	return err
 }
 
 // beginReadCommitted begins Apply's transaction at READ COMMITTED, whatever

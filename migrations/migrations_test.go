@@ -477,3 +477,23 @@ func TestMigrations_FunctionsPinSearchPath(t *testing.T) {
 		t.Fatalf("the functions found: %q", fns)
 	}
 }
+
+// Apply on a current schema is a no-op for any role that can read it, the
+// operator's included (CREATE … IF NOT EXISTS would need the privilege to
+// create); a role that must change the schema and may not is told to
+// migrate as the owner.
+func TestApply_ACurrentSchemaNeedsNoOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner, pools, _ := pgtest.Roles(t, "operator")
+	if err := migrations.Apply(ctx, pools["operator"], nil); err != nil {
+		t.Fatalf("apply on a current schema as the operator: %v", err)
+	}
+	if _, err := owner.Exec(ctx, `DELETE FROM sidefx_migrations WHERE version = (SELECT max(version) FROM sidefx_migrations)`); err != nil {
+		t.Fatal(err)
+	}
+	err := migrations.Apply(ctx, pools["operator"], nil)
+	if err == nil || !strings.Contains(err.Error(), "run sidefx migrate as the owner of sidefx's tables") {
+		t.Fatalf("apply of a missing version as the operator: %v", err)
+	}
+}

@@ -299,8 +299,10 @@ func stateOf(e *effects.Effect) effects.State {
 
 // Version 20 runs enqueue with its owner's rights and revokes EXECUTE from
 // PUBLIC: the producers of older versions (roles granted INSERT on
-// side_effects) keep enqueuing across the upgrade, from SQL and from Go;
-// a role that never could enqueue still cannot.
+// side_effects) keep enqueuing across the upgrade, from SQL and from Go
+// (through version 21's sidefx_enqueue_known); a role that never could
+// enqueue still cannot. Version 21's daemons (roles that could write the
+// dispatchers' registry) may record their kinds.
 func TestUpgrade_ProducersOfOlderVersionsKeepEnqueuing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -344,6 +346,7 @@ func TestUpgrade_ProducersOfOlderVersionsKeepEnqueuing(t *testing.T) {
 	producer := login("zz_old_producer", `GRANT USAGE ON SCHEMA `+s+` TO ROLE;
 		GRANT SELECT, INSERT ON `+s+`.side_effects TO ROLE; GRANT SELECT ON `+s+`.sidefx_settings TO ROLE`)
 	reader := login("zz_old_reader", `GRANT USAGE ON SCHEMA `+s+` TO ROLE; GRANT SELECT ON `+s+`.side_effects TO ROLE`)
+	daemon := login("zz_old_daemon", `GRANT USAGE ON SCHEMA `+s+` TO ROLE; GRANT SELECT, INSERT, UPDATE, DELETE ON `+s+`.sidefx_dispatchers TO ROLE`)
 	enqueue := func(p *pgxpool.Pool, source string) error {
 		_, err := p.Exec(ctx, `SELECT * FROM `+s+`.sidefx_enqueue($1, 'charge.create', '{}')`, source)
 		return err
@@ -377,5 +380,9 @@ func TestUpgrade_ProducersOfOlderVersionsKeepEnqueuing(t *testing.T) {
 	}
 	if err := enqueue(reader, "reader"); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("a role that could not enqueue before the upgrade: %v", err)
+	}
+	// Version 21: the daemons of older versions may record their kinds.
+	if _, err := daemon.Exec(ctx, `INSERT INTO `+s+`.sidefx_kinds (kind) VALUES ('charge.create')`); err != nil {
+		t.Errorf("a daemon role of version 19 recording a kind after the upgrade: %v", err)
 	}
 }

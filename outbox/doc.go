@@ -62,6 +62,11 @@
 //     (deploy/postgres/producer-role.sql). Concurrent enqueues of one pair
 //     leave one row: one caller sees Inserted true, the others false (or
 //     ErrPayloadMismatch).
+//   - Kinds are checked by default: once any dispatcher has run against the
+//     database, an effect whose kind no dispatcher has served lately (30
+//     days, sidefx_settings.kinds_known_for) is refused with an
+//     *effects.UnknownKindError naming the closest known kinds, in the same
+//     statement (sidefx_enqueue_known). Config.AnyKind turns it off.
 //   - Invalid input is refused before any SQL with an *effects.ValidationError
 //     that names the field and the problem: an empty or over-long source id,
 //     a kind that is not lowercase dotted words, a payload that is not a JSON

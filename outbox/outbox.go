@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -112,9 +113,20 @@ type Config struct {
 	MaxPayloadBytes int
 	// Kinds, if not empty, are the only kinds Enqueue accepts: any other is
 	// refused with an *effects.UnknownKindError before any SQL, instead of
-	// waiting forever for a dispatcher that does not serve it. Default: any
-	// kind.
+	// waiting forever for a dispatcher that does not serve it. Default: the
+	// kinds the database knows (below).
 	Kinds []string
+	// AnyKind turns off the database's check of kinds. By default (schema
+	// 21), once any dispatcher has run against the database, an effect
+	// whose kind no dispatcher has served within the database's
+	// kinds_known_for (30 days by default; sidefx_settings) is refused with
+	// an *effects.UnknownKindError (errors.Is ErrUnknownKind) naming the
+	// closest known kinds, in the same statement as the enqueue: a
+	// misspelled kind fails the business transaction instead of waiting
+	// forever. Before any dispatcher has run, every kind is accepted, so
+	// producers may be deployed first. Set AnyKind for a kind whose
+	// dispatchers are not deployed yet.
+	AnyKind bool
 	// RequireServed refuses a kind that no live dispatcher serves, as the
 	// dispatchers' registry (sidefx_dispatchers) says, in the caller's
 	// transaction: one more round trip per call. Default false.
@@ -135,6 +147,7 @@ type Outbox struct {
 	maxBytes int
 	kinds    map[string]bool // nil: any
 	served   bool
+	known    bool // the database checks the kinds (not AnyKind)
 	check    func(kind string, payload json.RawMessage) error
 }
 
@@ -154,7 +167,7 @@ func New(cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new outbox: %w", err)
 	}
-	o := &Outbox{store: store, maxBytes: maxBytes, served: cfg.RequireServed, check: cfg.CheckPayload}
+	o := &Outbox{store: store, maxBytes: maxBytes, served: cfg.RequireServed, known: !cfg.AnyKind, check: cfg.CheckPayload}
 	if len(cfg.Kinds) > 0 {
 		o.kinds = map[string]bool{}
 		for _, k := range cfg.Kinds {
@@ -235,11 +248,24 @@ func (o *Outbox) Enqueue(ctx context.Context, db any, e Effect) (Enqueued, error
 	if err := o.checkKinds(ctx, h, []effects.NewEffect{ne}); err != nil {
 		return Enqueued{}, err
 	}
-	res, err := o.store.WithDB(h).Insert(ctx, []effects.NewEffect{ne}, o.maxBytes, Traceparent(ctx))
+	res, err := o.insert(ctx, h, []effects.NewEffect{ne})
 	if err != nil {
+		if uk, ok := errors.AsType[*effects.UnknownKindError](err); ok {
+			uk.Index = -1 // one effect, not a batch
+		}
 		return Enqueued{}, err
 	}
 	return Enqueued(res[0]), nil
+}
+
+// insert enqueues items on h, the kinds checked by the database unless
+// AnyKind.
+func (o *Outbox) insert(ctx context.Context, h DB, items []effects.NewEffect) ([]effects.Inserted, error) {
+	s := o.store.WithDB(h)
+	if o.known {
+		return s.InsertKnown(ctx, items, o.maxBytes, Traceparent(ctx))
+	}
+	return s.Insert(ctx, items, o.maxBytes, Traceparent(ctx))
 }
 
 // EnqueueMany enqueues es in one statement, with Enqueue's semantics for
@@ -274,7 +300,7 @@ func (o *Outbox) EnqueueMany(ctx context.Context, db any, es []Effect) ([]Enqueu
 	if err := o.checkKinds(ctx, h, items); err != nil {
 		return nil, err
 	}
-	res, err := o.store.WithDB(h).Insert(ctx, items, o.maxBytes, Traceparent(ctx))
+	res, err := o.insert(ctx, h, items)
 	if err != nil {
 		return nil, err
 	}

@@ -6,14 +6,16 @@
 -- The daemon claims, records, rescues and reaps effects (reaping compacts
 -- them into tombstones; deleting tombstones, only when configured, needs
 -- DELETE); records late answers in the effects' history; records its
--- heartbeat and the kinds it serves in the registry; records drift runs;
+-- heartbeat and the kinds it serves in the registry (and in sidefx_kinds,
+-- which producers check kinds against); records drift runs;
 -- deletes the consumers' inbox records and the HTTP edge's keys past their
 -- retention; records the providers' evidence and reconciliation runs
 -- (settling uncertain effects as an operator would); reads the
 -- migration versions for /readyz. It never creates, alters or
 -- drops anything, never enqueues, and cannot read or write other tables.
--- ANALYZE of side_effects at start needs the owner: without it the daemon
--- logs a warning and relies on autovacuum's statistics.
+-- ANALYZE of side_effects at start needs the owner: without it PostgreSQL
+-- skips it (a WARNING in the server's log, none in the daemon's) and the
+-- planner uses autovacuum's statistics.
 
 GRANT USAGE ON SCHEMA public TO sidefx_daemon;
 GRANT SELECT, UPDATE, DELETE ON public.side_effects TO sidefx_daemon;
@@ -28,6 +30,7 @@ GRANT SELECT, INSERT ON public.sidefx_evidence TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_reconcile_runs TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.sidefx_reconcile_findings TO sidefx_daemon;
 GRANT SELECT ON public.sidefx_pauses TO sidefx_daemon;
+GRANT SELECT, INSERT, UPDATE ON public.sidefx_kinds TO sidefx_daemon;
 
 -- Operators' commands (sidefx retry, resolve, cancel, inspect, enqueue, …)
 -- run as a role with operator-role.sql's grants, producers with

@@ -1,7 +1,7 @@
 -- The privileges of an operator: the role the sidefx CLI's commands run
 -- as (status, list, inspect, retry, refire, resolve, cancel, supersede,
 -- pause, resume, enqueue, drift list, reconcile list). For schema public,
--- schema version 20 or later. Run as the schema's owner (the role that
+-- schema version 21 or later. Run as the schema's owner (the role that
 -- applies the migrations), after `sidefx migrate`; replace sidefx_operator
 -- with your role.
 --
@@ -27,4 +27,6 @@ GRANT SELECT ON public.sidefx_inbox, public.sidefx_edge_keys TO sidefx_operator;
 GRANT EXECUTE ON FUNCTION public.sidefx_enqueue(text, text, jsonb, integer, timestamptz) TO sidefx_operator;
 GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
 GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many_traced(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
+GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_known(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
 GRANT EXECUTE ON FUNCTION public.sidefx_cancel(text, text) TO sidefx_operator;
+GRANT SELECT ON public.sidefx_kinds TO sidefx_operator;

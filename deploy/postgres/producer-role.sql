@@ -1,6 +1,6 @@
 -- The privileges of a producer: a service that enqueues effects in its own
 -- transactions (Go's outbox, on pgx or database/sql, or the SQL functions)
--- and cancels those it may cancel. For schema public, schema version 20 or
+-- and cancels those it may cancel. For schema public, schema version 21 or
 -- later. Run as the schema's owner (the role that applies the migrations),
 -- after `sidefx migrate`; replace sidefx_producer with your service's role.
 --
@@ -22,6 +22,7 @@ GRANT USAGE ON SCHEMA public TO sidefx_producer;
 GRANT EXECUTE ON FUNCTION public.sidefx_enqueue(text, text, jsonb, integer, timestamptz) TO sidefx_producer;
 GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_producer;
 GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many_traced(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_producer;
+GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_known(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_producer;
 GRANT EXECUTE ON FUNCTION public.sidefx_cancel(text, text) TO sidefx_producer;
 -- outbox.Config{RequireServed: true} checks that a live dispatcher serves
 -- each kind it enqueues: it reads the dispatchers' registry (names, hosts,

@@ -47,6 +47,11 @@ func TestE2E_DaemonRunsWithLeastPrivileges(t *testing.T) {
 		Retention:      time.Hour,
 	})
 	waitStates(t, owner, "webhook.paid", map[effects.State]int{effects.Confirmed: 20})
+	// It recorded its kind where producers check kinds.
+	var registered int
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM sidefx_kinds WHERE kind = 'webhook.paid'`).Scan(&registered); err != nil || registered != 1 {
+		t.Errorf("the daemon role registered its kind %d times, %v", registered, err)
+	}
 
 	checker, refused, err := drift.NewChecker(ctx, daemon, &drift.Config{Rules: []drift.Rule{{Name: "orders_paid", Kind: "webhook.paid", SQL: "SELECT id FROM orders"}}})
 	if err != nil || len(refused) != 0 {
@@ -207,8 +212,18 @@ func TestE2E_AProducerCanOnlyEnqueueAndCancel(t *testing.T) {
 		t.Errorf("the cancel's history names %q, want the producer's role: %v", actor, err)
 	}
 
+	// Once a dispatcher has served kinds, a kind none served is refused.
+	if _, err := owner.Exec(ctx, `INSERT INTO sidefx_kinds (kind, provider) VALUES ('charge.create', 'stripe')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Enqueue(ctx, producer, outbox.Effect{SourceID: "order-84", Kind: "charge.creat", Payload: map[string]int{}}); !errors.Is(err, outbox.ErrUnknownKind) {
+		t.Errorf("the producer's misspelled kind: %v", err)
+	}
+
 	// And nothing else.
 	denied(t, "producer", producer,
+		`SELECT * FROM sidefx_kinds`,
+		`INSERT INTO sidefx_kinds (kind) VALUES ('charge.creat')`,
 		`SELECT payload FROM side_effects WHERE source_id = 'order-77'`,
 		`SELECT count(*) FROM side_effects`,
 		`SELECT * FROM side_effect_events`,

@@ -30,7 +30,7 @@ import (
 type Engine struct {
 	db                      effects.DB
 	schema                  string
-	table, events, registry string
+	table, events, registry, kinds string
 	outcomes                string // the outcome channel
 	q                       *dispatchQueries
 }
@@ -45,7 +45,7 @@ func New(db effects.DB, schema string) (*Engine, error) {
 	q := sqlname.Quote(schema)
 	dq := buildDispatchQueries(q + ".side_effects")
 	return &Engine{db: db, schema: schema, table: q + ".side_effects", events: q + ".side_effect_events",
-		registry: q + ".sidefx_dispatchers", outcomes: sqlname.OutcomeChannel(schema), q: &dq}, nil
+		registry: q + ".sidefx_dispatchers", kinds: q + ".sidefx_kinds", outcomes: sqlname.OutcomeChannel(schema), q: &dq}, nil
 }
 
 // WithDB returns an Engine with the same configuration that runs its

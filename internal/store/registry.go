@@ -72,6 +72,35 @@ func (s *Engine) Beat(ctx context.Context, b Beat) error {
 	return nil
 }
 
+// RegisterKinds records in sidefx_kinds (schema 21) that a dispatcher
+// serves each kind of b, with its provider: producers then refuse kinds no
+// dispatcher has served lately (effects.Store.InsertKnown). A kind already
+// recorded is written again only when its provider changed or it was last
+// seen an hour ago or more, so heartbeats write almost nothing.
+func (s *Engine) RegisterKinds(ctx context.Context, b Beat) error {
+	providers := map[string]string{}
+	for _, k := range b.Status {
+		providers[k.Kind] = k.Provider
+	}
+	ps := make([]*string, len(b.Kinds))
+	for i, k := range b.Kinds {
+		if p, ok := providers[k]; ok {
+			ps[i] = &p
+		}
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO `+s.kinds+` AS k (kind, provider)
+		SELECT i.kind, i.provider FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS i(kind, provider)
+		WHERE NOT EXISTS (SELECT FROM `+s.kinds+` AS c WHERE c.kind = i.kind AND c.seen_at >= now() - interval '1 hour'
+			AND (i.provider IS NULL OR c.provider = i.provider))
+		ON CONFLICT (kind) DO UPDATE SET seen_at = now(), provider = coalesce(excluded.provider, k.provider)
+		WHERE k.seen_at < now() - interval '1 hour' OR k.provider IS DISTINCT FROM coalesce(excluded.provider, k.provider)`,
+		b.Kinds, ps)
+	if err != nil {
+		return fmt.Errorf("register kinds: %w", translate(err))
+	}
+	return nil
+}
+
 // Retire removes worker from the registry (at a clean stop), and the rows of
 // dispatchers dead for longer than a day.
 func (s *Engine) Retire(ctx context.Context, worker string) error {

@@ -1,0 +1,145 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/outbox"
+)
+
+// By default a producer refuses a kind no dispatcher has served lately,
+// once any dispatcher has run: a misspelled kind fails the business
+// transaction, naming the closest known kinds, instead of waiting forever.
+// Before any dispatcher has run every kind is accepted; AnyKind turns the
+// check off; SQL producers choose it with sidefx_enqueue_known.
+func TestEnqueue_RefusesAKindNoDispatcherServes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	misspelled := outbox.Effect{SourceID: "order-1", Kind: "charge.payment_intent.create", Payload: map[string]int{"amount": 1}}
+
+	// No dispatcher has run: producers deployed first may enqueue.
+	if r, err := outbox.Enqueue(b.ctx, b.pool, misspelled); err != nil || !r.Inserted {
+		t.Fatalf("before any dispatcher ran: %+v, %v", r, err)
+	}
+
+	eng, err := store.New(b.pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.RegisterKinds(b.ctx, store.Beat{Kinds: []string{"charge.payment_intents.create", "email.receipt", "webhook.order_paid"},
+		Status: []store.KindBeat{{Kind: "charge.payment_intents.create", Provider: "stripe"}}}); err != nil {
+		t.Fatal(err)
+	}
+	misspelled.SourceID = "order-2"
+
+	// One effect, in a transaction: refused, naming the closest kind, and
+	// the transaction is aborted (nothing of it commits).
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx)
+	_, err = outbox.Enqueue(b.ctx, tx, misspelled)
+	uk, ok := errors.AsType[*effects.UnknownKindError](err)
+	if !ok || !errors.Is(err, outbox.ErrUnknownKind) || uk.Index != -1 || uk.Kind != misspelled.Kind || !uk.Registered ||
+		len(uk.Known) == 0 || uk.Known[0] != "charge.payment_intents.create" {
+		t.Fatalf("a misspelled kind: %v (%+v)", err, uk)
+	}
+	for _, want := range []string{`kind "charge.payment_intent.create" is not one a dispatcher has served in the last 30 days`,
+		"the closest known: charge.payment_intents.create", "check its spelling", "AnyKind"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error %q lacks %q", err, want)
+		}
+	}
+	if err := tx.Commit(b.ctx); err == nil {
+		t.Error("the transaction committed after the refusal")
+	}
+
+	// In a batch, the item is named; nothing is inserted.
+	before := count(t, b)
+	_, err = outbox.EnqueueMany(b.ctx, b.pool, []outbox.Effect{
+		{SourceID: "order-3", Kind: "email.receipt", Payload: map[string]int{}},
+		{SourceID: "order-3", Kind: "emial.receipt", Payload: map[string]int{}},
+	})
+	if uk, ok := errors.AsType[*effects.UnknownKindError](err); !ok || uk.Index != 1 || uk.Known[0] != "email.receipt" {
+		t.Fatalf("a misspelled kind at index 1: %v", err)
+	}
+	if n := count(t, b); n != before {
+		t.Fatalf("%d effects after a refused batch, want %d", n, before)
+	}
+
+	// database/sql is checked the same way.
+	db := stdlib.OpenDBFromPool(b.pool)
+	defer db.Close()
+	if _, err := outbox.Enqueue(b.ctx, db, misspelled); !errors.Is(err, outbox.ErrUnknownKind) {
+		t.Errorf("on database/sql: %v", err)
+	}
+
+	// Known kinds go; AnyKind lets any kind go.
+	if _, err := outbox.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "order-4", Kind: "email.receipt", Payload: map[string]int{}}); err != nil {
+		t.Errorf("a known kind: %v", err)
+	}
+	anyKind, err := outbox.New(&outbox.Config{AnyKind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := anyKind.Enqueue(b.ctx, b.pool, misspelled); err != nil || !r.Inserted {
+		t.Errorf("with AnyKind: %+v, %v", r, err)
+	}
+
+	// A kind no dispatcher has served for kinds_known_for is not known.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE sidefx_kinds SET seen_at = now() - interval '31 days' WHERE kind = 'webhook.order_paid'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "order-5", Kind: "webhook.order_paid", Payload: map[string]int{}}); !errors.Is(err, outbox.ErrUnknownKind) {
+		t.Errorf("a kind last served 31 days ago: %v", err)
+	}
+
+	// SQL: sidefx_enqueue_many as before, sidefx_enqueue_known checked.
+	if _, err := b.pool.Exec(b.ctx, `SELECT * FROM sidefx_enqueue('order-6', 'charge.payment_intent.create', '{}')`); err != nil {
+		t.Errorf("sidefx_enqueue of any kind: %v", err)
+	}
+	_, err = b.pool.Exec(b.ctx, `SELECT * FROM sidefx_enqueue_known(NULL, ARRAY['order-7'], ARRAY['charge.payment_intent.create'], ARRAY['{}'::jsonb])`)
+	if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != "SX002" || !strings.Contains(pe.Detail, `"known" : ["charge.payment_intents.create"`) {
+		t.Errorf("sidefx_enqueue_known of a misspelled kind: %v (%+v)", err, pe)
+	}
+}
+
+// A dispatcher records the kinds it serves, with their providers, in
+// sidefx_kinds: the registry producers check kinds against.
+func TestEnqueue_KindsAreKnownOnceADispatcherRegistersThem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	eng, err := store.New(b.pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	beat := store.Beat{Kinds: []string{"a.one", "b.two"}, Status: []store.KindBeat{{Kind: "a.one", Provider: "p1"}}}
+	for range 2 { // the second writes nothing new
+		if err := eng.RegisterKinds(context.Background(), beat); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := b.pool.Query(b.ctx, `SELECT kind || '=' || coalesce(provider, '') FROM sidefx_kinds ORDER BY kind`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	if strings.Join(got, " ") != "a.one=p1 b.two=" {
+		t.Fatalf("sidefx_kinds: %q", got)
+	}
+}
