@@ -99,8 +99,8 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 				break // a pause holds back only what is pending
 			}
 			if (p.Scope == effects.PauseKind && p.Name == e.Kind) || (p.Scope == effects.PauseProvider && p.Name == providerOf[e.Kind]) {
-				why = fmt.Sprintf("its %s %s is paused since %s by %s (%s): sidefx resume --%s %s", p.Scope, p.Name,
-					p.PausedAt.UTC().Format(time.RFC3339), p.Actor, orDash(p.Note), p.Scope, p.Name)
+				why = fmt.Sprintf("its %s %s is paused since %s by %s (%s): sidefx resume --%s %s", p.Scope, printable(p.Name),
+					p.PausedAt.UTC().Format(time.RFC3339), printable(p.Actor), orDash(printable(p.Note)), p.Scope, printable(p.Name))
 			}
 		}
 		recs = append(recs, record{Effect: e, Why: why, History: h, Evidence: ev})
@@ -142,21 +142,21 @@ func printEvidence(io *IO, ev []reconcile.Stored, provider string) {
 	}
 	fmt.Fprintln(io.Out, "provider evidence:")
 	for _, s := range ev {
-		line := fmt.Sprintf("  %s  %s from %s: %s", when(s.RecordedAt), s.Source, s.Provider, s.Evidence.Verdict)
+		line := fmt.Sprintf("  %s  %s from %s: %s", when(s.RecordedAt), printable(s.Source), printable(s.Provider), s.Evidence.Verdict)
 		if s.Evidence.Ref != "" {
-			line += " " + s.Evidence.Ref
+			line += " " + printable(s.Evidence.Ref)
 		}
 		if s.Evidence.Status != "" {
-			line += " (" + s.Evidence.Status + ")"
+			line += " (" + printable(s.Evidence.Status) + ")"
 		}
 		if !s.Evidence.At.IsZero() {
 			line += " at " + when(s.Evidence.At)
 		}
 		if s.EventID != "" {
-			line += ", event " + s.EventID
+			line += ", event " + printable(s.EventID)
 		}
 		if provider != "" && s.Provider != provider {
-			line += fmt.Sprintf(" — not evidence: the kind is served by %s, and reconciliation ignores what %s says of it", provider, s.Provider)
+			line += fmt.Sprintf(" — not evidence: the kind is served by %s, and reconciliation ignores what %s says of it", printable(provider), printable(s.Provider))
 		}
 		fmt.Fprintln(io.Out, line)
 	}
@@ -200,8 +200,8 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
 	row("effect", e.ID)
-	row("source_id", e.SourceID)
-	row("kind", e.Kind)
+	row("source_id", printable(e.SourceID))
+	row("kind", printable(e.Kind))
 	if e.Revision > 0 {
 		row("key", fmt.Sprintf("%s (revision %d: superseded, see the history)", e.Key, e.Revision))
 	} else {
@@ -209,7 +209,7 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 	}
 	row("state", e.State)
 	if why != "" {
-		row("why pending", why)
+		row("why pending", printable(why))
 	}
 	row("attempts", fmt.Sprintf("%d of %s", e.Attempts, maxA))
 	row("created", when(e.CreatedAt))
@@ -219,24 +219,24 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 	if e.State == effects.Fired {
 		row("lease until", when(e.LeaseUntil))
 	}
-	row("claimed by", orDash(e.ClaimedBy))
+	row("claimed by", orDash(printable(e.ClaimedBy)))
 	row("confirmed", when(e.ConfirmedAt))
 	row("updated", when(e.UpdatedAt))
-	row("provider ref", orDash(e.ProviderRef))
+	row("provider ref", orDash(printable(e.ProviderRef)))
 	if e.Traceparent != "" {
-		row("traceparent", e.Traceparent)
+		row("traceparent", printable(e.Traceparent))
 	}
-	row("last error", orDash(e.LastError))
+	row("last error", orDash(printable(e.LastError)))
 	row("maybe performed", effects.WhetherPerformed(e))
 	if e.Flag != "" {
-		row("flag", e.Flag)
+		row("flag", printable(e.Flag))
 	}
 	if !e.ReapedAt.IsZero() {
 		row("tombstone", "reaped at "+when(e.ReapedAt)+": payload and stored answer dropped; the key and guard stay")
 	} else {
-		row("payload", string(e.Payload))
+		row("payload", printable(string(e.Payload)))
 		row("payload hash", fmt.Sprintf("%x (sidefx supersede --expect-hash)", e.PayloadHash))
-		row("outcome", orDash(string(e.Outcome)))
+		row("outcome", orDash(printable(string(e.Outcome))))
 	}
 	w.Flush()
 	if len(history) == 0 {
@@ -245,15 +245,15 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 	}
 	fmt.Fprintln(io.Out, "history:")
 	for _, h := range history {
-		line := fmt.Sprintf("  %s  %s %s → %s by %s", when(h.At), h.Action, h.From, h.To, h.Actor)
+		line := fmt.Sprintf("  %s  %s %s → %s by %s", when(h.At), h.Action, h.From, h.To, printable(h.Actor))
 		if h.ProviderRef != "" {
-			line += " ref " + h.ProviderRef
+			line += " ref " + printable(h.ProviderRef)
 		}
 		if h.Action == "supersede" {
 			line += fmt.Sprintf(" key %s → %s, payload hash %x → %x", h.OldKey, h.NewKey, h.OldPayloadHash, h.NewPayloadHash)
 		}
 		if h.Note != "" {
-			line += ": " + h.Note
+			line += ": " + printable(h.Note)
 		}
 		fmt.Fprintln(io.Out, strings.TrimRight(line, " "))
 	}

@@ -155,8 +155,8 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tKIND\tSOURCE\tSTATE\tATTEMPTS\tCREATED\tDUE\tREF\tLAST ERROR")
 	for _, e := range list {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.ID, e.Kind, e.SourceID, e.State, e.Attempts,
-			e.CreatedAt.UTC().Format(time.RFC3339), due(e), orDash(e.ProviderRef), orDash(clip(e.LastError, 60)))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.ID, printable(e.Kind), printable(e.SourceID), e.State, e.Attempts,
+			e.CreatedAt.UTC().Format(time.RFC3339), due(e), orDash(printable(e.ProviderRef)), orDash(clip(printable(e.LastError), 60)))
 	}
 	w.Flush()
 	last := list[len(list)-1].ID
@@ -176,9 +176,9 @@ func due(e *effects.Effect) string {
 	return e.NextAttemptAt.UTC().Format(time.RFC3339)
 }
 
-// clip shortens s to n characters, marking the cut.
+// clip shortens s, printable already, to n characters, marking the cut.
 func clip(s string, n int) string {
-	r := []rune(strings.ReplaceAll(s, "\n", " "))
+	r := []rune(s)
 	if len(r) <= n {
 		return s
 	}

@@ -112,7 +112,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	fmt.Fprintln(w, "oldest pending\t")
 	for _, k := range kinds {
-		fmt.Fprintf(w, "%s\t", k.Kind)
+		fmt.Fprintf(w, "%s\t", printable(k.Kind))
 		for _, st := range effects.States {
 			fmt.Fprintf(w, "%d\t", k.States[st])
 		}
@@ -137,11 +137,11 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 			break
 		}
 		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). Add the kind to a daemon's configuration.\n",
-			s.ByState[effects.Pending], s.Kind, s.Kind, s.OldestPending.Round(time.Second))
+			s.ByState[effects.Pending], printable(s.Kind), printable(s.Kind), s.OldestPending.Round(time.Second))
 	}
 	for _, p := range pauses {
 		fmt.Fprintf(io.Out, "\n%s %s is paused since %s by %s (%s): none of its effects is claimed until sidefx resume --%s %s.\n",
-			p.Scope, p.Name, p.PausedAt.UTC().Format(time.RFC3339), p.Actor, orDash(p.Note), p.Scope, p.Name)
+			p.Scope, printable(p.Name), p.PausedAt.UTC().Format(time.RFC3339), printable(p.Actor), orDash(printable(p.Note)), p.Scope, printable(p.Name))
 	}
 	if total[effects.Uncertain]+total[effects.Failed] > 0 {
 		fmt.Fprintf(io.Out, "\n%d uncertain and %d failed effects wait for an operator: sidefx inspect, retry, resolve.\n", total[effects.Uncertain], total[effects.Failed])
