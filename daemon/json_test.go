@@ -53,6 +53,31 @@ func TestJSON_Enqueued(t *testing.T) {
 	}
 }
 
+// The CLI's help points to the README's description of the JSON, which
+// exists.
+func TestJSON_HelpPointsToTheREADME(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "\n#### JSON output\n") {
+		t.Fatal(`the README has no "JSON output" section`)
+	}
+	var out, errOut strings.Builder
+	io := &IO{Out: &out, Err: &errOut, Getenv: func(string) string { return "" }}
+	if err := Run(context.Background(), []string{"help"}, io); err != nil || !strings.Contains(out.String(), `README's "JSON output"`) {
+		t.Errorf("sidefx help: %v\n%s", err, out.String())
+	}
+	for _, cmd := range []string{"list", "inspect", "status"} {
+		errOut.Reset()
+		Run(context.Background(), []string{cmd, "-h"}, io) //nolint:errcheck // flag.ErrHelp
+		if !strings.Contains(errOut.String(), `README's "JSON output"`) {
+			t.Errorf("sidefx %s -h does not point to the README:\n%s", cmd, errOut.String())
+		}
+	}
+}
+
 // jsonFixture enqueues three effects and brings them where the JSON has
 // something to say, with every time fixed:
 //
