@@ -43,7 +43,7 @@ func commands() []command {
 		{"enqueue", "--source ID --kind KIND --payload JSON | --from FILE|-", "enqueue effects (JSON lines: source_id, kind, payload)", enqueueCmd},
 		{"status", "[--json]", "effects by kind and state, oldest pending age", statusCmd},
 		{"list", "[--state S] [--kind K] [--source-prefix P] [--created-after T] … [--json]", "effects matching a filter, a page at a time", listCmd},
-		{"inspect", "ID|KEY | --source ID [--kind KIND]", "one effect's record and history", inspectCmd},
+		{"inspect", "ID|KEY | --source ID [--kind KIND] [--json]", "one effect's record and history", inspectCmd},
 		{"retry", "ID [--attempts N] [--note T]", "move a failed effect back to pending", retryCmd},
 		{"resolve", "ID --as confirmed|failed [--ref R] | ID --refire; [--note T]", "settle an uncertain effect", resolveCmd},
 		{"cancel", "ID | --source ID --kind KIND; [--note T]", "cancel a pending effect", cancelCmd},
@@ -99,6 +99,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n            %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintln(w, "\nEvery command takes --config FILE and --database-url URL (or SIDEFX_DATABASE_URL). sidefx COMMAND -h lists its flags.")
+	fmt.Fprintln(w, "The fields of list, inspect and status --json: the README's \"JSON output\" (The daemon, Operations).")
 }
 
 // usageError is a command line that cannot be run: exit status 2.

@@ -110,7 +110,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	if len(p.Sample) > 0 {
 		fmt.Fprintf(io.Out, "; the first %d:\n", len(p.Sample))
 		for _, e := range p.Sample {
-			fmt.Fprintf(io.Out, "  %d  %s  %s  %s\n", e.ID, e.Kind, e.SourceID, clip(e.LastError, 60))
+			fmt.Fprintf(io.Out, "  %d  %s  %s  %s\n", e.ID, printable(e.Kind), printable(e.SourceID), clip(printable(e.LastError), 60))
 		}
 	} else {
 		fmt.Fprintln(io.Out)
@@ -131,7 +131,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	fmt.Fprintf(io.Out, "%s: %d done, %d skipped\n", action, len(res.Done), len(res.Skipped))
 	for _, s := range res.Skipped {
-		fmt.Fprintf(io.Out, "  skipped %d: %s\n", s.ID, s.Reason)
+		fmt.Fprintf(io.Out, "  skipped %d: %s\n", s.ID, printable(s.Reason))
 	}
 	return nil
 }

@@ -76,7 +76,7 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 		}
 		for _, r := range runs {
 			how, took := runWhen(r.Tick, r.Started, r.Finished)
-			fmt.Fprintf(io.Out, "run %d  %s  %s, took %s, by %s, %d errors\n", r.ID, r.Started.UTC().Format(time.RFC3339), how, took, r.Runner, r.Errors)
+			fmt.Fprintf(io.Out, "run %d  %s  %s, took %s, by %s, %d errors\n", r.ID, r.Started.UTC().Format(time.RFC3339), how, took, printable(r.Runner), r.Errors)
 			for _, f := range r.Findings {
 				printFinding(io.Out, f)
 			}
@@ -131,14 +131,14 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 
 func printFinding(w io.Writer, f drift.Finding) {
 	if f.Refused {
-		fmt.Fprintf(w, "  rule %s (%s): not run: %v\n", f.Rule, f.Kind, f.Err)
+		fmt.Fprintf(w, "  rule %s (%s): not run: %s\n", printable(f.Rule), printable(f.Kind), printable(fmt.Sprint(f.Err)))
 		return
 	}
 	if f.Err != nil {
-		fmt.Fprintf(w, "  rule %s (%s): failed: %v\n", f.Rule, f.Kind, f.Err)
+		fmt.Fprintf(w, "  rule %s (%s): failed: %s\n", printable(f.Rule), printable(f.Kind), printable(fmt.Sprint(f.Err)))
 		return
 	}
-	fmt.Fprintf(w, "  rule %s (%s): %d missing, %d extra\n", f.Rule, f.Kind, f.Missing, f.Extra)
+	fmt.Fprintf(w, "  rule %s (%s): %d missing, %d extra\n", printable(f.Rule), printable(f.Kind), f.Missing, f.Extra)
 	if f.Missing > 0 {
 		fmt.Fprintf(w, "    missing: %s\n", sample(f.MissingIDs, f.Missing))
 	}
@@ -146,13 +146,17 @@ func printFinding(w io.Writer, f drift.Finding) {
 		fmt.Fprintf(w, "    extra:   %s\n", sample(f.ExtraIDs, f.Extra))
 	}
 	if f.Problem != "" {
-		fmt.Fprintf(w, "    problem: %s\n", f.Problem)
+		fmt.Fprintf(w, "    problem: %s\n", printable(f.Problem))
 	}
 }
 
 // sample lists ids, noting how many more there are.
 func sample(ids []string, total int) string {
-	s := strings.Join(ids, ", ")
+	shown := make([]string, len(ids))
+	for i, id := range ids {
+		shown[i] = printable(id)
+	}
+	s := strings.Join(shown, ", ")
 	if total > len(ids) {
 		s += fmt.Sprintf(" … and %d more", total-len(ids))
 	}

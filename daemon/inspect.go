@@ -3,7 +3,6 @@ package daemon
 import (
 	"cmp"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -11,9 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/derive"
-	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/reconcile"
 )
@@ -22,7 +19,7 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("inspect", io)
 	source := fs.String("source", "", "every effect of this source id")
 	kind := fs.String("kind", "", "with --source: only this kind")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON: an array of effects, each with its history and provider evidence (the README's \"JSON output\" describes the fields)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -62,27 +59,20 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	type record struct {
 		*effects.Effect
-		// PayloadHash in hex, as sidefx supersede --expect-hash takes it.
-		Hash string `json:"payload_hash_hex"`
-		// Why a pending effect waits.
-		Why     string          `json:"why_pending,omitempty"`
-		History []effects.Event `json:"history"`
-		// What the provider said of it: lookups and events.
-		Evidence []reconcile.Stored `json:"provider_evidence"`
+		Why      string // why a pending effect waits
+		History  []effects.Event
+		Evidence []reconcile.Stored // what the provider said of it: lookups and events
 	}
 	now, err := store.Now(ctx)
 	if err != nil {
 		return err
 	}
-	kinds, err := store.KindStatuses(ctx)
+	lim, err := c.limits(ctx, io, store)
 	if err != nil {
 		return err
 	}
+	kinds, cfg := lim.kinds, lim.cfg
 	pauses, err := store.Pauses(ctx)
-	if err != nil {
-		return err
-	}
-	cfg, err := c.loadConfig(io)
 	if err != nil {
 		return err
 	}
@@ -105,23 +95,38 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 		}
 		why := effects.WhyPending(e, now, kinds)
 		for _, p := range pauses {
+			if e.State != effects.Pending {
+				break // a pause holds back only what is pending
+			}
 			if (p.Scope == effects.PauseKind && p.Name == e.Kind) || (p.Scope == effects.PauseProvider && p.Name == providerOf[e.Kind]) {
-				why = fmt.Sprintf("its %s %s is paused since %s by %s (%s): sidefx resume --%s %s", p.Scope, p.Name,
-					p.PausedAt.UTC().Format(time.RFC3339), p.Actor, orDash(p.Note), p.Scope, p.Name)
+				why = fmt.Sprintf("its %s %s is paused since %s by %s (%s): sidefx resume --%s %s", p.Scope, printable(p.Name),
+					p.PausedAt.UTC().Format(time.RFC3339), printable(p.Actor), orDash(printable(p.Note)), p.Scope, printable(p.Name))
 			}
 		}
-		recs = append(recs, record{Effect: e, Hash: hex.EncodeToString(e.PayloadHash), Why: why, History: h, Evidence: ev})
+		recs = append(recs, record{Effect: e, Why: why, History: h, Evidence: ev})
 	}
 	if *asJSON {
+		out := []inspectJSON{}
+		for _, r := range recs {
+			j := inspectJSON{EffectJSON: lim.effect(r.Effect), WhyPending: effects.JSONText(r.Why),
+				History: []effects.EventJSON{}, ProviderEvidence: []evidenceJSON{}}
+			for _, h := range r.History {
+				j.History = append(j.History, effects.NewEventJSON(h))
+			}
+			for _, s := range r.Evidence {
+				j.ProviderEvidence = append(j.ProviderEvidence, newEvidenceJSON(s))
+			}
+			out = append(out, j)
+		}
 		enc := json.NewEncoder(io.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(recs)
+		return enc.Encode(out)
 	}
 	for i, r := range recs {
 		if i > 0 {
 			fmt.Fprintln(io.Out)
 		}
-		printEffect(io, r.Effect, r.Why, maxAttempts(r.Effect, kinds, cfg), r.History)
+		printEffect(io, r.Effect, r.Why, lim.text(r.Effect), r.History)
 		printEvidence(io, r.Evidence, cmp.Or(providerOf[r.Kind], kinds[r.Kind].Provider))
 	}
 	return nil
@@ -137,21 +142,21 @@ func printEvidence(io *IO, ev []reconcile.Stored, provider string) {
 	}
 	fmt.Fprintln(io.Out, "provider evidence:")
 	for _, s := range ev {
-		line := fmt.Sprintf("  %s  %s from %s: %s", when(s.RecordedAt), s.Source, s.Provider, s.Evidence.Verdict)
+		line := fmt.Sprintf("  %s  %s from %s: %s", when(s.RecordedAt), printable(s.Source), printable(s.Provider), s.Evidence.Verdict)
 		if s.Evidence.Ref != "" {
-			line += " " + s.Evidence.Ref
+			line += " " + printable(s.Evidence.Ref)
 		}
 		if s.Evidence.Status != "" {
-			line += " (" + s.Evidence.Status + ")"
+			line += " (" + printable(s.Evidence.Status) + ")"
 		}
 		if !s.Evidence.At.IsZero() {
 			line += " at " + when(s.Evidence.At)
 		}
 		if s.EventID != "" {
-			line += ", event " + s.EventID
+			line += ", event " + printable(s.EventID)
 		}
 		if provider != "" && s.Provider != provider {
-			line += fmt.Sprintf(" — not evidence: the kind is served by %s, and reconciliation ignores what %s says of it", provider, s.Provider)
+			line += fmt.Sprintf(" — not evidence: the kind is served by %s, and reconciliation ignores what %s says of it", printable(provider), printable(s.Provider))
 		}
 		fmt.Fprintln(io.Out, line)
 	}
@@ -169,37 +174,34 @@ func lookup(ctx context.Context, store *effects.Store, ref string) (*effects.Eff
 	return store.Get(ctx, id)
 }
 
-// maxAttempts says how many attempts e may make, and where that comes from:
-// its own max_attempts; else its kind's, as the live dispatchers serving it
-// report it, or as the configuration (--config) sets it; else the default.
-func maxAttempts(e *effects.Effect, kinds map[string]effects.KindStatus, cfg *config.Config) string {
-	ks := kinds[e.Kind]
-	switch {
-	case e.MaxAttempts > 0:
-		return strconv.Itoa(e.MaxAttempts)
-	case ks.MaxAttempts > 0 && ks.MaxAttempts == ks.MaxAttemptsUpTo:
-		return fmt.Sprintf("%d (the kind's)", ks.MaxAttempts)
-	case ks.MaxAttempts > 0:
-		return fmt.Sprintf("%d to %d (the kind's: its dispatchers differ)", ks.MaxAttempts, ks.MaxAttemptsUpTo)
-	}
-	if cfg != nil {
-		if k, ok := cfg.Kinds[e.Kind]; ok && k.MaxAttempts > 0 {
-			return fmt.Sprintf("%d (the kind's, in the configuration)", k.MaxAttempts)
+// text says how many attempts e may make, and where that comes from, as
+// sidefx inspect writes it ("5 (the kind's)").
+func (l *limits) text(e *effects.Effect) string {
+	a := l.of(e)
+	switch a.Source {
+	case effects.LimitEffect:
+		return strconv.Itoa(a.Max)
+	case effects.LimitKind:
+		if a.UpTo != a.Max {
+			return fmt.Sprintf("%d to %d (the kind's: its dispatchers differ)", a.Max, a.UpTo)
 		}
+		return fmt.Sprintf("%d (the kind's)", a.Max)
+	case effects.LimitConfig:
+		return fmt.Sprintf("%d (the kind's, in the configuration)", a.Max)
 	}
-	if ks.Dispatchers > 0 {
+	if l.kinds[e.Kind].Dispatchers > 0 {
 		// Dispatchers of an earlier release do not report it.
-		return fmt.Sprintf("%d (the default, unless its dispatchers set the kind's max_attempts)", dispatcher.DefaultMaxAttempts)
+		return fmt.Sprintf("%d (the default, unless its dispatchers set the kind's max_attempts)", a.Max)
 	}
-	return fmt.Sprintf("%d (the default)", dispatcher.DefaultMaxAttempts)
+	return fmt.Sprintf("%d (the default)", a.Max)
 }
 
 func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.Event) {
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
 	row("effect", e.ID)
-	row("source_id", e.SourceID)
-	row("kind", e.Kind)
+	row("source_id", printable(e.SourceID))
+	row("kind", printable(e.Kind))
 	if e.Revision > 0 {
 		row("key", fmt.Sprintf("%s (revision %d: superseded, see the history)", e.Key, e.Revision))
 	} else {
@@ -207,7 +209,7 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 	}
 	row("state", e.State)
 	if why != "" {
-		row("why pending", why)
+		row("why pending", printable(why))
 	}
 	row("attempts", fmt.Sprintf("%d of %s", e.Attempts, maxA))
 	row("created", when(e.CreatedAt))
@@ -217,24 +219,24 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 	if e.State == effects.Fired {
 		row("lease until", when(e.LeaseUntil))
 	}
-	row("claimed by", orDash(e.ClaimedBy))
+	row("claimed by", orDash(printable(e.ClaimedBy)))
 	row("confirmed", when(e.ConfirmedAt))
 	row("updated", when(e.UpdatedAt))
-	row("provider ref", orDash(e.ProviderRef))
+	row("provider ref", orDash(printable(e.ProviderRef)))
 	if e.Traceparent != "" {
-		row("traceparent", e.Traceparent)
+		row("traceparent", printable(e.Traceparent))
 	}
-	row("last error", orDash(e.LastError))
+	row("last error", orDash(printable(e.LastError)))
 	row("maybe performed", effects.WhetherPerformed(e))
 	if e.Flag != "" {
-		row("flag", e.Flag)
+		row("flag", printable(e.Flag))
 	}
 	if !e.ReapedAt.IsZero() {
 		row("tombstone", "reaped at "+when(e.ReapedAt)+": payload and stored answer dropped; the key and guard stay")
 	} else {
-		row("payload", string(e.Payload))
+		row("payload", printable(string(e.Payload)))
 		row("payload hash", fmt.Sprintf("%x (sidefx supersede --expect-hash)", e.PayloadHash))
-		row("outcome", orDash(string(e.Outcome)))
+		row("outcome", orDash(printable(string(e.Outcome))))
 	}
 	w.Flush()
 	if len(history) == 0 {
@@ -243,15 +245,15 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 	}
 	fmt.Fprintln(io.Out, "history:")
 	for _, h := range history {
-		line := fmt.Sprintf("  %s  %s %s → %s by %s", when(h.At), h.Action, h.From, h.To, h.Actor)
+		line := fmt.Sprintf("  %s  %s %s → %s by %s", when(h.At), h.Action, h.From, h.To, printable(h.Actor))
 		if h.ProviderRef != "" {
-			line += " ref " + h.ProviderRef
+			line += " ref " + printable(h.ProviderRef)
 		}
 		if h.Action == "supersede" {
 			line += fmt.Sprintf(" key %s → %s, payload hash %x → %x", h.OldKey, h.NewKey, h.OldPayloadHash, h.NewPayloadHash)
 		}
 		if h.Note != "" {
-			line += ": " + h.Note
+			line += ": " + printable(h.Note)
 		}
 		fmt.Fprintln(io.Out, strings.TrimRight(line, " "))
 	}

@@ -107,7 +107,7 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 	ff.add(fs)
 	limit := fs.Int("limit", 50, "effects per page (at most 10000)")
 	after := fs.Int64("after", 0, "the page after this effect `id` (the last one of the previous page)")
-	asJSON := fs.Bool("json", false, "print JSON lines, one effect each")
+	asJSON := fs.Bool("json", false, "print JSON lines, one effect each (the README's \"JSON output\" describes the fields)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -132,9 +132,13 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	if *asJSON {
+		lim, err := c.limits(ctx, io, store)
+		if err != nil {
+			return err
+		}
 		enc := json.NewEncoder(io.Out)
 		for _, e := range list {
-			if err := enc.Encode(e); err != nil {
+			if err := enc.Encode(lim.effect(e)); err != nil {
 				return err
 			}
 		}
@@ -151,8 +155,8 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 	w := tabwriter.NewWriter(io.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tKIND\tSOURCE\tSTATE\tATTEMPTS\tCREATED\tDUE\tREF\tLAST ERROR")
 	for _, e := range list {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.ID, e.Kind, e.SourceID, e.State, e.Attempts,
-			e.CreatedAt.UTC().Format(time.RFC3339), due(e), orDash(e.ProviderRef), orDash(clip(e.LastError, 60)))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.ID, printable(e.Kind), printable(e.SourceID), e.State, e.Attempts,
+			e.CreatedAt.UTC().Format(time.RFC3339), due(e), orDash(printable(e.ProviderRef)), orDash(clip(printable(e.LastError), 60)))
 	}
 	w.Flush()
 	last := list[len(list)-1].ID
@@ -172,9 +176,9 @@ func due(e *effects.Effect) string {
 	return e.NextAttemptAt.UTC().Format(time.RFC3339)
 }
 
-// clip shortens s to n characters, marking the cut.
+// clip shortens s, printable already, to n characters, marking the cut.
 func clip(s string, n int) string {
-	r := []rune(strings.ReplaceAll(s, "\n", " "))
+	r := []rune(s)
 	if len(r) <= n {
 		return s
 	}

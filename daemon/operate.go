@@ -77,10 +77,10 @@ func apply(ctx context.Context, io *IO, c *common, fs *flag.FlagSet, r ops.Reque
 // now, unless the verb says that already ("cancelled").
 func report(io *IO, verb string, e *effects.Effect) {
 	if verb == string(e.State) {
-		fmt.Fprintf(io.Out, "effect %d (%s %s): %s\n", e.ID, e.Kind, e.SourceID, verb)
+		fmt.Fprintf(io.Out, "effect %d (%s %s): %s\n", e.ID, printable(e.Kind), printable(e.SourceID), verb)
 		return
 	}
-	fmt.Fprintf(io.Out, "effect %d (%s %s): %s, now %s\n", e.ID, e.Kind, e.SourceID, verb, e.State)
+	fmt.Fprintf(io.Out, "effect %d (%s %s): %s, now %s\n", e.ID, printable(e.Kind), printable(e.SourceID), verb, e.State)
 }
 
 func retryCmd(ctx context.Context, io *IO, args []string) error {
@@ -218,7 +218,7 @@ func supersedeCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	if cfg != nil && !cfg.HasKind(e.Kind) {
-		fmt.Fprintf(io.Err, "note: kind %s is not in the configuration; the payload was not checked against its provider\n", e.Kind)
+		fmt.Fprintf(io.Err, "note: kind %s is not in the configuration; the payload was not checked against its provider\n", printable(e.Kind))
 	}
 	// The correction replaces the payload the operator read (--expect-hash),
 	// at the revision read now, else the effect as read now: the database

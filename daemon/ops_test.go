@@ -517,7 +517,7 @@ func TestCLI_SupersedeRefusesAStaleExpectedHash(t *testing.T) {
 		t.Fatalf("inspect shows no payload hash, or another: %v", m)
 	}
 	seen := m[1]
-	if out := c.ok("inspect", "--json", id); !strings.Contains(out, `"payload_hash_hex": "`+seen+`"`) {
+	if out := c.ok("inspect", "--json", id); !strings.Contains(out, `"payload_hash": "`+seen+`"`) {
 		t.Fatalf("inspect --json lacks the payload hash in hex:\n%s", out)
 	}
 	// Two operators saw the same payload; the first corrects it.
@@ -598,8 +598,8 @@ func TestCLI_List(t *testing.T) {
 	}
 	js := c.ok("list", "--state", "pending", "--kind", "email.receipt", "--json")
 	lines := strings.Split(strings.TrimSpace(js), "\n")
-	var e effects.Effect
-	if len(lines) != 3 || json.Unmarshal([]byte(lines[0]), &e) != nil || e.State != effects.Pending {
+	var e effects.EffectJSON
+	if len(lines) != 3 || json.Unmarshal([]byte(lines[0]), &e) != nil || e.State != effects.Pending || e.SourceID == "" {
 		t.Fatalf("list --json:\n%s", js)
 	}
 	if out := c.ok("list", "--created-after", "1h", "--created-before", "2999-01-01T00:00:00Z", "--kind", "refund.create"); !strings.Contains(out, "1 shown of 1") {

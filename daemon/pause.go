@@ -41,15 +41,15 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 	changed, err := store.SetPause(ctx, scope, name, pause, op.action())
 	switch {
 	case errors.Is(err, effects.ErrNotPaused):
-		return fmt.Errorf("%s %s is not paused", scope, name)
+		return fmt.Errorf("%s %s is not paused", scope, printable(name))
 	case err != nil:
 		return err
 	case !changed:
-		fmt.Fprintf(io.Out, "%s %s was paused already\n", scope, name)
+		fmt.Fprintf(io.Out, "%s %s was paused already\n", scope, printable(name))
 	case pause:
-		fmt.Fprintf(io.Out, "%s %s paused: dispatchers claim none of its effects until sidefx resume --%s %s\n", scope, name, scope, name)
+		fmt.Fprintf(io.Out, "%s %s paused: dispatchers claim none of its effects until sidefx resume --%s %s\n", scope, printable(name), scope, printable(name))
 	default:
-		fmt.Fprintf(io.Out, "%s %s resumed\n", scope, name)
+		fmt.Fprintf(io.Out, "%s %s resumed\n", scope, printable(name))
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 		}
 		for _, r := range runs {
 			how, took := runWhen(r.Tick, r.StartedAt, r.Finished)
-			fmt.Fprintf(io.Out, "run %d  %s  %s, took %s, by %s: %s\n", r.ID, r.StartedAt.UTC().Format(time.RFC3339), how, took, r.Runner, countsLine(r.Counts))
+			fmt.Fprintf(io.Out, "run %d  %s  %s, took %s, by %s: %s\n", r.ID, r.StartedAt.UTC().Format(time.RFC3339), how, took, printable(r.Runner), countsLine(r.Counts))
 			total := 0
 			for _, n := range r.Counts {
 				total += n
@@ -129,9 +129,9 @@ func printFindings(w io.Writer, fs []reconcile.Finding, total int) {
 		}
 		ref := ""
 		if f.Ref != "" {
-			ref = " " + f.Ref
+			ref = " " + printable(f.Ref)
 		}
-		fmt.Fprintf(w, "  %-7s %s (%s, %s)%s: %s\n", f.Finding, who, f.Kind, f.Provider, ref, f.Detail)
+		fmt.Fprintf(w, "  %-7s %s (%s, %s)%s: %s\n", f.Finding, who, printable(f.Kind), printable(f.Provider), ref, printable(f.Detail))
 	}
 	if total > len(fs) {
 		fmt.Fprintf(w, "  … and %d more\n", total-len(fs))

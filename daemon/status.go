@@ -12,7 +12,8 @@ import (
 
 // statusKind is one kind's line of sidefx status --json.
 type statusKind struct {
-	Kind   string                  `json:"kind"`
+	Kind string `json:"kind"`
+	// States counts its effects in each state (every state, 0 for none).
 	States map[effects.State]int64 `json:"states"`
 	// OldestPendingSeconds is how long the pending effect due the longest
 	// has been due: 0 when every pending effect is scheduled for later or
@@ -20,9 +21,23 @@ type statusKind struct {
 	OldestPendingSeconds *float64 `json:"oldest_pending_seconds"`
 }
 
+// statusJSON is sidefx status --json.
+type statusJSON struct {
+	Kinds []statusKind `json:"kinds"`
+	// Total counts the effects of every kind by state.
+	Total map[effects.State]int64 `json:"total"`
+	// Uncertain and Failed wait for an operator.
+	Uncertain int64 `json:"uncertain"`
+	Failed    int64 `json:"failed"`
+	// UnservedPending counts, by kind, the pending effects of the kinds
+	// no live dispatcher serves.
+	UnservedPending map[string]int64 `json:"unserved_pending"`
+	Paused          []pauseJSON      `json:"paused"`
+}
+
 func statusCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("status", io)
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (the README's \"JSON output\" describes the fields)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -39,7 +54,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return schemaProblem(ctx, pool, store.Schema(), err)
 	}
-	total := map[effects.State]int64{}
+	total := allStates(nil)
 	var kinds []statusKind
 	// The pending effects of kinds no live dispatcher serves, by kind.
 	unserved := map[string]int64{}
@@ -49,7 +64,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 			unserved[s.Kind] = s.ByState[effects.Pending]
 			unservedStats = append(unservedStats, s)
 		}
-		k := statusKind{Kind: s.Kind, States: s.ByState}
+		k := statusKind{Kind: s.Kind, States: allStates(s.ByState)}
 		if s.ByState[effects.Pending] > 0 {
 			oldest := s.OldestPending.Seconds()
 			k.OldestPendingSeconds = &oldest
@@ -62,8 +77,8 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(io.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"kinds": kinds, "total": total, "uncertain": total[effects.Uncertain], "failed": total[effects.Failed],
-			"unserved_pending": unserved, "paused": pausedJSON(pauses)})
+		return enc.Encode(statusJSON{Kinds: kinds, Total: total, Uncertain: total[effects.Uncertain], Failed: total[effects.Failed],
+			UnservedPending: unserved, Paused: pausedJSON(pauses)})
 	}
 	// The text stays a screenful however many kinds producers wrote: the
 	// kinds a dispatcher serves each have a row, and past statusUnservedRows
@@ -97,7 +112,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	fmt.Fprintln(w, "oldest pending\t")
 	for _, k := range kinds {
-		fmt.Fprintf(w, "%s\t", k.Kind)
+		fmt.Fprintf(w, "%s\t", printable(k.Kind))
 		for _, st := range effects.States {
 			fmt.Fprintf(w, "%d\t", k.States[st])
 		}
@@ -122,11 +137,11 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 			break
 		}
 		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). Add the kind to a daemon's configuration.\n",
-			s.ByState[effects.Pending], s.Kind, s.Kind, s.OldestPending.Round(time.Second))
+			s.ByState[effects.Pending], printable(s.Kind), printable(s.Kind), s.OldestPending.Round(time.Second))
 	}
 	for _, p := range pauses {
 		fmt.Fprintf(io.Out, "\n%s %s is paused since %s by %s (%s): none of its effects is claimed until sidefx resume --%s %s.\n",
-			p.Scope, p.Name, p.PausedAt.UTC().Format(time.RFC3339), p.Actor, orDash(p.Note), p.Scope, p.Name)
+			p.Scope, printable(p.Name), p.PausedAt.UTC().Format(time.RFC3339), printable(p.Actor), orDash(printable(p.Note)), p.Scope, printable(p.Name))
 	}
 	if total[effects.Uncertain]+total[effects.Failed] > 0 {
 		fmt.Fprintf(io.Out, "\n%d uncertain and %d failed effects wait for an operator: sidefx inspect, retry, resolve.\n", total[effects.Uncertain], total[effects.Failed])
@@ -150,11 +165,11 @@ func oldestPending(seconds *float64) string {
 	return time.Duration(*seconds * float64(time.Second)).Round(time.Second).String()
 }
 
-// pausedJSON is the pauses as sidefx status --json shows them.
-func pausedJSON(ps []effects.Pause) []map[string]any {
-	out := []map[string]any{}
-	for _, p := range ps {
-		out = append(out, map[string]any{"scope": p.Scope, "name": p.Name, "paused_at": p.PausedAt, "actor": p.Actor, "note": p.Note})
+// allStates is n with every state in it, 0 for the ones it lacks.
+func allStates(n map[effects.State]int64) map[effects.State]int64 {
+	out := make(map[effects.State]int64, len(effects.States))
+	for _, st := range effects.States {
+		out[st] = n[st]
 	}
 	return out
 }

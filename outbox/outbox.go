@@ -97,11 +97,12 @@ type Effect struct {
 	NotBefore time.Time
 }
 
-// Enqueued reports what Enqueue did with one effect.
+// Enqueued reports what Enqueue did with one effect. Its JSON names are
+// those of sidefx's JSON output (id, idempotency_key, inserted).
 type Enqueued struct {
-	ID       int64
-	Key      string // the derived idempotency key sent to the provider
-	Inserted bool   // false: this effect was enqueued before, with the same payload
+	ID       int64  `json:"id"`
+	Key      string `json:"idempotency_key"` // the derived idempotency key sent to the provider
+	Inserted bool   `json:"inserted"`        // false: this effect was enqueued before, with the same payload
 }
 
 // Config configures an Outbox.
