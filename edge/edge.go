@@ -411,7 +411,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	err = tx.QueryRow(ctx, `WITH l AS (SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($1 OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) $2, 0)) AS got),
 		ins AS (
 			INSERT INTO `+e.table+` AS k (scope, key, fingerprint, expires_at)
-			SELECT $1, $2, $3, now() + $4 * interval '1 millisecond' FROM l WHERE l.got
+			SELECT $1, $2, $3, now() + ($4 OPERATOR(pg_catalog.*) interval '1 millisecond') FROM l WHERE l.got
 			ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, created_at = now(),
 				expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL, completed_at = NULL,
 				effect_id = NULL, effect_updated_at = NULL

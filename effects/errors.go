@@ -38,6 +38,10 @@ var (
 	// ErrChanged: the effect changed since the caller read the version its
 	// operation was computed from (see ChangedError).
 	ErrChanged = errors.New("effect changed since it was read")
+	// ErrOtherProducer: the effect of this (source_id, kind) was enqueued by
+	// another producer role (schema 22): a producer enqueues again and
+	// cancels only its own effects.
+	ErrOtherProducer = errors.New("enqueued by another producer role")
 	// ErrUnknownKind: the kind is not one the caller knows, or no live
 	// dispatcher serves it; its effects would wait forever.
 	ErrUnknownKind = errors.New("unknown kind")
@@ -258,6 +262,7 @@ func (e *StateError) Is(target error) bool { return target == ErrWrongState }
 const (
 	codePayloadMismatch = "SX001"
 	codeUnknownKind     = "SX002"
+	codeOtherProducer   = "SX003"
 	codeInvalid         = "22023"
 )
 
@@ -313,6 +318,8 @@ func translate(err error) error {
 			return &ValidationError{Index: d.Index, Field: "effect", Reason: d.Problem}
 		}
 		return fmt.Errorf("%s: %w", pe.message, ErrInvalid)
+	case codeOtherProducer:
+		return fmt.Errorf("%s: %w", strings.TrimPrefix(pe.message, "sidefx: "), ErrOtherProducer)
 	case codeUnknownKind:
 		var d struct {
 			Index    int      `json:"index"`

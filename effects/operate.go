@@ -130,13 +130,13 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, 
 	// take the next request as a new one, and an answer for the key then
 	// speaks only for the attempts from the next on (key_epoch).
 	guard := ` AND ($x2 OR $x3 = 0 OR pg_catalog.cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
-		OR now() < first_fired_at + $x3 * interval '1 millisecond')
+		OR now() < first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond'))
 		AND ($x4 = 0 OR attempts = $x4)`
 	set := `, next_attempt_at = now(), max_attempts = attempts + $x1,
 		first_fired_at = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
-			AND now() >= first_fired_at + $x3 * interval '1 millisecond' THEN now() ELSE first_fired_at END,
+			AND now() >= first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond') THEN now() ELSE first_fired_at END,
 		key_epoch = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
-			AND now() >= first_fired_at + $x3 * interval '1 millisecond' THEN attempts + 1 ELSE key_epoch END`
+			AND now() >= first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond') THEN attempts + 1 ELSE key_epoch END`
 	if o.PastKeyWindow {
 		a.Note = strings.TrimSpace(a.Note + " [sent again past the provider's key window: may be performed twice]")
 		if err := a.validate(); err != nil {

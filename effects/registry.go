@@ -37,7 +37,7 @@ type Dispatcher struct {
 // Dispatchers lists the registry, live dispatchers first.
 func (s *Store) Dispatchers(ctx context.Context) ([]Dispatcher, error) {
 	rows, err := s.db.Query(ctx, `SELECT worker_id, kinds, started_at, heartbeat_at,
-			heartbeat_at > now() - $1 * interval_ms * interval '1 millisecond'
+			heartbeat_at > now() - ($1 * interval_ms OPERATOR(pg_catalog.*) interval '1 millisecond')
 		FROM `+s.registry()+` ORDER BY 5 DESC, worker_id`, LiveAfter)
 	if err != nil {
 		return nil, fmt.Errorf("list dispatchers: %w", translate(err))
@@ -91,7 +91,7 @@ type KindStatus struct {
 func (s *Store) KindStatuses(ctx context.Context) (map[string]KindStatus, error) {
 	rows, err := s.db.Query(ctx, `SELECT k.kind, coalesce(d.kind_status -> k.kind, '{}'::jsonb)
 		FROM `+s.registry()+` d, pg_catalog.unnest(d.kinds) AS k(kind)
-		WHERE d.heartbeat_at > now() - $1 * d.interval_ms * interval '1 millisecond'`, LiveAfter)
+		WHERE d.heartbeat_at > now() - ($1 * d.interval_ms OPERATOR(pg_catalog.*) interval '1 millisecond')`, LiveAfter)
 	if err != nil {
 		return nil, fmt.Errorf("kinds served: %w", translate(err))
 	}

@@ -93,7 +93,7 @@ func buildQueries(q string) *queries {
 		counts:      `SELECT state, kind, count(*) FROM ` + t + ` GROUP BY state, kind ORDER BY kind, state`,
 		list:        `SELECT ` + columns + ` FROM ` + t,
 		stats: `SELECT s.*, NOT EXISTS (SELECT 1 FROM ` + q + `.sidefx_dispatchers d
-					WHERE s.kind = ANY(d.kinds) AND d.heartbeat_at > now() - ` + strconv.Itoa(LiveAfter) + ` * d.interval_ms * interval '1 millisecond')
+					WHERE s.kind = ANY(d.kinds) AND d.heartbeat_at > now() - (` + strconv.Itoa(LiveAfter) + ` * d.interval_ms OPERATOR(pg_catalog.*) interval '1 millisecond'))
 			FROM (SELECT kind, state, count(*),
 				CASE WHEN state = 'pending' THEN greatest(extract(epoch FROM now() - min(next_attempt_at)), 0) ELSE 0 END::float8
 				FROM ` + t + ` GROUP BY kind, state) AS s(kind, state, n, oldest)

@@ -174,7 +174,7 @@ func (in *Inbox) Once(ctx context.Context, tx any, m Message) (Receipt, error) {
 	r := Receipt{Consumer: m.Consumer, ID: m.ID, schema: in.q}
 	var result []byte
 	var deliveries int32
-	err = db.QueryRow(ctx, `SELECT first, received_at, deliveries, result FROM `+in.q+`.sidefx_inbox_once($1, $2, $3, $4 * interval '1 millisecond')`,
+	err = db.QueryRow(ctx, `SELECT first, received_at, deliveries, result FROM `+in.q+`.sidefx_inbox_once($1, $2, $3, ($4 OPERATOR(pg_catalog.*) interval '1 millisecond'))`,
 		m.Consumer, m.ID, sum[:], in.retention.Milliseconds()).Scan(&r.First, &r.ReceivedAt, &deliveries, &result)
 	if err != nil {
 		err = translate(err, m)

@@ -38,6 +38,10 @@ var (
 	// not known or no live dispatcher serves it. The error is an
 	// *effects.UnknownKindError naming the kind and the known ones.
 	ErrUnknownKind = effects.ErrUnknownKind
+	// ErrOtherProducer: the effect of this (SourceID, Kind) was enqueued by
+	// another producer role (another service using the same pairs): a
+	// producer enqueues again, and cancels, only its own effects.
+	ErrOtherProducer = effects.ErrOtherProducer
 )
 
 // DefaultMaxPayloadBytes is the default limit on one payload's JSON.

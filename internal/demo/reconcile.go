@@ -209,7 +209,7 @@ func (d *demo) waitEvents(ctx context.Context) error {
 func (d *demo) waitEventDelay(ctx context.Context) error {
 	return waitFor(ctx, time.Minute, "event_delay to pass", func() bool {
 		var due bool
-		err := d.pool.QueryRow(ctx, `SELECT coalesce(max(first_fired_at), '-infinity') + $2 * interval '1 millisecond' <= now()
+		err := d.pool.QueryRow(ctx, `SELECT coalesce(max(first_fired_at), '-infinity') + ($2 OPERATOR(pg_catalog.*) interval '1 millisecond') <= now()
 			FROM side_effects WHERE state = 'uncertain' AND kind = $1`, KindReceipt, eventDelay.Milliseconds()).Scan(&due)
 		return err == nil && due
 	})

@@ -2,9 +2,13 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +20,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/peers"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -315,5 +320,125 @@ func TestE2E_AnOperatorActsOnlyThroughTheGuards(t *testing.T) {
 	var events int
 	if err := owner.QueryRow(ctx, `SELECT count(*) FROM side_effect_events WHERE effect_id = $1`, one.ID).Scan(&events); err != nil || events != 2 {
 		t.Errorf("the operator's supersede and cancel left %d events, want 2: %v", events, err)
+	}
+}
+
+// An effect is its producer's: another producer role can neither cancel
+// it, nor pre-empt it (enqueue it first, then cancel it, so that the real
+// enqueue would be a duplicate of a cancelled effect), nor learn anything
+// of it by enqueuing the same pair (a replay's id and key, a mismatch's
+// stored hash). The same producer replays and cancels as before, and so
+// does a login of the same group.
+func TestE2E_AnEffectIsItsProducers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
+	orders, _ := pgtest.Role(t, owner, url, "producer")
+	billing, _ := pgtest.Role(t, owner, url, "producer")
+	charge := outbox.Effect{SourceID: "order-1043", Kind: "card.charge", Payload: map[string]int{"amount": 4200}}
+
+	// billing guesses orders' next effect, enqueues it and cancels it.
+	if _, err := outbox.Enqueue(ctx, billing, charge); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Cancel(ctx, billing, charge.SourceID, charge.Kind); err != nil {
+		t.Fatal(err)
+	}
+	// orders' real enqueue is refused, loudly, not taken as a duplicate.
+	_, err = outbox.Enqueue(ctx, orders, charge)
+	if !errors.Is(err, outbox.ErrOtherProducer) || !strings.Contains(err.Error(), "source_id order-1043 kind card.charge was enqueued by another producer role") {
+		t.Fatalf("enqueue of a pair another producer took: %v", err)
+	}
+	// A guess of another's payload tells nothing: the same error whether
+	// the payload matches or not, no id, no key, no hash.
+	wrong := charge
+	wrong.Payload = map[string]int{"amount": 1}
+	_, err2 := outbox.Enqueue(ctx, orders, wrong)
+	if !errors.Is(err2, outbox.ErrOtherProducer) || err2.Error() != err.Error() {
+		t.Errorf("a wrong guess answers %v, a right one %v: they must not differ", err2, err)
+	}
+
+	// orders' own effect: billing cannot cancel it; orders can.
+	mine := outbox.Effect{SourceID: "order-2000", Kind: "card.charge", Payload: map[string]int{"amount": 1}}
+	if _, err := outbox.Enqueue(ctx, orders, mine); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Cancel(ctx, billing, mine.SourceID, mine.Kind); !errors.Is(err, outbox.ErrOtherProducer) {
+		t.Errorf("another producer's cancel: %v", err)
+	}
+	if r, err := outbox.Enqueue(ctx, orders, mine); err != nil || r.Inserted {
+		t.Errorf("the producer's own replay: %+v, %v", r, err)
+	}
+	var state string
+	if err := owner.QueryRow(ctx, `SELECT state FROM side_effects WHERE source_id = 'order-2000'`).Scan(&state); err != nil || state != "pending" {
+		t.Fatalf("order-2000 is %s after another producer's cancel, %v", state, err)
+	}
+	if err := outbox.Cancel(ctx, orders, mine.SourceID, mine.Kind); err != nil {
+		t.Errorf("the producer's own cancel: %v", err)
+	}
+
+	// Replicas logging in with credentials of their own, members of one
+	// group granted producer-role.sql, are one producer: one replays and
+	// cancels what the other enqueued.
+	admin := pgtest.Admin(t)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	group := "zz_svc_" + hex.EncodeToString(b[:])
+	replica := func(n int) *pgxpool.Pool {
+		t.Helper()
+		role := fmt.Sprintf("%s_r%d", group, n)
+		if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN IN ROLE "+group); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.User = role
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+group+" NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+group)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+group)
+	})
+	root, err := peers.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants, err := os.ReadFile(filepath.Join(root, "deploy", "postgres", "producer-role.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Exec(ctx, strings.ReplaceAll(string(grants), "sidefx_producer", group)); err != nil {
+		t.Fatal(err)
+	}
+	r1, r2 := replica(1), replica(2)
+	shared := outbox.Effect{SourceID: "order-3000", Kind: "card.charge", Payload: map[string]int{"amount": 3}}
+	if _, err := outbox.Enqueue(ctx, r1, shared); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := outbox.Enqueue(ctx, r2, shared); err != nil || r.Inserted {
+		t.Errorf("another replica's replay: %+v, %v", r, err)
+	}
+	if err := outbox.Cancel(ctx, r2, shared.SourceID, shared.Kind); err != nil {
+		t.Errorf("another replica's cancel: %v", err)
+	}
+	// And the group is not billing's or orders'.
+	if _, err := outbox.Enqueue(ctx, orders, shared); !errors.Is(err, outbox.ErrOtherProducer) {
+		t.Errorf("orders replaying the group's effect: %v", err)
 	}
 }

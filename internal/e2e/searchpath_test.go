@@ -108,6 +108,19 @@ BEGIN PERFORM public.lookalike_ran(%s); RETURN s; END $f$;
 			op("||", "text", ty, "text", "$1 OPERATOR(pg_catalog.||) $2")
 		}
 	}
+	// Arithmetic across types pg_catalog has no exact operator for: a
+	// bigint of milliseconds times an interval (pg_catalog has float8 *
+	// interval), numbers compared across types.
+	for _, num := range []string{"bigint", "integer", "numeric"} {
+		op("*", num, "interval", "interval", "$1::float8 OPERATOR(pg_catalog.*) $2")
+		op("*", "interval", num, "interval", "$1 OPERATOR(pg_catalog.*) $2::float8")
+		op("/", "interval", num, "interval", "$1 OPERATOR(pg_catalog./) $2::float8")
+	}
+	for _, o := range []string{"<", "<=", ">", ">="} {
+		op(o, "numeric", "integer", "boolean", fmt.Sprintf("$1 OPERATOR(pg_catalog.%s) $2::numeric", o))
+		op(o, "integer", "numeric", "boolean", fmt.Sprintf("$1::numeric OPERATOR(pg_catalog.%s) $2", o))
+		op(o, "double precision", "integer", "boolean", fmt.Sprintf("$1 OPERATOR(pg_catalog.%s) $2::float8", o))
+	}
 	fn("format", "text, text, text", "text", "pg_catalog.format($1, $2, $3)")
 	fn("format", "text, text, bigint", "text", "pg_catalog.format($1, $2, $3)")
 	fn("format", "text", "text", "pg_catalog.format($1)")

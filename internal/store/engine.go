@@ -78,8 +78,8 @@ type dispatchQueries struct {
 // window), the call would end m milliseconds from now, and the window runs
 // from the effect's first fire.
 func windowPassed(maybe, w, m string) string {
-	return `(pg_catalog.cardinality(` + maybe + `) > 0 AND ` + w + ` > 0 AND now() + ` + m +
-		` * interval '1 millisecond' >= coalesce(e.first_fired_at, now()) + ` + w + ` * interval '1 millisecond')`
+	return `(pg_catalog.cardinality(` + maybe + `) > 0 AND ` + w + ` > 0 AND now() + (` + m +
+		` OPERATOR(pg_catalog.*) interval '1 millisecond') >= coalesce(e.first_fired_at, now()) + (` + w + ` OPERATOR(pg_catalog.*) interval '1 millisecond'))`
 }
 
 func buildDispatchQueries(t string) dispatchQueries {
@@ -104,10 +104,10 @@ func buildDispatchQueries(t string) dispatchQueries {
 				attempts = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN e.attempts ELSE e.attempts + 1 END,
 				last_error = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + `
 					THEN pg_catalog.format('not sent again: attempt %s may have been performed, and the provider forgets keys %s after the first attempt at %s',
-						pg_catalog.array_to_string(e.maybe_attempts, ', '), k.window_ms * interval '1 millisecond', e.first_fired_at)
+						pg_catalog.array_to_string(e.maybe_attempts, ', '), (k.window_ms OPERATOR(pg_catalog.*) interval '1 millisecond'), e.first_fired_at)
 					ELSE e.last_error END,
 				lease_until = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN NULL
-					ELSE now() + $3 * interval '1 millisecond' END,
+					ELSE now() + ($3 OPERATOR(pg_catalog.*) interval '1 millisecond') END,
 				claimed_by = $4, fired_at = now(), first_fired_at = coalesce(e.first_fired_at, now()), updated_at = now()
 			FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[])) AS k(kind, window_ms, timeout_ms)
 			WHERE e.id = ANY(ARRAY(
@@ -156,10 +156,10 @@ func buildDispatchQueries(t string) dispatchQueries {
 				last_error = CASE
 					WHEN u.state = 'pending' AND ` + windowPassed(newMaybe, "u.window_ms", "(u.delay_ms + u.margin_ms)") + `
 					THEN coalesce(u.err || '; ', '') || pg_catalog.format('not retried: the next attempt could not end before the provider forgets the key (%s after the first attempt at %s)',
-						u.window_ms * interval '1 millisecond', e.first_fired_at)
+						(u.window_ms OPERATOR(pg_catalog.*) interval '1 millisecond'), e.first_fired_at)
 					ELSE coalesce(u.err, e.last_error) END,
 				next_attempt_at = CASE WHEN u.state = 'pending'
-					THEN now() + u.delay_ms * interval '1 millisecond' ELSE e.next_attempt_at END,
+					THEN now() + (u.delay_ms OPERATOR(pg_catalog.*) interval '1 millisecond') ELSE e.next_attempt_at END,
 				lease_until = NULL,
 				confirmed_at = CASE WHEN u.state = 'confirmed' THEN now() ELSE e.confirmed_at END,
 				outcome_attempt = u.attempt,
@@ -192,8 +192,8 @@ func buildDispatchQueries(t string) dispatchQueries {
 					AS p(kind, repeatable, max_attempts, window_ms, timeout_ms)
 			), due AS (
 				SELECT e.id, p.repeatable AND e.attempts < coalesce(e.max_attempts, p.max_attempts)
-					AND NOT (p.window_ms > 0 AND now() + p.timeout_ms * interval '1 millisecond'
-						>= coalesce(e.first_fired_at, now()) + p.window_ms * interval '1 millisecond') AS again
+					AND NOT (p.window_ms > 0 AND now() + (p.timeout_ms OPERATOR(pg_catalog.*) interval '1 millisecond')
+						>= coalesce(e.first_fired_at, now()) + (p.window_ms OPERATOR(pg_catalog.*) interval '1 millisecond')) AS again
 				FROM ` + t + ` e JOIN policy p ON p.kind = e.kind
 				WHERE e.state = 'fired' AND e.lease_until < now()
 				ORDER BY e.lease_until
@@ -223,7 +223,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 			WHERE id IN (
 				SELECT id FROM ` + t + `
 				WHERE reaped_at IS NULL AND state IN ('confirmed', 'failed', 'cancelled')
-					AND updated_at < now() - $1 * interval '1 millisecond'
+					AND updated_at < now() - ($1 OPERATOR(pg_catalog.*) interval '1 millisecond')
 				ORDER BY updated_at
 				LIMIT $2
 				FOR UPDATE SKIP LOCKED)`,
@@ -242,7 +242,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// Deleting tombstones frees their guard: only when configured.
 		purge: `DELETE FROM ` + t + ` WHERE id IN (
 				SELECT id FROM ` + t + `
-				WHERE reaped_at < now() - $1 * interval '1 millisecond'
+				WHERE reaped_at < now() - ($1 OPERATOR(pg_catalog.*) interval '1 millisecond')
 				LIMIT $2
 				FOR UPDATE SKIP LOCKED)`,
 		analyze: `ANALYZE ` + t,

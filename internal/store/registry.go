@@ -61,7 +61,7 @@ func (s *Engine) Beat(ctx context.Context, b Beat) error {
 	}
 	_, err = s.db.Exec(ctx, `INSERT INTO `+s.registry+` AS d (worker_id, kinds, interval_ms, kind_status)
 		SELECT $1, $2, $3, coalesce(pg_catalog.jsonb_object_agg(x->>'kind', (x - 'kind' - 'paused_ms') || pg_catalog.jsonb_build_object('paused_until',
-			CASE WHEN (x->>'paused_ms')::bigint > 0 THEN now() + (x->>'paused_ms')::bigint * interval '1 millisecond' END)), '{}')
+			CASE WHEN (x->>'paused_ms')::bigint > 0 THEN now() + ((x->>'paused_ms')::bigint OPERATOR(pg_catalog.*) interval '1 millisecond') END)), '{}')
 		FROM pg_catalog.jsonb_array_elements($4::jsonb) AS x
 		ON CONFLICT (worker_id) DO UPDATE SET kinds = excluded.kinds, heartbeat_at = now(), interval_ms = excluded.interval_ms,
 			kind_status = excluded.kind_status`,
