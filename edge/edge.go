@@ -22,6 +22,7 @@ import (
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/driver"
 	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/migrations"
 )
 
 // Defaults of Config.
@@ -32,6 +33,9 @@ const (
 	// MaxKeyLength is the longest Idempotency-Key taken.
 	MaxKeyLength = 255
 )
+
+// schemaCheckTimeout bounds New's reading of the schema's versions.
+const schemaCheckTimeout = 10 * time.Second
 
 // HeaderKey is the request header that carries the client's key, and
 // HeaderReplayed the response header that marks a replayed answer.
@@ -116,7 +120,11 @@ type Edge struct {
 	route      Route // the options of the routes this Edge wraps
 }
 
-// New returns an Edge for cfg.
+// New returns an Edge for cfg. It reads the versions of the schema
+// (bounded by 10s) and returns an error naming sidefx migrate if the schema
+// has no sidefx tables or lacks versions this build has (a
+// *migrations.SchemaBehindError), or the error that kept it from reading
+// them (the database unreachable, say).
 func New(cfg *Config) (*Edge, error) {
 	if cfg == nil || (cfg.Pool == nil) == (cfg.DB == nil) {
 		return nil, errors.New("edge: give Config.Pool (pgx) or Config.DB (database/sql), one of them")
@@ -161,6 +169,14 @@ func New(cfg *Config) (*Edge, error) {
 	listen := c.ListenPool
 	if listen == nil {
 		listen = c.Pool
+	}
+	// The schema is checked before any request meets it: one without
+	// sidefx's tables, or behind this build, is a deployment step missed
+	// (sidefx migrate), better told at start than by every request's 503.
+	cctx, cancel := context.WithTimeout(context.Background(), schemaCheckTimeout)
+	defer cancel()
+	if err := migrations.CheckCurrent(cctx, db, &migrations.Config{Schema: schema}); err != nil {
+		return nil, fmt.Errorf("edge: %w", err)
 	}
 	e.outcomes = newOutcomeListener(listen, sqlname.OutcomeChannel(schema))
 	e.polls = [3]time.Duration{pollFirst, pollMax, pollMaxListening}

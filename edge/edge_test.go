@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/outbox"
 )
 
@@ -452,4 +454,40 @@ func TestEdge_DomainIDIsDeterministic(t *testing.T) {
 			t.Errorf("DomainID: %q %q %q", one, two, other)
 		}
 	})
+}
+
+// New refuses a schema without sidefx's tables, and one behind this build,
+// saying to run sidefx migrate, on pgx and on database/sql: a service
+// deployed before its migrations learns it at start, not from every
+// request's 503.
+func TestNew_RefusesASchemaNotMigrated(t *testing.T) {
+	for _, useSQL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) {
+			pool := pgtest.DB(t)
+			cfg := func(schema string) *edge.Config {
+				if useSQL {
+					db := stdlib.OpenDBFromPool(pool)
+					t.Cleanup(func() { db.Close() })
+					return &edge.Config{DB: db, Schema: schema}
+				}
+				return &edge.Config{Pool: pool, Schema: schema}
+			}
+			e, err := edge.New(cfg(""))
+			if err != nil {
+				t.Fatalf("the migrated schema: %v", err)
+			}
+			e.Close()
+			if _, err := edge.New(cfg("app")); err == nil || err.Error() != "edge: schema app has no sidefx tables: run sidefx migrate" {
+				t.Errorf("a schema without sidefx tables: %v", err)
+			}
+			var latest int
+			if err := pool.QueryRow(context.Background(), `DELETE FROM sidefx_migrations WHERE version = (SELECT max(version) FROM sidefx_migrations) RETURNING version`).Scan(&latest); err != nil {
+				t.Fatal(err)
+			}
+			_, err = edge.New(cfg(""))
+			if _, ok := errors.AsType[*migrations.SchemaBehindError](err); !ok || !strings.Contains(err.Error(), fmt.Sprintf("lacks migrations [%d]: run sidefx migrate", latest)) {
+				t.Errorf("a schema one version behind: %v", err)
+			}
+		})
+	}
 }

@@ -15,9 +15,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/driver"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/migrations"
@@ -215,6 +217,53 @@ func TestStatus(t *testing.T) {
 	applied, missing, err = migrations.Status(ctx, pool, nil)
 	if err != nil || len(applied) != embedded(t) || len(missing) != 0 {
 		t.Fatalf("status of the migrated schema = %v, %v, %v", applied, missing, err)
+	}
+}
+
+// CheckCurrent tells a schema without sidefx's tables, and one behind this
+// build, in the words sidefx run uses (run sidefx migrate), on pgx and
+// through database/sql's wrapper alike; a current schema, and one a role
+// may not read the versions of, pass.
+func TestCheckCurrent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	err := migrations.CheckCurrent(ctx, pool, &migrations.Config{Schema: "fresh"})
+	behind, ok := errors.AsType[*migrations.SchemaBehindError](err)
+	if !ok || len(behind.Missing) != embedded(t) || err.Error() != "schema fresh has no sidefx tables: run sidefx migrate" {
+		t.Fatalf("a schema without sidefx tables: %v", err)
+	}
+	if err := migrations.CheckCurrent(ctx, pool, nil); err != nil {
+		t.Fatalf("the migrated schema: %v", err)
+	}
+	latest := migrations.Latest()
+	if _, err := pool.Exec(ctx, "DELETE FROM sidefx_migrations WHERE version = $1", latest); err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	err = migrations.CheckCurrent(ctx, driver.SQL(db), nil)
+	behind, ok = errors.AsType[*migrations.SchemaBehindError](err)
+	if want := fmt.Sprintf("schema public lacks migrations [%d]: run sidefx migrate", latest); !ok || err.Error() != want || len(behind.Applied) != latest-1 {
+		t.Fatalf("a schema one version behind, through database/sql: %v, want %s", err, want)
+	}
+
+	// A role without SELECT on sidefx_migrations is not refused for it.
+	role := fmt.Sprintf("sidefx_check_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, "CREATE ROLE "+role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP ROLE "+role) })
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+role); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.CheckCurrent(ctx, tx, nil); err != nil {
+		t.Errorf("a role that may not read the versions: %v", err)
 	}
 }
 
