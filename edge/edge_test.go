@@ -50,16 +50,26 @@ type api struct {
 	hold    chan struct{} // when set, the handler waits on it
 	entered chan struct{}
 	fail    atomic.Bool // answer 500 after writing
+	// answer, when set, is the status the handler answers after writing,
+	// having called edge.Commit (decide 1) or edge.Abort (decide 2).
+	answer, decide atomic.Int32
+	edgeDB         io.Closer // the edge's database: a pool or a *sql.DB
 }
 
-// families runs f with an api on pgx and one on database/sql.
-func families(t *testing.T, f func(t *testing.T, a *api)) {
+// families runs f with an api on pgx and one on database/sql, their
+// edges' Config changed by opts.
+func families(t *testing.T, f func(t *testing.T, a *api), opts ...func(*edge.Config)) {
 	for _, useSQL := range []bool{false, true} {
-		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) { f(t, newAPI(t, useSQL)) })
+		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) { f(t, newAPI(t, useSQL, opts...)) })
 	}
 }
 
-func newAPI(t *testing.T, useSQL bool) *api {
+// poolCloser closes a pool as an io.Closer.
+type poolCloser struct{ *pgxpool.Pool }
+
+func (p poolCloser) Close() error { p.Pool.Close(); return nil }
+
+func newAPI(t *testing.T, useSQL bool, opts ...func(*edge.Config)) *api {
 	t.Helper()
 	pool := pgtest.DB(t)
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY, tenant text, item text)`); err != nil {
@@ -75,10 +85,15 @@ func newAPI(t *testing.T, useSQL bool) *api {
 	}
 	t.Cleanup(wide.Close)
 	cfg := &edge.Config{Pool: wide, Observer: a.obs, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}
+	a.edgeDB = poolCloser{wide}
 	if useSQL {
 		db := stdlib.OpenDBFromPool(wide)
 		t.Cleanup(func() { db.Close() })
 		cfg.Pool, cfg.DB = nil, db
+		a.edgeDB = db
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	e, err := edge.New(cfg)
 	if err != nil {
@@ -116,6 +131,17 @@ func newAPI(t *testing.T, useSQL bool) *api {
 		}
 		if a.fail.Load() {
 			http.Error(w, "upstream failed", http.StatusInternalServerError)
+			return
+		}
+		if status := a.answer.Load(); status != 0 {
+			switch a.decide.Load() {
+			case 1:
+				edge.Commit(ctx)
+			case 2:
+				edge.Abort(ctx)
+			}
+			w.WriteHeader(int(status))
+			fmt.Fprintf(w, `{"id":%q,"call":%d,"status":%d}`, id, a.calls.Load(), status)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
