@@ -342,6 +342,13 @@ func TestSQLFunctions_MatchGoldenVectors(t *testing.T) {
 			q = "SELECT sidefx_child_key($1, $2)"
 		case "DomainID":
 			q = "SELECT sidefx_domain_id($1, $2)::text"
+		case "ScopedDomainID":
+			// No function of its own: an empty scope is sidefx_domain_id,
+			// another the same hash with the scope as a fourth field.
+			q = `SELECT CASE WHEN $3::text = '' THEN sidefx_domain_id($1, $2)::text ELSE (
+				SELECT encode(set_byte(set_byte(substr(h, 1, 16), 6, (get_byte(h, 6) & 15) | 128), 8, (get_byte(h, 8) & 63) | 128), 'hex')::uuid::text
+				FROM (SELECT sha256(sidefx_lp(convert_to('sidefx/domain-id/v1', 'UTF8')) || sidefx_lp(convert_to($1, 'UTF8')) ||
+					sidefx_lp(convert_to($2, 'UTF8')) || sidefx_lp(convert_to($3, 'UTF8'))) AS h) d) END`
 		case "Revision":
 			q = "SELECT sidefx_revision_key($1, $2::integer)"
 		default:
