@@ -4,10 +4,16 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/edge"
+	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/internal/syncbuf"
 )
 
@@ -138,4 +144,68 @@ func TestEdge_LogsTheCauseOfA503(t *testing.T) {
 		logs = &syncbuf.Buffer{}
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
+}
+
+// With DomainIDScope ScopeRoute, the domain id is scoped as the key's
+// record is: the same key on two routes is two requests with two domain
+// ids, each executed (no 500 on the orders' primary key), each its id
+// derive.ScopedDomainID of tenant, key, method and route.
+func TestEdge_ScopeRouteGivesOneDomainIDPerRoute(t *testing.T) {
+	families(t, func(t *testing.T, a *api) {
+		for _, path := range []string{"/orders", "/notes"} {
+			if r, body := a.post(t, path, "k-shared", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
+				t.Fatalf("%s with the key: %d %s, want it executed", path, r.StatusCode, body)
+			}
+		}
+		want := []string{
+			derive.ScopedDomainID("acme", "k-shared", "POST POST /notes").String(),
+			derive.ScopedDomainID("acme", "k-shared", "POST POST /orders").String(),
+		}
+		rows, err := a.pool.Query(context.Background(), `SELECT id FROM orders ORDER BY id = $1 DESC`, want[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("orders %v, want one per route %v", ids, want)
+		}
+		if a.count(t, `SELECT count(DISTINCT source_id) FROM side_effects`) != 2 {
+			t.Errorf("the effects do not have one source per route")
+		}
+		// Retried, each route replays its own answer.
+		for _, path := range []string{"/orders", "/notes"} {
+			if r, _ := a.post(t, path, "k-shared", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "true" {
+				t.Errorf("%s retried: %d, want its replay", path, r.StatusCode)
+			}
+		}
+		if a.calls.Load() != 2 {
+			t.Errorf("the handler ran %d times, want once per route", a.calls.Load())
+		}
+	}, func(c *edge.Config) { c.DomainIDScope = edge.ScopeRoute })
+}
+
+// By default DomainID is the released derivation, of tenant and key alone
+// (derive.DomainID's golden vector): an upgrade does not change the ids an
+// existing deployment derives.
+func TestEdge_DomainIDDefaultIsTheReleasedOne(t *testing.T) {
+	pool := pgtest.DB(t)
+	e, err := edge.New(&edge.Config{Pool: pool, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, path := range []string{"/orders", "/refunds"} {
+		r := httptest.NewRequest(http.MethodPost, path, nil)
+		r.Header.Set(edge.HeaderKey, "client-req-123")
+		r.Header.Set("X-Tenant", "tenant-7")
+		if got := e.DomainID(r); got != "296deb59-4fe2-827c-87d5-39977e31ce66" {
+			t.Errorf("DomainID on %s = %s, released as 296deb59-4fe2-827c-87d5-39977e31ce66", path, got)
+		}
+	}
+	if _, err := edge.New(&edge.Config{Pool: pool, DomainIDScope: 7}); err == nil {
+		t.Error("an unknown DomainIDScope was taken")
+	}
 }

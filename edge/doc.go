@@ -80,6 +80,18 @@
 // effects' keys derived from them keep the work from happening twice
 // downstream.
 //
+// DomainID's scope is a choice (Config.DomainIDScope), because an id once
+// derived must stay what it was for retries to find their work. The
+// default, ScopeTenantKey, is the derivation released first, tenant and
+// key (derive.DomainID): the same key on two routes is two records but
+// one domain id, so the second route's rows collide with the first's. New
+// deployments should choose ScopeRoute: tenant, key, method and route,
+// the key record's own scope (derive.ScopedDomainID, which with an empty
+// scope is derive.DomainID, so its released golden vectors hold). An
+// existing deployment that switches gives its requests new ids: a retry
+// of a request from before the switch whose key's record is gone, or
+// whose RequireOutcome answer is still awaited, would not find its work.
+//
 // An Observer counts keyed requests, replays (the edge's replay rate: a
 // spike means clients retry heavily, usually a latency or availability
 // problem upstream), mismatches and conflicts.

@@ -90,6 +90,10 @@ type Config struct {
 	RetryAfter time.Duration
 	// Observer, if set, is told of keyed requests.
 	Observer Observer
+	// DomainIDScope is what DomainID derives from. Default ScopeTenantKey,
+	// the derivation released first: the tenant and the key. ScopeRoute
+	// adds the method and route, as the key's record is scoped.
+	DomainIDScope DomainIDScope
 	// ListenPool is where a route answering with an effect's outcome
 	// (RequireOutcome) LISTENs for the dispatcher's announcement that the
 	// effect settled (the kind's notify_outcome), on one connection held
@@ -106,6 +110,26 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DomainIDScope says what a request's DomainID derives from.
+type DomainIDScope int
+
+const (
+	// ScopeTenantKey derives DomainID from the tenant and the key alone
+	// (derive.DomainID), as released first: the same key on two routes
+	// gives one domain id, though its records (and answers) are two. The
+	// default, so that the ids of an existing deployment do not change.
+	ScopeTenantKey DomainIDScope = iota
+	// ScopeRoute derives DomainID from what the key's record is scoped by:
+	// the tenant, the key, the method and the route
+	// (derive.ScopedDomainID, its scope the method and the route as the
+	// record holds them: "POST POST /orders" for the mux pattern "POST
+	// /orders"), so the same key on two routes gives two domain ids. For a new deployment; an
+	// existing one that switches gives requests new ids, so a retry of a
+	// request from before the switch (its key's record reaped, or a
+	// RequireOutcome answer still awaited) would not find its work.
+	ScopeRoute
+)
+
 // Edge is the idempotency key store of an HTTP API.
 type Edge struct {
 	pool       *pgxpool.Pool
@@ -121,6 +145,7 @@ type Edge struct {
 	maxBody    int64
 	retryAfter time.Duration
 	obs        Observer
+	scope      DomainIDScope
 	log        *slog.Logger
 	route      Route // the options of the routes this Edge wraps
 }
@@ -142,8 +167,11 @@ func New(cfg *Config) (*Edge, error) {
 	if c.Retention < 0 || c.MaxBody < 0 || c.RetryAfter < 0 {
 		return nil, errors.New("edge: retention, body bound and Retry-After must not be negative")
 	}
+	if c.DomainIDScope != ScopeTenantKey && c.DomainIDScope != ScopeRoute {
+		return nil, fmt.Errorf("edge: unknown DomainIDScope %d", c.DomainIDScope)
+	}
 	e := &Edge{pool: c.Pool, sqlDB: c.DB, table: sqlname.Quote(schema) + ".sidefx_edge_keys", tenant: c.Tenant, retention: c.Retention,
-		headers: c.StoreHeaders, store5xx: c.Store5xx, maxBody: c.MaxBody, retryAfter: c.RetryAfter, obs: c.Observer}
+		headers: c.StoreHeaders, store5xx: c.Store5xx, maxBody: c.MaxBody, retryAfter: c.RetryAfter, obs: c.Observer, scope: c.DomainIDScope}
 	if e.tenant == nil {
 		e.tenant = func(*http.Request) string { return "" }
 	}
@@ -299,12 +327,17 @@ func (e *Edge) begin(ctx context.Context) (tx, error) {
 }
 
 // DomainID returns the deterministic domain id of a keyed request: the
-// same for every retry of it (derive.DomainID of its tenant and key), so
-// the rows and effect keys it derives are the same. "" without a key.
+// same for every retry of it, so the rows and effect keys it derives are
+// the same. It derives from its tenant and key (derive.DomainID), and
+// with Config.DomainIDScope ScopeRoute from its method and route too
+// (derive.ScopedDomainID), as its key's record. "" without a key.
 func (e *Edge) DomainID(r *http.Request) string {
 	key := r.Header.Get(HeaderKey)
 	if key == "" {
 		return ""
+	}
+	if e.scope == ScopeRoute {
+		return derive.ScopedDomainID(e.tenant(r), key, routeScope(r)).String()
 	}
 	return derive.DomainID(e.tenant(r), key).String()
 }
@@ -471,7 +504,7 @@ func (e *Edge) plain(w http.ResponseWriter, r *http.Request, next http.Handler) 
 func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, key, route string, body []byte, outcome *Outcome) {
 	ctx := r.Context()
 	tenant := e.tenant(r)
-	scope := strconv.Itoa(len(tenant)) + ":" + tenant + " " + r.Method + " " + route
+	scope := strconv.Itoa(len(tenant)) + ":" + tenant + " " + routeScope(r)
 	fp := e.fingerprint(r, body)
 	tx, err := e.begin(ctx)
 	if err != nil {
@@ -770,6 +803,11 @@ func (e *Edge) fail(w http.ResponseWriter, r *http.Request, route string, status
 	}
 	problem(w, status, title, detail, retry)
 }
+
+// routeScope is what scopes a key within its tenant, in its record and in
+// a ScopeRoute DomainID: the method and the route, "POST POST /orders"
+// under a mux pattern that names the method.
+func routeScope(r *http.Request) string { return r.Method + " " + routeOf(r) }
 
 // routeOf is the route of r: the mux pattern, or the path.
 func routeOf(r *http.Request) string {
