@@ -104,8 +104,29 @@ func ParseUUID(s string) (UUID, error) {
 // variant; its other 122 bits are the first bits of the SHA-256 of the tag
 // "sidefx/domain-id/v1", tenant and clientKey, length-prefixed as in KeyNS.
 func DomainID(tenant, clientKey string) UUID {
+	return domainID(sum(tagDomainID, tenant, clientKey))
+}
+
+// ScopedDomainID is DomainID for a client key scoped further than its
+// tenant: an API edge that keeps a key per method and route (so that a
+// client may use one key on two routes for two requests) passes them as
+// scope, "POST /orders", and gets one domain id per route. The SHA-256 is
+// of the tag "sidefx/domain-id/v1", tenant, clientKey and scope,
+// length-prefixed as in KeyNS; an empty scope is left out, so
+// ScopedDomainID(tenant, clientKey, "") is DomainID(tenant, clientKey), the
+// value released first. Length prefixes keep the scoped and unscoped forms
+// apart: no tenant and key give the value of another tenant, key and
+// non-empty scope.
+func ScopedDomainID(tenant, clientKey, scope string) UUID {
+	if scope == "" {
+		return DomainID(tenant, clientKey)
+	}
+	return domainID(sum(tagDomainID, tenant, clientKey, scope))
+}
+
+// domainID makes a version 8 UUID of h's first 16 bytes.
+func domainID(h [sha256.Size]byte) UUID {
 	var u UUID
-	h := sum(tagDomainID, tenant, clientKey)
 	copy(u[:], h[:16])
 	u[6] = u[6]&0x0f | 0x80 // version 8
 	u[8] = u[8]&0x3f | 0x80 // variant 10

@@ -37,6 +37,8 @@ func eval(t *testing.T, v Vector) string {
 		return derive.Child(v.Args[0], v.Args[1])
 	case v.Func == "DomainID" && len(v.Args) == 2:
 		return derive.DomainID(v.Args[0], v.Args[1]).String()
+	case v.Func == "ScopedDomainID" && len(v.Args) == 3:
+		return derive.ScopedDomainID(v.Args[0], v.Args[1], v.Args[2]).String()
 	case v.Func == "Revision" && len(v.Args) == 2:
 		n, err := strconv.Atoi(v.Args[1])
 		if err != nil {
@@ -73,6 +75,11 @@ var goldenInputs = []Vector{
 	{Func: "Revision", Args: []string{"sfx1_53f13bcacc5f70c75afd9ea0516749690ca2ac75051de363ead26213ce6244f2", "2"}},
 	{Func: "Revision", Args: []string{"sfx1_53f13bcacc5f70c75afd9ea0516749690ca2ac75051de363ead26213ce6244f2", "10"}},
 	{Func: "Revision", Args: []string{"", "1"}},
+	{Func: "ScopedDomainID", Args: []string{"tenant-7", "client-req-123", ""}},
+	{Func: "ScopedDomainID", Args: []string{"tenant-7", "client-req-123", "POST /orders"}},
+	{Func: "ScopedDomainID", Args: []string{"tenant-7", "client-req-123", "POST /refunds"}},
+	{Func: "ScopedDomainID", Args: []string{"", "", "GET /"}},
+	{Func: "ScopedDomainID", Args: []string{"tenant-7", "client", "req-123"}},
 }
 
 // ReadGolden returns the pinned vectors.
@@ -152,7 +159,7 @@ func TestGoldenFileCoversEveryFunction(t *testing.T) {
 	for _, v := range readGolden(t) {
 		seen[v.Func] = true
 	}
-	for _, f := range []string{"Key", "KeyNS", "Child", "DomainID", "Revision"} {
+	for _, f := range []string{"Key", "KeyNS", "Child", "DomainID", "ScopedDomainID", "Revision"} {
 		if !seen[f] {
 			t.Errorf("no golden vector for %s", f)
 		}
@@ -186,6 +193,28 @@ func TestKey_SeparatorTricksDiffer(t *testing.T) {
 	}
 	if derive.Revision(derive.Revision("k", 1), 2) == derive.Revision("k", 2) {
 		t.Error("revision 2 does not depend on revision 1's key")
+	}
+}
+
+// ScopedDomainID with an empty scope is the released DomainID, on every
+// DomainID golden vector; with a scope it is another id, one per scope.
+func TestScopedDomainID_EmptyScopeIsDomainID(t *testing.T) {
+	n := 0
+	for _, v := range readGolden(t) {
+		if v.Func != "DomainID" {
+			continue
+		}
+		n++
+		if got := derive.ScopedDomainID(v.Args[0], v.Args[1], "").String(); got != v.Want {
+			t.Errorf("ScopedDomainID(%q, %q, \"\") = %s, DomainID released %s", v.Args[0], v.Args[1], got, v.Want)
+		}
+		orders, refunds := derive.ScopedDomainID(v.Args[0], v.Args[1], "POST /orders"), derive.ScopedDomainID(v.Args[0], v.Args[1], "POST /refunds")
+		if orders.String() == v.Want || refunds.String() == v.Want || orders == refunds {
+			t.Errorf("scoped ids of %q: %s %s, unscoped %s: want three ids", v.Args, orders, refunds, v.Want)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no DomainID golden vector")
 	}
 }
 

@@ -25,7 +25,9 @@
 //   - PostgreSQL computes the same keys: the migrations install sidefx_key,
 //     sidefx_child_key, sidefx_domain_id and sidefx_revision_key, which
 //     services in any language can call, and the tests check that both
-//     agree on every golden vector.
+//     agree on every golden vector. ScopedDomainID has no function of its
+//     own: with an empty scope it is sidefx_domain_id, with another it is
+//     the same hash with the scope as a fourth field (sidefx_lp).
 //
 // The namespace (KeyNS) separates deployments that share a provider account,
 // such as staging and production. A deployment sets it once; changing it

@@ -33,8 +33,24 @@
 //   - Same key, another fingerprint: 422, problem+json.
 //   - Same key in flight: 409 with Retry-After, at once: the key's lock is
 //     tried, never waited for.
-//   - A 5xx answer is not stored (unless Config.Store5xx): the transaction
-//     rolls back, the key's record with it, and a retry executes.
+//   - Which answers commit is the handler's choice, with a default that
+//     never commits half a request: a 2xx or 3xx commits the work with
+//     the key's record and stored answer; a 4xx or 5xx rolls back, the
+//     key's record with it, so its answer is not stored and a retry with
+//     the key executes (a 422 after outbox.EnqueueMany refused a payload
+//     leaves no order row without its effects). A handler whose 4xx is
+//     the request's outcome, with its work, calls edge.Commit(ctx): the
+//     work commits and the 4xx is stored and replayed. edge.Abort(ctx)
+//     rolls back a 2xx (a dry run). Config.Store5xx commits and stores
+//     5xx answers as Commit does. Without a key the same rule decides
+//     the request's own transaction.
+//   - Failures of the middleware itself (the database unavailable, the
+//     schema lacking sidefx's tables, a commit failing) are answered 503
+//     with Retry-After, or 500, and logged with their cause
+//     (Config.Logger): the method, the route and the request's DomainID,
+//     never the key or the body. New checks the schema first: one
+//     without sidefx's tables, or behind this build, is refused with an
+//     error naming sidefx migrate.
 //   - No key: the request passes through (Handler), in a transaction of
 //     its own all the same, or is refused with 400 (Require).
 //   - A route whose answer is an effect's outcome (RequireOutcome): the
@@ -63,6 +79,18 @@
 // domain ids it derives (DomainID, deterministic in tenant and key) and the
 // effects' keys derived from them keep the work from happening twice
 // downstream.
+//
+// DomainID's scope is a choice (Config.DomainIDScope), because an id once
+// derived must stay what it was for retries to find their work. The
+// default, ScopeTenantKey, is the derivation released first, tenant and
+// key (derive.DomainID): the same key on two routes is two records but
+// one domain id, so the second route's rows collide with the first's. New
+// deployments should choose ScopeRoute: tenant, key, method and route,
+// the key record's own scope (derive.ScopedDomainID, which with an empty
+// scope is derive.DomainID, so its released golden vectors hold). An
+// existing deployment that switches gives its requests new ids: a retry
+// of a request from before the switch whose key's record is gone, or
+// whose RequireOutcome answer is still awaited, would not find its work.
 //
 // An Observer counts keyed requests, replays (the edge's replay rate: a
 // spike means clients retry heavily, usually a latency or availability

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,7 @@ import (
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/driver"
 	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/migrations"
 )
 
 // Defaults of Config.
@@ -32,6 +34,9 @@ const (
 	// MaxKeyLength is the longest Idempotency-Key taken.
 	MaxKeyLength = 255
 )
+
+// schemaCheckTimeout bounds New's reading of the schema's versions.
+const schemaCheckTimeout = 10 * time.Second
 
 // HeaderKey is the request header that carries the client's key, and
 // HeaderReplayed the response header that marks a replayed answer.
@@ -73,8 +78,9 @@ type Config struct {
 	// StoreHeaders are the response headers stored and replayed with the
 	// answer. Default Content-Type and Location.
 	StoreHeaders []string
-	// Store5xx stores 5xx answers too. Default false: a 5xx answer rolls
-	// the transaction back, key record included, so a retry executes.
+	// Store5xx commits and stores 5xx answers, as a handler's Commit
+	// does. Default false: a 5xx answer rolls the transaction back, key
+	// record included, so a retry executes.
 	Store5xx bool
 	// MaxBody bounds the request body read for the fingerprint (a larger
 	// one is refused with 413). Default 1 MiB.
@@ -84,6 +90,10 @@ type Config struct {
 	RetryAfter time.Duration
 	// Observer, if set, is told of keyed requests.
 	Observer Observer
+	// DomainIDScope is what DomainID derives from. Default ScopeTenantKey,
+	// the derivation released first: the tenant and the key. ScopeRoute
+	// adds the method and route, as the key's record is scoped.
+	DomainIDScope DomainIDScope
 	// ListenPool is where a route answering with an effect's outcome
 	// (RequireOutcome) LISTENs for the dispatcher's announcement that the
 	// effect settled (the kind's notify_outcome), on one connection held
@@ -91,11 +101,34 @@ type Config struct {
 	// connections when Pool goes through a transaction pooler, which does
 	// not deliver notifications. Without it (DB alone), the wait polls.
 	ListenPool *pgxpool.Pool
-	// Logger receives the edge's logs: a RequireOutcome handler that
-	// answered without enqueuing the effect its route awaits. Default
-	// slog.Default().
+	// Logger receives the edge's logs: each failure the middleware answers
+	// with 500 or 503 (the database unavailable, the schema lacking
+	// sidefx's tables, a commit or a store failing), with its cause, the
+	// method, the route and the request's DomainID (never its key or
+	// body); and a RequireOutcome handler that answered without enqueuing
+	// the effect its route awaits. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// DomainIDScope says what a request's DomainID derives from.
+type DomainIDScope int
+
+const (
+	// ScopeTenantKey derives DomainID from the tenant and the key alone
+	// (derive.DomainID), as released first: the same key on two routes
+	// gives one domain id, though its records (and answers) are two. The
+	// default, so that the ids of an existing deployment do not change.
+	ScopeTenantKey DomainIDScope = iota
+	// ScopeRoute derives DomainID from what the key's record is scoped by:
+	// the tenant, the key, the method and the route
+	// (derive.ScopedDomainID, its scope the method and the route as the
+	// record holds them: "POST POST /orders" for the mux pattern "POST
+	// /orders"), so the same key on two routes gives two domain ids. For a new deployment; an
+	// existing one that switches gives requests new ids, so a retry of a
+	// request from before the switch (its key's record reaped, or a
+	// RequireOutcome answer still awaited) would not find its work.
+	ScopeRoute
+)
 
 // Edge is the idempotency key store of an HTTP API.
 type Edge struct {
@@ -112,11 +145,16 @@ type Edge struct {
 	maxBody    int64
 	retryAfter time.Duration
 	obs        Observer
+	scope      DomainIDScope
 	log        *slog.Logger
 	route      Route // the options of the routes this Edge wraps
 }
 
-// New returns an Edge for cfg.
+// New returns an Edge for cfg. It reads the versions of the schema
+// (bounded by 10s) and returns an error naming sidefx migrate if the schema
+// has no sidefx tables or lacks versions this build has (a
+// *migrations.SchemaBehindError), or the error that kept it from reading
+// them (the database unreachable, say).
 func New(cfg *Config) (*Edge, error) {
 	if cfg == nil || (cfg.Pool == nil) == (cfg.DB == nil) {
 		return nil, errors.New("edge: give Config.Pool (pgx) or Config.DB (database/sql), one of them")
@@ -129,8 +167,11 @@ func New(cfg *Config) (*Edge, error) {
 	if c.Retention < 0 || c.MaxBody < 0 || c.RetryAfter < 0 {
 		return nil, errors.New("edge: retention, body bound and Retry-After must not be negative")
 	}
+	if c.DomainIDScope != ScopeTenantKey && c.DomainIDScope != ScopeRoute {
+		return nil, fmt.Errorf("edge: unknown DomainIDScope %d", c.DomainIDScope)
+	}
 	e := &Edge{pool: c.Pool, sqlDB: c.DB, table: sqlname.Quote(schema) + ".sidefx_edge_keys", tenant: c.Tenant, retention: c.Retention,
-		headers: c.StoreHeaders, store5xx: c.Store5xx, maxBody: c.MaxBody, retryAfter: c.RetryAfter, obs: c.Observer}
+		headers: c.StoreHeaders, store5xx: c.Store5xx, maxBody: c.MaxBody, retryAfter: c.RetryAfter, obs: c.Observer, scope: c.DomainIDScope}
 	if e.tenant == nil {
 		e.tenant = func(*http.Request) string { return "" }
 	}
@@ -162,6 +203,14 @@ func New(cfg *Config) (*Edge, error) {
 	if listen == nil {
 		listen = c.Pool
 	}
+	// The schema is checked before any request meets it: one without
+	// sidefx's tables, or behind this build, is a deployment step missed
+	// (sidefx migrate), better told at start than by every request's 503.
+	cctx, cancel := context.WithTimeout(context.Background(), schemaCheckTimeout)
+	defer cancel()
+	if err := migrations.CheckCurrent(cctx, db, &migrations.Config{Schema: schema}); err != nil {
+		return nil, fmt.Errorf("edge: %w", err)
+	}
 	e.outcomes = newOutcomeListener(listen, sqlname.OutcomeChannel(schema))
 	e.polls = [3]time.Duration{pollFirst, pollMax, pollMaxListening}
 	return e, nil
@@ -182,6 +231,61 @@ func Tx(ctx context.Context) pgx.Tx {
 func SQLTx(ctx context.Context) *sql.Tx {
 	tx, _ := ctx.Value(txKey{}).(*sql.Tx)
 	return tx
+}
+
+type decisionKey struct{}
+
+// decision is what the handler chose of its work's fate (Commit, Abort):
+// undecided (the status decides), commit or abort.
+type decision struct{ v atomic.Int32 }
+
+const (
+	undecided int32 = iota
+	commitWork
+	abortWork
+)
+
+// Commit makes the answer of the request whose context is ctx final,
+// whatever its status: when the handler returns, its work commits and,
+// with a key, its answer is stored and replayed to retries. For a 4xx (or
+// 5xx) that is the request's outcome with the work it did: a 409 for an
+// order already paid, with the attempt recorded, say. Without it, an
+// answer of 400 or more rolls back (see the package documentation).
+// Outside the middleware it does nothing. Of Commit and Abort, the last
+// called decides.
+func Commit(ctx context.Context) { decide(ctx, commitWork) }
+
+// Abort rolls back the work of the request whose context is ctx, whatever
+// its status: when the handler returns, its transaction rolls back with
+// the key's record, the answer goes to the client unstored, and a retry
+// with the key executes again. For a 2xx that must not commit: a dry run,
+// say. Outside the middleware it does nothing. Of Commit and Abort, the
+// last called decides.
+func Abort(ctx context.Context) { decide(ctx, abortWork) }
+
+func decide(ctx context.Context, v int32) {
+	if d, ok := ctx.Value(decisionKey{}).(*decision); ok {
+		d.v.Store(v)
+	}
+}
+
+// handlerContext is the context a handler runs with: its transaction and
+// where it tells Commit or Abort.
+func handlerContext(ctx context.Context, t tx) (context.Context, *decision) {
+	d := &decision{}
+	return context.WithValue(context.WithValue(ctx, txKey{}, t.handle()), decisionKey{}, d), d
+}
+
+// commits reports whether a handler's work commits: as it decided, else
+// below 400 (and 5xx with Config.Store5xx).
+func (e *Edge) commits(status int, d *decision) bool {
+	switch d.v.Load() {
+	case commitWork:
+		return true
+	case abortWork:
+		return false
+	}
+	return status < 400 || (status >= 500 && e.store5xx)
 }
 
 // tx is a request's transaction, on pgx or database/sql.
@@ -223,12 +327,17 @@ func (e *Edge) begin(ctx context.Context) (tx, error) {
 }
 
 // DomainID returns the deterministic domain id of a keyed request: the
-// same for every retry of it (derive.DomainID of its tenant and key), so
-// the rows and effect keys it derives are the same. "" without a key.
+// same for every retry of it, so the rows and effect keys it derives are
+// the same. It derives from its tenant and key (derive.DomainID), and
+// with Config.DomainIDScope ScopeRoute from its method and route too
+// (derive.ScopedDomainID), as its key's record. "" without a key.
 func (e *Edge) DomainID(r *http.Request) string {
 	key := r.Header.Get(HeaderKey)
 	if key == "" {
 		return ""
+	}
+	if e.scope == ScopeRoute {
+		return derive.ScopedDomainID(e.tenant(r), key, routeScope(r)).String()
 	}
 	return derive.DomainID(e.tenant(r), key).String()
 }
@@ -341,10 +450,7 @@ func (e *Edge) RequireOutcome(next http.Handler, o Outcome) http.Handler {
 func (e *Edge) wrap(next http.Handler, require bool, outcome *Outcome) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(HeaderKey)
-		route := r.Pattern
-		if route == "" {
-			route = r.URL.Path
-		}
+		route := routeOf(r)
 		switch {
 		case key == "" && require:
 			problem(w, http.StatusBadRequest, "Idempotency-Key required", "this route takes an Idempotency-Key header", 0)
@@ -376,17 +482,19 @@ func (e *Edge) wrap(next http.Handler, require bool, outcome *Outcome) http.Hand
 // plain runs a request without a key in a transaction of its own.
 func (e *Edge) plain(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	ctx := r.Context()
+	route := routeOf(r)
 	tx, err := e.begin(ctx)
 	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", e.retryAfter)
+		e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", err)
 		return
 	}
 	defer tx.rollback(context.WithoutCancel(ctx)) // after a commit, nothing
 	rec := newRecorder()
-	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx.handle())))
-	if rec.status < 500 {
+	hctx, d := handlerContext(ctx, tx)
+	next.ServeHTTP(rec, r.WithContext(hctx))
+	if e.commits(rec.status, d) {
 		if err := tx.commit(ctx); err != nil {
-			problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
+			e.fail(w, r, route, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", err)
 			return
 		}
 	}
@@ -396,11 +504,11 @@ func (e *Edge) plain(w http.ResponseWriter, r *http.Request, next http.Handler) 
 func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, key, route string, body []byte, outcome *Outcome) {
 	ctx := r.Context()
 	tenant := e.tenant(r)
-	scope := strconv.Itoa(len(tenant)) + ":" + tenant + " " + r.Method + " " + route
+	scope := strconv.Itoa(len(tenant)) + ":" + tenant + " " + routeScope(r)
 	fp := e.fingerprint(r, body)
 	tx, err := e.begin(ctx)
 	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", e.retryAfter)
+		e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", err)
 		return
 	}
 	defer tx.rollback(context.WithoutCancel(ctx)) // after a commit, nothing
@@ -419,7 +527,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 			RETURNING 1)
 		SELECT l.got, EXISTS (SELECT FROM ins) FROM l`, scope, key, fp[:], e.retention.Milliseconds()).Scan(&locked, &inserted)
 	if err != nil {
-		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the key could not be recorded", e.retryAfter)
+		e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the key could not be recorded", err)
 		return
 	}
 	if !locked {
@@ -431,10 +539,11 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	rec := newRecorder()
-	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, tx.handle())))
-	if rec.status >= 500 && !e.store5xx {
-		// Not stored: the work rolls back with the key, and a retry
-		// executes.
+	hctx, d := handlerContext(ctx, tx)
+	next.ServeHTTP(rec, r.WithContext(hctx))
+	if !e.commits(rec.status, d) {
+		// Not stored: the work rolls back with the key's record, and a
+		// retry executes.
 		rec.writeTo(w, nil)
 		return
 	}
@@ -451,17 +560,20 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 					rec.status, outcome.Kind, source), 0)
 			return
 		} else if err != nil {
-			problem(w, http.StatusServiceUnavailable, "Database unavailable", "the awaited effect could not be read; nothing was committed", e.retryAfter)
+			e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the awaited effect could not be read; nothing was committed", err)
 			return
 		}
 		if err := tx.commit(ctx); err != nil {
-			problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
+			e.fail(w, r, route, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", err)
 			return
 		}
 		if final, eff := e.awaitOutcome(ctx, r, outcome); final != nil {
 			// If this fails, the first retry stores it: the answer is a
 			// function of the settled effect.
-			_ = e.storeAnswer(ctx, e.db(), scope, key, final, eff)
+			if err := e.storeAnswer(ctx, e.db(), scope, key, final, eff); err != nil {
+				e.log.Warn("the outcome's answer could not be stored; the first retry stores it",
+					"method", r.Method, "route", route, "domain_id", e.DomainID(r), "err", err)
+			}
 			final.writeTo(w, nil)
 			return
 		}
@@ -477,11 +589,11 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	hj, _ := json.Marshal(headers)
 	if _, err := tx.Exec(ctx, `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now() WHERE scope = $1 AND key = $2`,
 		scope, key, rec.status, string(hj), rec.body.Bytes()); err != nil {
-		problem(w, http.StatusInternalServerError, "Not committed", "the answer could not be recorded; nothing was committed", 0)
+		e.fail(w, r, route, http.StatusInternalServerError, "Not committed", "the answer could not be recorded; nothing was committed", err)
 		return
 	}
 	if err := tx.commit(ctx); err != nil {
-		problem(w, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", 0)
+		e.fail(w, r, route, http.StatusInternalServerError, "Not committed", "the request's work could not be committed", err)
 		return
 	}
 	rec.writeTo(w, nil)
@@ -509,7 +621,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		e.conflict(w, route, "the key's record just expired; retry")
 		return
 	case err != nil:
-		problem(w, http.StatusServiceUnavailable, "Database unavailable", "the key's record could not be read", e.retryAfter)
+		e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the key's record could not be read", err)
 		return
 	case !bytes.Equal(stored, fp):
 		if e.obs != nil {
@@ -526,7 +638,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		case errors.Is(err, effects.ErrNotFound):
 			// Deleted since (the reaper's purge): nothing newer to say.
 		case err != nil:
-			problem(w, http.StatusServiceUnavailable, "Database unavailable", "the awaited effect could not be read", e.retryAfter)
+			e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the awaited effect could not be read", err)
 			return
 		case eff.ID != effectID.Int64 || !eff.UpdatedAt.Equal(effectAt.Time):
 			if final == nil {
@@ -669,6 +781,40 @@ func (e *Edge) conflict(w http.ResponseWriter, route, detail string) {
 		e.obs.Conflicted(route)
 	}
 	problem(w, http.StatusConflict, "Request in progress", detail, e.retryAfter)
+}
+
+// fail answers a request the middleware could not serve (status 500, or
+// 503 with Retry-After) and logs why, with err, its cause: the method and
+// route, and for a keyed request its DomainID, never the key itself nor
+// the body. A cause that says the schema lacks a table, column or function
+// of sidefx's says to run sidefx migrate.
+func (e *Edge) fail(w http.ResponseWriter, r *http.Request, route string, status int, title, detail string, err error) {
+	attrs := []any{"method", r.Method, "route", route, "status", status}
+	if id := e.DomainID(r); id != "" {
+		attrs = append(attrs, "domain_id", id)
+	}
+	if pe, ok := driver.PgErrorOf(err); ok && (pe.Code == "42P01" || pe.Code == "42703" || pe.Code == "42883") {
+		err = fmt.Errorf("%w (the schema lacks sidefx's tables or some of its migrations: run sidefx migrate)", err)
+	}
+	e.log.Error(title+": "+detail, append(attrs, "err", err)...)
+	var retry time.Duration
+	if status == http.StatusServiceUnavailable {
+		retry = e.retryAfter
+	}
+	problem(w, status, title, detail, retry)
+}
+
+// routeScope is what scopes a key within its tenant, in its record and in
+// a ScopeRoute DomainID: the method and the route, "POST POST /orders"
+// under a mux pattern that names the method.
+func routeScope(r *http.Request) string { return r.Method + " " + routeOf(r) }
+
+// routeOf is the route of r: the mux pattern, or the path.
+func routeOf(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	return r.URL.Path
 }
 
 // problem writes an RFC 9457 problem+json answer.

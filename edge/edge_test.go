@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/outbox"
 )
 
@@ -48,16 +50,26 @@ type api struct {
 	hold    chan struct{} // when set, the handler waits on it
 	entered chan struct{}
 	fail    atomic.Bool // answer 500 after writing
+	// answer, when set, is the status the handler answers after writing,
+	// having called edge.Commit (decide 1) or edge.Abort (decide 2).
+	answer, decide atomic.Int32
+	edgeDB         io.Closer // the edge's database: a pool or a *sql.DB
 }
 
-// families runs f with an api on pgx and one on database/sql.
-func families(t *testing.T, f func(t *testing.T, a *api)) {
+// families runs f with an api on pgx and one on database/sql, their
+// edges' Config changed by opts.
+func families(t *testing.T, f func(t *testing.T, a *api), opts ...func(*edge.Config)) {
 	for _, useSQL := range []bool{false, true} {
-		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) { f(t, newAPI(t, useSQL)) })
+		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) { f(t, newAPI(t, useSQL, opts...)) })
 	}
 }
 
-func newAPI(t *testing.T, useSQL bool) *api {
+// poolCloser closes a pool as an io.Closer.
+type poolCloser struct{ *pgxpool.Pool }
+
+func (p poolCloser) Close() error { p.Pool.Close(); return nil }
+
+func newAPI(t *testing.T, useSQL bool, opts ...func(*edge.Config)) *api {
 	t.Helper()
 	pool := pgtest.DB(t)
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE orders (id text PRIMARY KEY, tenant text, item text)`); err != nil {
@@ -73,10 +85,15 @@ func newAPI(t *testing.T, useSQL bool) *api {
 	}
 	t.Cleanup(wide.Close)
 	cfg := &edge.Config{Pool: wide, Observer: a.obs, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}
+	a.edgeDB = poolCloser{wide}
 	if useSQL {
 		db := stdlib.OpenDBFromPool(wide)
 		t.Cleanup(func() { db.Close() })
 		cfg.Pool, cfg.DB = nil, db
+		a.edgeDB = db
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	e, err := edge.New(cfg)
 	if err != nil {
@@ -114,6 +131,17 @@ func newAPI(t *testing.T, useSQL bool) *api {
 		}
 		if a.fail.Load() {
 			http.Error(w, "upstream failed", http.StatusInternalServerError)
+			return
+		}
+		if status := a.answer.Load(); status != 0 {
+			switch a.decide.Load() {
+			case 1:
+				edge.Commit(ctx)
+			case 2:
+				edge.Abort(ctx)
+			}
+			w.WriteHeader(int(status))
+			fmt.Fprintf(w, `{"id":%q,"call":%d,"status":%d}`, id, a.calls.Load(), status)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -452,4 +480,40 @@ func TestEdge_DomainIDIsDeterministic(t *testing.T) {
 			t.Errorf("DomainID: %q %q %q", one, two, other)
 		}
 	})
+}
+
+// New refuses a schema without sidefx's tables, and one behind this build,
+// saying to run sidefx migrate, on pgx and on database/sql: a service
+// deployed before its migrations learns it at start, not from every
+// request's 503.
+func TestNew_RefusesASchemaNotMigrated(t *testing.T) {
+	for _, useSQL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pgx", true: "database-sql"}[useSQL], func(t *testing.T) {
+			pool := pgtest.DB(t)
+			cfg := func(schema string) *edge.Config {
+				if useSQL {
+					db := stdlib.OpenDBFromPool(pool)
+					t.Cleanup(func() { db.Close() })
+					return &edge.Config{DB: db, Schema: schema}
+				}
+				return &edge.Config{Pool: pool, Schema: schema}
+			}
+			e, err := edge.New(cfg(""))
+			if err != nil {
+				t.Fatalf("the migrated schema: %v", err)
+			}
+			e.Close()
+			if _, err := edge.New(cfg("app")); err == nil || err.Error() != "edge: schema app has no sidefx tables: run sidefx migrate" {
+				t.Errorf("a schema without sidefx tables: %v", err)
+			}
+			var latest int
+			if err := pool.QueryRow(context.Background(), `DELETE FROM sidefx_migrations WHERE version = (SELECT max(version) FROM sidefx_migrations) RETURNING version`).Scan(&latest); err != nil {
+				t.Fatal(err)
+			}
+			_, err = edge.New(cfg(""))
+			if _, ok := errors.AsType[*migrations.SchemaBehindError](err); !ok || !strings.Contains(err.Error(), fmt.Sprintf("lacks migrations [%d]: run sidefx migrate", latest)) {
+				t.Errorf("a schema one version behind: %v", err)
+			}
+		})
+	}
 }

@@ -345,3 +345,71 @@ func lockKey(schema string) int64 {
 	h.Write([]byte("sidefx/migrations/" + schema))
 	return int64(h.Sum64())
 }
+
+// Querier is what CheckCurrent needs from the database: pgx's QueryRow.
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx have it; a database/sql handle has
+// it through a wrapper that scans an integer array (sidefx's own).
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// SchemaBehindError is returned by CheckCurrent for a schema that lacks
+// versions this build has: none at all (no sidefx tables), or some.
+type SchemaBehindError struct {
+	Schema  string
+	Applied []int // the versions the schema holds; none without sidefx tables
+	Missing []int // the versions this build has and the schema lacks
+}
+
+func (e *SchemaBehindError) Error() string {
+	if len(e.Applied) == 0 {
+		return fmt.Sprintf("schema %s has no sidefx tables: run sidefx migrate", e.Schema)
+	}
+	return fmt.Sprintf("schema %s lacks migrations %v: run sidefx migrate", e.Schema, e.Missing)
+}
+
+// CheckCurrent returns a *SchemaBehindError if the schema of cfg lacks any
+// version this build has (a database never migrated, or migrated by an
+// older sidefx), else nil. A schema newer than this build is not refused
+// here (CheckNotNewer tells). A role that may not read sidefx_migrations
+// (a producer holds no privilege on sidefx's tables) is not checked
+// further than that the table exists. cfg may be nil for the defaults.
+func CheckCurrent(ctx context.Context, db Querier, cfg *Config) error {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	schema, err := sqlname.Schema(cfg.Schema)
+	if err != nil {
+		return fmt.Errorf("migration status: %w", err)
+	}
+	ms, err := All()
+	if err != nil {
+		return fmt.Errorf("migration status: %w", err)
+	}
+	var exists, readable bool
+	if err := db.QueryRow(ctx, `SELECT c.oid IS NOT NULL, c.oid IS NOT NULL AND pg_catalog.has_table_privilege(c.oid, 'SELECT')
+		FROM (SELECT pg_catalog.to_regclass($1) AS oid) c`, sqlname.Quote(schema)+".sidefx_migrations").Scan(&exists, &readable); err != nil {
+		return fmt.Errorf("migration status: %w", err)
+	}
+	var applied []int
+	switch {
+	case !exists:
+	case !readable:
+		return nil
+	default:
+		if err := db.QueryRow(ctx, "SELECT coalesce(pg_catalog.array_agg(version ORDER BY version), '{}') FROM "+sqlname.Quote(schema)+".sidefx_migrations").
+			Scan(&applied); err != nil {
+			return fmt.Errorf("migration status: read applied versions: %w", err)
+		}
+	}
+	var missing []int
+	for _, m := range ms {
+		if !slices.Contains(applied, m.Version) {
+			missing = append(missing, m.Version)
+		}
+	}
+	if len(missing) > 0 {
+		return &SchemaBehindError{Schema: schema, Applied: applied, Missing: missing}
+	}
+	return nil
+}

@@ -15,9 +15,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/driver"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/migrations"
@@ -218,6 +220,53 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+// CheckCurrent tells a schema without sidefx's tables, and one behind this
+// build, in the words sidefx run uses (run sidefx migrate), on pgx and
+// through database/sql's wrapper alike; a current schema, and one a role
+// may not read the versions of, pass.
+func TestCheckCurrent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	err := migrations.CheckCurrent(ctx, pool, &migrations.Config{Schema: "fresh"})
+	behind, ok := errors.AsType[*migrations.SchemaBehindError](err)
+	if !ok || len(behind.Missing) != embedded(t) || err.Error() != "schema fresh has no sidefx tables: run sidefx migrate" {
+		t.Fatalf("a schema without sidefx tables: %v", err)
+	}
+	if err := migrations.CheckCurrent(ctx, pool, nil); err != nil {
+		t.Fatalf("the migrated schema: %v", err)
+	}
+	latest := migrations.Latest()
+	if _, err := pool.Exec(ctx, "DELETE FROM sidefx_migrations WHERE version = $1", latest); err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	err = migrations.CheckCurrent(ctx, driver.SQL(db), nil)
+	behind, ok = errors.AsType[*migrations.SchemaBehindError](err)
+	if want := fmt.Sprintf("schema public lacks migrations [%d]: run sidefx migrate", latest); !ok || err.Error() != want || len(behind.Applied) != latest-1 {
+		t.Fatalf("a schema one version behind, through database/sql: %v, want %s", err, want)
+	}
+
+	// A role without SELECT on sidefx_migrations is not refused for it.
+	role := fmt.Sprintf("sidefx_check_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, "CREATE ROLE "+role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP ROLE "+role) })
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+role); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.CheckCurrent(ctx, tx, nil); err != nil {
+		t.Errorf("a role that may not read the versions: %v", err)
+	}
+}
+
 func TestApply_RejectsBadSchemaNames(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{`x"; DROP SCHEMA public; --`, "has-dash", strings.Repeat("s", 49)} {
@@ -293,6 +342,13 @@ func TestSQLFunctions_MatchGoldenVectors(t *testing.T) {
 			q = "SELECT sidefx_child_key($1, $2)"
 		case "DomainID":
 			q = "SELECT sidefx_domain_id($1, $2)::text"
+		case "ScopedDomainID":
+			// No function of its own: an empty scope is sidefx_domain_id,
+			// another the same hash with the scope as a fourth field.
+			q = `SELECT CASE WHEN $3::text = '' THEN sidefx_domain_id($1, $2)::text ELSE (
+				SELECT encode(set_byte(set_byte(substr(h, 1, 16), 6, (get_byte(h, 6) & 15) | 128), 8, (get_byte(h, 8) & 63) | 128), 'hex')::uuid::text
+				FROM (SELECT sha256(sidefx_lp(convert_to('sidefx/domain-id/v1', 'UTF8')) || sidefx_lp(convert_to($1, 'UTF8')) ||
+					sidefx_lp(convert_to($2, 'UTF8')) || sidefx_lp(convert_to($3, 'UTF8'))) AS h) d) END`
 		case "Revision":
 			q = "SELECT sidefx_revision_key($1, $2::integer)"
 		default:

@@ -1,0 +1,211 @@
+package edge_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sidefx/sidefx/derive"
+	"github.com/sidefx/sidefx/edge"
+	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/syncbuf"
+)
+
+// rows counts what a request's work leaves: orders, effects and key
+// records.
+func (a *api) rows(t *testing.T) [3]int {
+	t.Helper()
+	return [3]int{a.count(t, `SELECT count(*) FROM orders`), a.count(t, `SELECT count(*) FROM side_effects`), a.count(t, `SELECT count(*) FROM sidefx_edge_keys`)}
+}
+
+// A 4xx rolls back by default: the handler's order row and its effect do
+// not commit (half a request), the answer is not stored, and the key is
+// released: a retry with it executes. The same holds without a key.
+func TestEdge_4xxRollsBackByDefault(t *testing.T) {
+	families(t, func(t *testing.T, a *api) {
+		a.answer.Store(http.StatusUnprocessableEntity)
+		if r, body := a.post(t, "/orders", "k-422", "acme", `{"item":"mug"}`); r.StatusCode != 422 || !strings.Contains(body, `"status":422`) {
+			t.Fatalf("first: %d %s", r.StatusCode, body)
+		}
+		if n := a.rows(t); n != [3]int{} {
+			t.Fatalf("a 4xx left %v orders, effects and keys", n)
+		}
+		a.answer.Store(0)
+		if r, body := a.post(t, "/orders", "k-422", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
+			t.Fatalf("retry: %d %s, want it executed", r.StatusCode, body)
+		}
+		if a.calls.Load() != 2 || a.rows(t) != [3]int{1, 1, 1} {
+			t.Errorf("calls %d, rows %v; want 2 calls, one order, effect and key", a.calls.Load(), a.rows(t))
+		}
+		// Without a key: rolled back too.
+		a.answer.Store(http.StatusConflict)
+		if r, _ := a.post(t, "/notes", "", "acme", `{"item":"note"}`); r.StatusCode != 409 {
+			t.Fatalf("without a key: %d", r.StatusCode)
+		}
+		if a.count(t, `SELECT count(*) FROM orders`) != 1 {
+			t.Errorf("a 4xx without a key committed its row")
+		}
+	})
+}
+
+// A handler that marks its 4xx final (edge.Commit) commits its work with
+// the key's record, and a retry gets the stored 4xx replayed, the handler
+// not run again; without a key, the work commits too.
+func TestEdge_CommitMakesA4xxFinal(t *testing.T) {
+	families(t, func(t *testing.T, a *api) {
+		a.answer.Store(http.StatusConflict)
+		a.decide.Store(1)
+		first, body := a.post(t, "/orders", "k-409", "acme", `{"item":"mug"}`)
+		if first.StatusCode != 409 {
+			t.Fatalf("first: %d %s", first.StatusCode, body)
+		}
+		if n := a.rows(t); n != [3]int{1, 1, 1} {
+			t.Fatalf("a committed 4xx left %v orders, effects and keys; want one of each", n)
+		}
+		again, body2 := a.post(t, "/orders", "k-409", "acme", `{"item":"mug"}`)
+		if again.StatusCode != 409 || body2 != body || again.Header.Get(edge.HeaderReplayed) != "true" {
+			t.Fatalf("retry: %d %s, want the replay of %s", again.StatusCode, body2, body)
+		}
+		if a.calls.Load() != 1 {
+			t.Errorf("the handler ran %d times", a.calls.Load())
+		}
+		if r, _ := a.post(t, "/notes", "", "acme", `{"item":"note"}`); r.StatusCode != 409 || a.count(t, `SELECT count(*) FROM orders`) != 2 {
+			t.Errorf("a committed 4xx without a key: %d, %d orders", r.StatusCode, a.count(t, `SELECT count(*) FROM orders`))
+		}
+	})
+}
+
+// A handler that aborts its 2xx (edge.Abort) rolls its work back with the
+// key's record: the client gets the answer, unstored, and a retry
+// executes.
+func TestEdge_AbortRollsBackA2xx(t *testing.T) {
+	families(t, func(t *testing.T, a *api) {
+		a.answer.Store(http.StatusOK)
+		a.decide.Store(2)
+		if r, body := a.post(t, "/orders", "k-dry", "acme", `{"item":"mug"}`); r.StatusCode != 200 || !strings.Contains(body, `"status":200`) {
+			t.Fatalf("first: %d %s", r.StatusCode, body)
+		}
+		if n := a.rows(t); n != [3]int{} {
+			t.Fatalf("an aborted 2xx left %v orders, effects and keys", n)
+		}
+		a.answer.Store(0)
+		if r, _ := a.post(t, "/orders", "k-dry", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
+			t.Fatalf("retry: %d, want it executed", r.StatusCode)
+		}
+		if a.calls.Load() != 2 || a.rows(t) != [3]int{1, 1, 1} {
+			t.Errorf("calls %d, rows %v", a.calls.Load(), a.rows(t))
+		}
+	})
+}
+
+// The failures the middleware answers with 503 are logged with their
+// cause: the schema lacking sidefx_edge_keys (saying to run sidefx
+// migrate), the database closed. The log names the route and the
+// request's DomainID, never its key or body.
+func TestEdge_LogsTheCauseOfA503(t *testing.T) {
+	var logs *syncbuf.Buffer
+	families(t, func(t *testing.T, a *api) {
+		ctx := context.Background()
+		key, body := "k-secret-4711", `{"item":"confidential-item"}`
+		if _, err := a.pool.Exec(ctx, `DROP TABLE sidefx_edge_keys`); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := a.post(t, "/orders", key, "acme", body)
+		if r.StatusCode != 503 || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("without sidefx_edge_keys: %d", r.StatusCode)
+		}
+		req, _ := http.NewRequest(http.MethodPost, "/orders", nil)
+		req.Header.Set(edge.HeaderKey, key)
+		req.Header.Set("X-Tenant", "acme")
+		got := logs.String()
+		for _, want := range []string{"level=ERROR", "Database unavailable", "sidefx_edge_keys", "run sidefx migrate", `route="POST /orders"`, "domain_id=" + a.e.DomainID(req)} {
+			if !strings.Contains(got, want) {
+				t.Errorf("the log lacks %q:\n%s", want, got)
+			}
+		}
+		if strings.Contains(got, key) || strings.Contains(got, "confidential-item") {
+			t.Errorf("the log holds the key or the body:\n%s", got)
+		}
+
+		a.edgeDB.Close()
+		if r, _ := a.post(t, "/notes", "", "acme", body); r.StatusCode != 503 {
+			t.Fatalf("the database closed: %d", r.StatusCode)
+		}
+		if got := logs.String(); !strings.Contains(got, "the request's transaction could not begin") || !strings.Contains(got, "closed") {
+			t.Errorf("the log lacks the closed database:\n%s", got)
+		}
+	}, func(c *edge.Config) {
+		logs = &syncbuf.Buffer{}
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+}
+
+// With DomainIDScope ScopeRoute, the domain id is scoped as the key's
+// record is: the same key on two routes is two requests with two domain
+// ids, each executed (no 500 on the orders' primary key), each its id
+// derive.ScopedDomainID of tenant, key, method and route.
+func TestEdge_ScopeRouteGivesOneDomainIDPerRoute(t *testing.T) {
+	families(t, func(t *testing.T, a *api) {
+		for _, path := range []string{"/orders", "/notes"} {
+			if r, body := a.post(t, path, "k-shared", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" {
+				t.Fatalf("%s with the key: %d %s, want it executed", path, r.StatusCode, body)
+			}
+		}
+		want := []string{
+			derive.ScopedDomainID("acme", "k-shared", "POST POST /notes").String(),
+			derive.ScopedDomainID("acme", "k-shared", "POST POST /orders").String(),
+		}
+		rows, err := a.pool.Query(context.Background(), `SELECT id FROM orders ORDER BY id = $1 DESC`, want[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("orders %v, want one per route %v", ids, want)
+		}
+		if a.count(t, `SELECT count(DISTINCT source_id) FROM side_effects`) != 2 {
+			t.Errorf("the effects do not have one source per route")
+		}
+		// Retried, each route replays its own answer.
+		for _, path := range []string{"/orders", "/notes"} {
+			if r, _ := a.post(t, path, "k-shared", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "true" {
+				t.Errorf("%s retried: %d, want its replay", path, r.StatusCode)
+			}
+		}
+		if a.calls.Load() != 2 {
+			t.Errorf("the handler ran %d times, want once per route", a.calls.Load())
+		}
+	}, func(c *edge.Config) { c.DomainIDScope = edge.ScopeRoute })
+}
+
+// By default DomainID is the released derivation, of tenant and key alone
+// (derive.DomainID's golden vector): an upgrade does not change the ids an
+// existing deployment derives.
+func TestEdge_DomainIDDefaultIsTheReleasedOne(t *testing.T) {
+	pool := pgtest.DB(t)
+	e, err := edge.New(&edge.Config{Pool: pool, Tenant: func(r *http.Request) string { return r.Header.Get("X-Tenant") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, path := range []string{"/orders", "/refunds"} {
+		r := httptest.NewRequest(http.MethodPost, path, nil)
+		r.Header.Set(edge.HeaderKey, "client-req-123")
+		r.Header.Set("X-Tenant", "tenant-7")
+		if got := e.DomainID(r); got != "296deb59-4fe2-827c-87d5-39977e31ce66" {
+			t.Errorf("DomainID on %s = %s, released as 296deb59-4fe2-827c-87d5-39977e31ce66", path, got)
+		}
+	}
+	if _, err := edge.New(&edge.Config{Pool: pool, DomainIDScope: 7}); err == nil {
+		t.Error("an unknown DomainIDScope was taken")
+	}
+}
