@@ -33,6 +33,7 @@ GRANT SELECT ON public.sidefx_dispatchers TO sidefx_producer;
 -- their tables too (each holds that library's records, no effect):
 --   GRANT SELECT, INSERT, UPDATE ON public.sidefx_inbox TO sidefx_producer;
 --   GRANT SELECT, INSERT, UPDATE ON public.sidefx_edge_keys TO sidefx_producer;
+--   GRANT SELECT ON public.sidefx_migrations TO sidefx_producer; -- edge.New checks the schema is current
 -- and an edge route that awaits an effect's outcome (edge.RequireOutcome)
 -- reads that effect: GRANT SELECT ON public.side_effects, which shows every
 -- effect's payload. Give it only to a service you trust with them.
