@@ -671,7 +671,32 @@ func TestCLI_Bulk(t *testing.T) {
 // JSON) while paused, resume of what is not paused refused.
 func TestCLI_PauseResume(t *testing.T) {
 	t.Parallel()
-	c, _, store := newCLI(t)
+	c, pool, store := newCLI(t)
+	// What the dispatchers recorded: the names a pause may take.
+	if _, err := pool.Exec(context.Background(), `INSERT INTO sidefx_kinds (kind, provider) VALUES ('email.receipt', 'sendgrid'), ('charge.create', 'stripe')`); err != nil {
+		t.Fatal(err)
+	}
+	// A typo pauses nothing: refused, naming the close ones.
+	for _, args := range [][]string{
+		{"pause", "--provider", "sendgird", "--note", "incident"},
+		{"pause", "--kind", "email.reciept", "--note", "incident"},
+	} {
+		err := c.refuse(args...)
+		if err == nil || !strings.Contains(err.Error(), "is not one the configuration, the dispatchers or a pending effect knows (did you mean") ||
+			!strings.Contains(err.Error(), "--any-name") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	if ps, _ := store.Pauses(context.Background()); len(ps) != 0 {
+		t.Fatalf("a refused pause paused %+v", ps)
+	}
+	if out := c.ok("pause", "--kind", "not.yet.deployed", "--note", "before its first run", "--any-name"); !strings.Contains(out, "kind not.yet.deployed paused") {
+		t.Fatalf("pause --any-name:\n%s", out)
+	}
+	c.ok("resume", "--kind", "not.yet.deployed", "--note", "x")
+	if err := c.refuse("resume", "--provider", "sendgird", "--note", "x"); err == nil || !strings.Contains(err.Error(), "provider sendgird is not paused") {
+		t.Errorf("resume of a typo: %v", err)
+	}
 	if err := c.refuse("pause", "--provider", "sendgrid"); !strings.Contains(err.Error(), "--note") {
 		t.Fatalf("pause without a note: %v", err)
 	}

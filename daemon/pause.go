@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/sidefx/sidefx/effects"
 )
@@ -19,6 +22,10 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 	fs, c := newFlags(verb, io)
 	kind := fs.String("kind", "", "the `kind` to "+verb)
 	provider := fs.String("provider", "", "the `provider` (every kind it serves) to "+verb)
+	var anyName *bool
+	if pause {
+		anyName = fs.Bool("any-name", false, "pause a name that no configuration, dispatcher or pending effect knows yet")
+	}
 	op := addOpFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -38,10 +45,29 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 		return err
 	}
 	defer pool.Close()
+	if pause && !*anyName {
+		// A typo must not pause nothing and say "paused".
+		known, err := knownNames(ctx, c, io, store, scope)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(known, name) {
+			return fmt.Errorf("%s %s is not one the configuration, the dispatchers or a pending effect knows%s: check the spelling, or give --any-name to pause it anyway",
+				scope, printable(name), closeOnes(name, known))
+		}
+	}
 	changed, err := store.SetPause(ctx, scope, name, pause, op.action())
 	switch {
 	case errors.Is(err, effects.ErrNotPaused):
-		return fmt.Errorf("%s %s is not paused", scope, printable(name))
+		var paused []string
+		if ps, perr := store.Pauses(ctx); perr == nil {
+			for _, p := range ps {
+				if p.Scope == scope {
+					paused = append(paused, p.Name)
+				}
+			}
+		}
+		return fmt.Errorf("%s %s is not paused%s", scope, printable(name), closeOnes(name, paused))
 	case err != nil:
 		return err
 	case !changed:
@@ -52,4 +78,44 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 		fmt.Fprintf(io.Out, "%s %s resumed\n", scope, printable(name))
 	}
 	return nil
+}
+
+// knownNames lists the kinds (or the providers) that the configuration, if
+// one was given, the dispatchers' record of kinds and the pending effects
+// know.
+func knownNames(ctx context.Context, c *common, io *IO, store *effects.Store, scope effects.PauseScope) ([]string, error) {
+	kinds, providers, err := store.KnownNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := c.loadConfig(io)
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
+		for k, kc := range cfg.Kinds {
+			kinds[k] = true
+			providers[kc.Provider] = true
+		}
+		for p := range cfg.Providers {
+			providers[p] = true
+		}
+	}
+	names := kinds
+	if scope == effects.PauseProvider {
+		names = providers
+	}
+	return slices.Sorted(maps.Keys(names)), nil
+}
+
+// closeOnes says which of names are close to name, if any are.
+func closeOnes(name string, names []string) string {
+	c := effects.Closest(name, names, 3)
+	if len(c) == 0 {
+		return ""
+	}
+	for i := range c {
+		c[i] = printable(c[i])
+	}
+	return " (did you mean " + strings.Join(c, ", ") + "?)"
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -214,4 +215,83 @@ func WhyPending(e *Effect, now time.Time, kinds map[string]KindStatus) string {
 			at, waited, provider, st.InFlight, st.Limit, failing)
 	}
 	return fmt.Sprintf("due since %s (%s ago), waiting for a claim: its dispatchers are busy, or about to claim it%s", at, waited, failing)
+}
+
+// KnownNames returns the kinds and the providers the database knows of:
+// those dispatchers recorded in sidefx_kinds (schema 21), whenever they
+// served them, and the kinds of pending effects. Operators' commands check
+// a name against them before acting on it (a typo pauses nothing).
+func (s *Store) KnownNames(ctx context.Context) (kinds, providers map[string]bool, err error) {
+	q := sqlname.Quote(s.schema)
+	rows, err := s.db.Query(ctx, `SELECT kind, provider FROM `+q+`.sidefx_kinds
+		UNION SELECT DISTINCT kind, NULL FROM `+q+`.side_effects WHERE state = 'pending'`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("known kinds and providers: %w", translate(err))
+	}
+	kinds, providers = map[string]bool{}, map[string]bool{}
+	_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
+		var k string
+		var p *string
+		if err := r.Scan(&k, &p); err != nil {
+			return struct{}{}, err
+		}
+		kinds[k] = true
+		if p != nil {
+			providers[*p] = true
+		}
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("known kinds and providers: %w", translate(err))
+	}
+	return kinds, providers, nil
+}
+
+// Closest returns up to n of names nearest to name by edit distance, the
+// nearest first, leaving out those too far to be a typo of it.
+func Closest(name string, names []string, n int) []string {
+	type cand struct {
+		name string
+		d    int
+	}
+	limit := max(2, len([]rune(name))/3)
+	var cs []cand
+	for _, c := range names {
+		if d := editDistance(name, c); d <= limit {
+			cs = append(cs, cand{c, d})
+		}
+	}
+	slices.SortFunc(cs, func(a, b cand) int {
+		if a.d != b.d {
+			return a.d - b.d
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	out := make([]string, 0, min(n, len(cs)))
+	for _, c := range cs[:min(n, len(cs))] {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance between a and b, in runes.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
 }

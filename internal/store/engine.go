@@ -28,11 +28,11 @@ import (
 // Engine runs the dispatcher's statements on side_effects. It is safe for
 // concurrent use.
 type Engine struct {
-	db                      effects.DB
-	schema                  string
+	db                             effects.DB
+	schema                         string
 	table, events, registry, kinds string
-	outcomes                string // the outcome channel
-	q                       *dispatchQueries
+	outcomes                       string // the outcome channel
+	q                              *dispatchQueries
 }
 
 // New returns an Engine for the side_effects table in schema ("" is
