@@ -92,8 +92,11 @@ type Config struct {
 	Schema string `yaml:"schema"`
 
 	// Namespace is mixed into every derived idempotency key (see
-	// migrations.Config): up to 64 of A-Z a-z 0-9 . _ : -. Default "",
-	// which leaves the database's namespace as it is.
+	// migrations.Config): up to 64 of A-Z a-z 0-9 . _ : -. sidefx migrate
+	// sets it on a database without effects; sidefx run refuses to start
+	// when it is not the database's (keys are derived with the
+	// database's). Default "", which leaves the database's namespace as
+	// it is.
 	Namespace string `yaml:"namespace"`
 
 	// HTTP configures the daemon's HTTP endpoint (metrics, health).

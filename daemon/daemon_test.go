@@ -313,3 +313,43 @@ kinds:
 		t.Errorf("sidefx version:\n%s", s)
 	}
 }
+
+// sidefx run refuses a configured key namespace that is not the
+// database's, which it would otherwise ignore: keys are derived with the
+// database's.
+func TestRun_RefusesANamespaceThatIsNotTheDatabases(t *testing.T) {
+	t.Parallel()
+	c, pool, _ := newCLI(t)
+	write := func(ns string) string {
+		path := filepath.Join(t.TempDir(), "sidefx.yaml")
+		cfg := fmt.Sprintf(`database_url: %q
+namespace: %q
+providers:
+  partner: {type: webhook, url: "http://127.0.0.1:1/hooks", secret_env: PARTNER_WEBHOOK_SECRET}
+kinds:
+  webhook.order_paid: {provider: partner}
+`, c.url, ns)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	c.env = map[string]string{"PARTNER_WEBHOOK_SECRET": "whsec_ZGFlbW9uLXRlc3Qtc2lnbmluZy1rZXktMzJieXRlcw=="}
+	if err := c.refuse("run", "--config", write("staging"), "--listen", "127.0.0.1:0"); err == nil ||
+		!strings.Contains(err.Error(), `the configuration's namespace is "staging", the database has none`) {
+		t.Errorf("a namespace the database lacks: %v", err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE sidefx_settings SET namespace = 'production'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.refuse("run", "--config", write("staging"), "--listen", "127.0.0.1:0"); err == nil ||
+		!strings.Contains(err.Error(), `the configuration's namespace is "staging", the database's is another`) {
+		t.Errorf("another namespace: %v", err)
+	}
+	if err := checkNamespace(context.Background(), pool, "", "production"); err != nil {
+		t.Errorf("the database's own namespace: %v", err)
+	}
+	if err := checkNamespace(context.Background(), pool, "", ""); err != nil {
+		t.Errorf("no namespace configured: %v", err)
+	}
+}

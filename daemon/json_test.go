@@ -112,7 +112,7 @@ func jsonFixture(t *testing.T) *cli {
 			t.Fatal(err)
 		}
 	}
-	c.ok("pause", "--kind", "refund.create", "--actor", "ops", "--note", "incident 12")
+	c.ok("pause", "--kind", "refund.create", "--actor", "ops", "--note", "incident 12", "--any-name")
 	// Every time fixed: the effect's id minutes after 10:00, the pending
 	// one not due before 2999 (so that nothing pending is overdue).
 	for _, q := range []string{

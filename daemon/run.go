@@ -21,9 +21,11 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/sidefx/sidefx/config"
+	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/metrics"
+	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/internal/telemetry"
 	"github.com/sidefx/sidefx/migrations"
 )
@@ -192,6 +194,9 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	if ok, err := waitForDatabase(ctx, db, *migrate, log); err != nil || !ok {
 		return err // nil if stopped while waiting
 	}
+	if err := checkNamespace(ctx, pool, cfg.Schema, cfg.Namespace); err != nil {
+		return err
+	}
 	if err := checkSession(ctx, session, rt.SessionDatabaseURL != ""); err != nil {
 		return err
 	}
@@ -329,4 +334,35 @@ func httpHandler(reg *prometheus.Registry, db dbCheck, started func() bool, heal
 		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+// checkNamespace refuses a configured key namespace that is not the
+// database's: keys are derived with the database's (every producer, in any
+// language, reads it there), so the configured one would be silently
+// ignored. "" configures none. The daemon's role may not read
+// sidefx_settings: it compares a key the database derives
+// (sidefx_key(source, kind), which reads the namespace with its owner's
+// rights, schema 21) with the key of the configured namespace.
+func checkNamespace(ctx context.Context, pool *pgxpool.Pool, schema, want string) error {
+	if want == "" {
+		return nil
+	}
+	s, err := sqlname.Schema(schema)
+	if err != nil {
+		return err
+	}
+	const source, kind = "sidefx-namespace-check", "sidefx.check"
+	var key string
+	if err := pool.QueryRow(ctx, `SELECT `+sqlname.Quote(s)+`.sidefx_key($1::text, $2::text)`, source, kind).Scan(&key); err != nil {
+		return fmt.Errorf("check the database's key namespace: %w", err)
+	}
+	if key != derive.KeyNS(want, source, kind) {
+		if key == derive.KeyNS("", source, kind) {
+			return fmt.Errorf("the configuration's namespace is %q, the database has none: keys are derived with the database's, so the configured one would be ignored; "+
+				"remove namespace from the configuration, or give an empty database the namespace with sidefx migrate --namespace %s", want, want)
+		}
+		return fmt.Errorf("the configuration's namespace is %q, the database's is another: keys are derived with the database's, so the configured one would be ignored; "+
+			"set the database's namespace in the configuration (sidefx_settings.namespace), or remove it", want)
+	}
+	return nil
 }
