@@ -68,10 +68,37 @@ func consoleHandler(cfg *config.Config, getenv func(string) string, db effects.D
 	h, err := console.New(console.Config{
 		Store: store, Ops: opsFor(cfg, store), DB: db, Schema: store.Schema(),
 		Providers: providers, HiddenFields: cc.HiddenFields,
-		Auth: console.Auth{Tokens: tokens, TrustedProxies: proxies, IdentityHeader: cc.IdentityHeader, RoleHeader: cc.RoleHeader, SecureCookie: cc.SecureCookie},
-		Log:  log.With("component", "console"),
+		Auth:    console.Auth{Tokens: tokens, TrustedProxies: proxies, IdentityHeader: cc.IdentityHeader, RoleHeader: cc.RoleHeader, SecureCookie: cc.SecureCookie},
+		Log:     log.With("component", "console"),
+		Warning: plainExposure(cc.Listen, len(proxies) > 0, cc.SecureCookie),
 	})
+	if w := plainExposure(cc.Listen, len(proxies) > 0, cc.SecureCookie); w != "" && err == nil {
+		log.Warn("console: " + w)
+	}
 	return h, len(tokens), err
+}
+
+// plainExposure says what is wrong with a console that listens beyond
+// loopback over plain HTTP with nothing in front said to terminate TLS (no
+// trusted proxy, no secure_cookie): its tokens and session cookies cross
+// the network in clear. "" when it listens on loopback only, or a proxy
+// is configured.
+func plainExposure(listen string, proxies, secureCookie bool) string {
+	if proxies || secureCookie {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		host = listen
+	}
+	if host == "localhost" {
+		return ""
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return ""
+	}
+	return fmt.Sprintf("this console listens on %s over plain HTTP, beyond loopback, with no proxy in front: its sign-in tokens and session cookies cross the network in clear. "+
+		"Listen on 127.0.0.1 and put a TLS proxy in front (console.trusted_proxies, console.secure_cookie)", listen)
 }
 
 // serveConsole starts the console's server on listen; the returned

@@ -111,3 +111,27 @@ console: {listen: "127.0.0.1:0", tokens_file: %q}
 		}
 	}
 }
+
+// A console beyond loopback over plain HTTP, with nothing in front, is
+// warned of: a line in the log at start and a banner on every page.
+func TestConsole_WarnsWhenExposedOverPlainHTTP(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		listen        string
+		proxies, cook bool
+		warn          bool
+	}{
+		{"127.0.0.1:8080", false, false, false},
+		{"[::1]:8080", false, false, false},
+		{"localhost:8080", false, false, false},
+		{"0.0.0.0:8080", false, false, true},
+		{":8080", false, false, true},
+		{"10.0.0.5:8080", false, false, true},
+		{"0.0.0.0:8080", true, false, false},
+		{"0.0.0.0:8080", false, true, false},
+	} {
+		if got := plainExposure(c.listen, c.proxies, c.cook); (got != "") != c.warn {
+			t.Errorf("plainExposure(%q, proxies %v, secure cookie %v) = %q", c.listen, c.proxies, c.cook, got)
+		}
+	}
+}

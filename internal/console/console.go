@@ -65,6 +65,10 @@ type Config struct {
 	// Log receives sign-ins, actions and errors (nil: discarded). Never a
 	// token, a payload or a note.
 	Log *slog.Logger
+	// Warning, if not "", is shown at the top of every page (the daemon
+	// sets it when the console listens beyond loopback over plain HTTP
+	// with no proxy in front).
+	Warning string
 }
 
 // Handler serves the console.
@@ -210,6 +214,7 @@ type page struct {
 	Who          *identity
 	CSRF         string
 	Flash, Error string
+	Warning      string // the console's own (Config.Warning)
 	D            any
 }
 
@@ -230,6 +235,7 @@ func (h *Handler) newPage(title string, id *identity) *page {
 // render executes a page's template, then writes it (an error writes
 // nothing but the 500).
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
+	p.Warning = h.cfg.Warning
 	var b bytes.Buffer
 	if err := h.pages[name].Execute(&b, p); err != nil {
 		h.log.Error("console: rendering a page failed", "page", name, "err", err)

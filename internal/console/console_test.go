@@ -1045,3 +1045,18 @@ func TestConsole_SignInThrottleKeysOnTheAddressTheProxySaw(t *testing.T) {
 		t.Errorf("a peer naming the throttled one in X-Forwarded-For: %d, want 401", got)
 	}
 }
+
+// The console's warning (Config.Warning) is at the top of every page,
+// the sign-in page included; without one there is none.
+func TestConsole_ShowsItsWarningOnEveryPage(t *testing.T) {
+	t.Parallel()
+	const warning = "this console listens on 0.0.0.0:8080 over plain HTTP"
+	e := newEnv(t, func(c *console.Config) { c.Warning = warning })
+	if body := e.client().page("/login"); !strings.Contains(body, `<p class="error" role="alert">`+warning) {
+		t.Errorf("the sign-in page lacks the warning:\n%s", body)
+	}
+	plain := newEnv(t, nil)
+	if body := plain.client().page("/login"); strings.Contains(body, "plain HTTP") {
+		t.Errorf("a console without a warning shows one:\n%s", body)
+	}
+}
