@@ -440,7 +440,11 @@ func (d *demo) startDatabase(ctx context.Context) error {
 	if d.store, err = effects.NewStore(pool, &effects.Config{Schema: d.schema}); err != nil {
 		return err
 	}
-	if d.outbox, err = outbox.New(&outbox.Config{Schema: d.schema}); err != nil {
+	// The billing consumer enqueues charges and receipts before the
+	// demo's daemon, which serves them, first runs (to show them wait):
+	// no dispatcher has registered their kinds yet, so they are enqueued
+	// as any kind. A service enqueues after its kinds' daemon is deployed.
+	if d.outbox, err = outbox.New(&outbox.Config{Schema: d.schema, AnyKind: true}); err != nil {
 		return err
 	}
 	return nil
