@@ -244,10 +244,7 @@ func schemaProblem(ctx context.Context, pool *pgxpool.Pool, schema string, err e
 	if schema == "" {
 		schema = "public"
 	}
-	if len(applied) == 0 {
-		return fmt.Errorf("schema %s has no sidefx tables: run sidefx migrate", schema)
-	}
-	return fmt.Errorf("schema %s lacks migrations %v: run sidefx migrate", schema, missing)
+	return &migrations.SchemaBehindError{Schema: schema, Applied: applied, Missing: missing}
 }
 
 // redactURL keeps a database password out of an error.

@@ -47,7 +47,7 @@ kinds:
 	d.waitFor("/healthz", http.StatusOK, "ok")
 
 	cluster.Start(t)
-	d.waitFor("/readyz", http.StatusServiceUnavailable, "schema readiness lacks migrations [1 ")
+	d.waitFor("/readyz", http.StatusServiceUnavailable, "schema readiness has no sidefx tables: run sidefx migrate (or sidefx run --migrate)")
 	d.waitFor("/healthz", http.StatusOK, "ok")
 
 	migrate := exec.Command(bin, "migrate", "--config", cfgPath)

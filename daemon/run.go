@@ -229,18 +229,16 @@ type dbCheck struct {
 	url     string // to redact its password from errors
 }
 
-// schemaBehindError is dbCheck's answer for a schema that lacks migrations.
-type schemaBehindError struct {
-	schema  string
-	missing []int
-}
+// runMigrateHint adds the daemon's own way to migrate to a schema that is
+// behind (a *migrations.SchemaBehindError).
+type runMigrateHint struct{ *migrations.SchemaBehindError }
 
-func (e *schemaBehindError) Error() string {
-	return fmt.Sprintf("schema %s lacks migrations %v: run sidefx migrate (or sidefx run --migrate)", e.schema, e.missing)
+func (e runMigrateHint) Error() string {
+	return e.SchemaBehindError.Error() + " (or sidefx run --migrate)"
 }
 
 // check reports why the database is not ready: unreachable, its migration
-// status unreadable, a *schemaBehindError, or a
+// status unreadable, a runMigrateHint (a *migrations.SchemaBehindError), or a
 // *migrations.NewerSchemaError; nil if it is.
 func (c dbCheck) check(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -260,7 +258,7 @@ func (c dbCheck) check(ctx context.Context) error {
 		if schema == "" {
 			schema = "public"
 		}
-		return &schemaBehindError{schema: schema, missing: missing}
+		return runMigrateHint{&migrations.SchemaBehindError{Schema: schema, Applied: applied, Missing: missing}}
 	}
 	return nil
 }
@@ -275,8 +273,8 @@ func waitForDatabase(ctx context.Context, db dbCheck, migrate bool, log *slog.Lo
 	delay := 100 * time.Millisecond
 	for {
 		err := db.check(ctx)
-		if behind, ok := errors.AsType[*schemaBehindError](err); ok && migrate {
-			log.Info("applying migrations", "schema", behind.schema, "missing", behind.missing)
+		if behind, ok := errors.AsType[runMigrateHint](err); ok && migrate {
+			log.Info("applying migrations", "schema", behind.Schema, "missing", behind.Missing)
 			if err := migrations.Apply(ctx, db.session, db.mc); err != nil {
 				return false, err
 			}

@@ -38,6 +38,9 @@ var (
 	// ErrChanged: the effect changed since the caller read the version its
 	// operation was computed from (see ChangedError).
 	ErrChanged = errors.New("effect changed since it was read")
+	// ErrSchemaMissing: the database lacks sidefx's tables or functions,
+	// or a migration of them: run sidefx migrate (as the schema's owner).
+	ErrSchemaMissing = errors.New("the database lacks sidefx's schema, or a migration of it: run sidefx migrate")
 	// ErrOtherProducer: the effect of this (source_id, kind) was enqueued by
 	// another producer role (schema 22): a producer enqueues again and
 	// cancels only its own effects.
@@ -318,6 +321,11 @@ func translate(err error) error {
 			return &ValidationError{Index: d.Index, Field: "effect", Reason: d.Problem}
 		}
 		return fmt.Errorf("%s: %w", pe.message, ErrInvalid)
+	case "42P01", "42883", "42703", "3F000": // undefined table, function, column, schema
+		if strings.Contains(pe.message, "sidefx") || strings.Contains(pe.message, "side_effect") ||
+			strings.Contains(pe.message, "enqueued_by") || strings.Contains(pe.message, "schema") {
+			return &schemaError{err: err}
+		}
 	case codeOtherProducer:
 		return fmt.Errorf("%s: %w", strings.TrimPrefix(pe.message, "sidefx: "), ErrOtherProducer)
 	case codeUnknownKind:
@@ -355,3 +363,15 @@ func IsDataError(err error) bool {
 	pe, ok := pgErrorOf(err)
 	return ok && len(pe.code) == 5 && (pe.code[:2] == "22" || pe.code[:2] == "23")
 }
+
+// schemaError is a statement refused because sidefx's schema is missing or
+// behind: the database's words, then what to do (errors.Is
+// ErrSchemaMissing).
+type schemaError struct{ err error }
+
+func (e *schemaError) Error() string {
+	pe, _ := pgErrorOf(e.err)
+	return pe.message + ": " + ErrSchemaMissing.Error()
+}
+
+func (e *schemaError) Unwrap() []error { return []error{ErrSchemaMissing, e.err} }

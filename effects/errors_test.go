@@ -1,12 +1,15 @@
 package effects_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/pgtest"
 )
 
 // A payload mismatch says so once, then gives both hashes.
@@ -50,5 +53,25 @@ func TestStateError_Message(t *testing.T) {
 		if !errors.Is(&tc.err, effects.ErrWrongState) {
 			t.Errorf("%s: not ErrWrongState", tc.want)
 		}
+	}
+}
+
+// A database without sidefx's schema, or behind it, is named as such, with
+// what to do, whatever statement found it: the enqueue (its function), a
+// read (its table), a newer column.
+func TestTranslate_AMissingSchemaSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	store, err := effects.NewStore(pool, &effects.Config{Schema: "never_migrated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.Insert(ctx, []effects.NewEffect{{SourceID: "o-1", Kind: "k", Payload: json.RawMessage(`{}`)}}, 0, "")
+	if !errors.Is(err, effects.ErrSchemaMissing) || !strings.Contains(err.Error(), "never_migrated") || !strings.Contains(err.Error(), "run sidefx migrate") {
+		t.Errorf("enqueue into a database without sidefx: %v", err)
+	}
+	if _, err := store.List(ctx, effects.Filter{}); !errors.Is(err, effects.ErrSchemaMissing) || !strings.Contains(err.Error(), "run sidefx migrate") {
+		t.Errorf("list of a database without sidefx: %v", err)
 	}
 }
