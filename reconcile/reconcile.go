@@ -107,6 +107,20 @@ type Observer interface {
 	Reconciled(Report)
 }
 
+// FailureObserver, when the Observer implements it too, hears a run that
+// failed as a whole (its tick could not be claimed, or its report not
+// stored): no report, and no finding, says so.
+type FailureObserver interface {
+	RunFailed(err error)
+}
+
+// failed tells the Observer of a run that failed as a whole.
+func (r *Reconciler) failed(err error) {
+	if fo, ok := r.cfg.Observer.(FailureObserver); ok {
+		fo.RunFailed(err)
+	}
+}
+
 // Config configures a Reconciler.
 type Config struct {
 	// Schema holds sidefx's tables. Default "public".
@@ -213,6 +227,7 @@ func (r *Reconciler) Start(ctx context.Context) (stop func()) {
 	return schedule.Start(ctx, r.schedule, func(ctx context.Context, tick time.Time) {
 		if _, ran, err := r.run(ctx, tick); err != nil && ctx.Err() == nil {
 			r.log.Error("reconciliation run failed", "tick", tick, "err", err)
+			r.failed(err)
 		} else if !ran {
 			r.log.Debug("reconciliation tick taken by another replica", "tick", tick)
 		}
@@ -223,6 +238,9 @@ func (r *Reconciler) Start(ctx context.Context) (stop func()) {
 // scheduled one.
 func (r *Reconciler) RunNow(ctx context.Context) (Report, error) {
 	rep, _, err := r.run(ctx, time.Time{})
+	if err != nil && ctx.Err() == nil {
+		r.failed(err)
+	}
 	return rep, err
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -679,5 +680,49 @@ func TestReconcile_NoRefireOfAnEffectSentAgainDuringTheRun(t *testing.T) {
 	}
 	if n > 1 {
 		t.Fatalf("the email was sent %d times: the reconciler refired an effect whose attempt 2 was performed seconds before, on attempt 1's absence", n)
+	}
+}
+
+// failures records the runs that failed as a whole.
+type failures struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (f *failures) Reconciled(reconcile.Report) {}
+func (f *failures) RunFailed(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errs = append(f.errs, err)
+}
+
+// A run that fails as a whole (here its run cannot be recorded) is told
+// to the Observer, which counts it in a metric: no report would say it.
+func TestReconcile_ARunThatFailsAsAWholeIsObserved(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	obs := &failures{}
+	r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: providertest.New(providertest.Config{Name: "mail"})}},
+		Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunNow(ctx); err != nil {
+		t.Fatalf("a run: %v", err)
+	}
+	if len(obs.errs) != 0 {
+		t.Fatalf("a run that succeeded was told as failed: %v", obs.errs)
+	}
+	if _, err := pool.Exec(ctx, `DROP TABLE sidefx_reconcile_runs CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunNow(ctx); err == nil {
+		t.Fatal("a run without its runs table succeeded")
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.errs) != 1 {
+		t.Fatalf("%d failed runs told, want 1: %v", len(obs.errs), obs.errs)
 	}
 }

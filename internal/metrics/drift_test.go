@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -50,5 +51,17 @@ func TestReported_DriftRuleNullIDsCountAsError(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(b.m.DriftMissingForTest("with_null")); got != 1 {
 		t.Fatalf("sidefx_drift_missing = %v, want 1", got)
+	}
+}
+
+// A reconciliation run that fails as a whole counts in
+// sidefx_reconcile_errors_total.
+func TestRunFailed_CountsAReconciliationRunThatFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	before := testutil.ToFloat64(b.m.ReconErrorsForTest())
+	b.m.RunFailed(errors.New("the runs table is gone"))
+	if got := testutil.ToFloat64(b.m.ReconErrorsForTest()); got != before+1 {
+		t.Fatalf("sidefx_reconcile_errors_total = %v after a failed run, want %v", got, before+1)
 	}
 }

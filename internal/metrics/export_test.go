@@ -41,3 +41,4 @@ func (m *Metrics) DriftStuckForTest(reason string) prometheus.Collector {
 }
 func (m *Metrics) DriftErrorsForTest() prometheus.Collector  { return m.driftErrors }
 func (m *Metrics) DriftLastRunForTest() prometheus.Collector { return m.driftLastRun }
+func (m *Metrics) ReconErrorsForTest() prometheus.Collector  { return m.reconErrors }

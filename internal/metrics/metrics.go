@@ -280,7 +280,7 @@ func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metri
 		}),
 		reconErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: nameReconErrors,
-			Help: "Lookups, listings and settlements of reconciliation runs that failed.",
+			Help: "Lookups, listings and settlements of reconciliation runs that failed, and runs that failed as a whole.",
 		}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: nameEvents,
@@ -485,6 +485,12 @@ func (m *Metrics) Reconciled(rep reconcile.Report) {
 	}
 	m.reconLastRun.Set(float64(rep.Finished.UnixNano()) / 1e9)
 }
+
+var _ reconcile.FailureObserver = (*Metrics)(nil)
+
+// RunFailed counts a reconciliation run that failed as a whole in
+// sidefx_reconcile_errors_total, with the lookups and listings that failed.
+func (m *Metrics) RunFailed(error) { m.reconErrors.Inc() }
 
 // PrimeReconcile creates the reconciliation series of each kind (kind →
 // provider) at zero, before the first run.
