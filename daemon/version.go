@@ -53,7 +53,13 @@ func versionCmd(ctx context.Context, io *IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	fmt.Fprintf(io.Out, "sidefx %s (%s, %s/%s)\n", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	v := Version()
+	if v == "dev" {
+		// go run, go test, or go build -buildvcs=false: neither a module
+		// version nor a commit was stamped. Say so rather than a bare "dev".
+		v = "dev, no version or commit stamped (go build in a clone stamps the commit)"
+	}
+	fmt.Fprintf(io.Out, "sidefx %s (%s, %s/%s)\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(io.Out, "schema version %d (the migrations this build applies)\n", migrations.Latest())
 	// The database's, when one is named: never required.
 	if c.configPath == "" && c.databaseURL == "" && io.Getenv("SIDEFX_DATABASE_URL") == "" {
