@@ -349,9 +349,10 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, id *identity) {
 		}
 		d.Skipped = append(d.Skipped, s)
 	}
-	p := h.newPage("Bulk "+string(b.req.Action)+": done", id)
-	p.D = d
-	h.render(w, r, http.StatusOK, "done", p)
+	// Post-redirect-get: a reload shows the outcome again, and never
+	// sends the action again.
+	key := h.results.put(id.Actor, "Bulk "+string(b.req.Action)+": done", d)
+	http.Redirect(w, r, "/bulk/done/"+key, http.StatusSeeOther)
 }
 
 func (h *Handler) refuseErr(w http.ResponseWriter, r *http.Request, id *identity, err error) {

@@ -80,6 +80,9 @@ type Handler struct {
 	mux   *http.ServeMux
 	log   *slog.Logger
 	fails *throttle // failed sign-ins, by client address
+	// results keeps bulk actions' outcomes for the page the POST
+	// redirects to.
+	results *results
 }
 
 // New returns the console's handler. The key that signs sessions is made
@@ -100,6 +103,7 @@ func New(cfg Config) (*Handler, error) {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	h.fails = newThrottle(h.now)
+	h.results = &results{now: h.now}
 	for _, name := range []string{"login", "overview", "effects", "effect", "bulk", "done", "runs", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
@@ -120,6 +124,7 @@ func New(cfg Config) (*Handler, error) {
 	mux.HandleFunc("POST /pause", h.post(Operator, h.pause))
 	mux.HandleFunc("GET /bulk", h.get(h.bulkPreview))
 	mux.HandleFunc("POST /bulk", h.post(Operator, h.bulk))
+	mux.HandleFunc("GET /bulk/done/{id}", h.get(h.bulkDone))
 	mux.HandleFunc("GET /runs", h.get(h.runs))
 	h.mux = mux
 	return h, nil

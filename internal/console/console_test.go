@@ -221,6 +221,21 @@ func (c *client) post(path string, form url.Values) answer {
 	return c.do(req)
 }
 
+// bulk posts a confirmed bulk action and, when it is answered with the
+// redirect to its outcome (303), follows it: the outcome's page.
+func (c *client) bulk(form url.Values) answer {
+	c.t.Helper()
+	a := c.post("/bulk", form)
+	if a.status != http.StatusSeeOther {
+		return a
+	}
+	loc := a.header.Get("Location")
+	if !strings.HasPrefix(loc, "/bulk/done/") {
+		c.t.Fatalf("a bulk action redirected to %q", loc)
+	}
+	return c.get(loc)
+}
+
 var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // csrf returns the CSRF token of a page's forms.
@@ -460,9 +475,22 @@ func TestConsole_BulkPreviewConfirmAndCap(t *testing.T) {
 		t.Errorf("a bulk action without a note: %d, want 400", a.status)
 	}
 	form.Set("note", "SendGrid's activity shows none of them")
-	a := op.post("/bulk", form)
+	posted := op.post("/bulk", form)
+	if posted.status != http.StatusSeeOther {
+		t.Fatalf("confirm: %d, want a redirect to the outcome (post-redirect-get)\n%s", posted.status, posted.body)
+	}
+	done := posted.header.Get("Location")
+	a := op.get(done)
 	if a.status != http.StatusOK || !strings.Contains(a.body, "8 done, 0 skipped") {
 		t.Fatalf("confirm: %d\n%s", a.status, a.body)
+	}
+	// A reload shows the outcome again and sends nothing again; another
+	// user is not shown it.
+	if again := op.get(done); again.status != http.StatusOK || !strings.Contains(again.body, "8 done, 0 skipped") {
+		t.Errorf("the outcome reloaded: %d\n%s", again.status, again.body)
+	}
+	if other := e.login(console.Viewer).get(done); other.status != http.StatusNotFound {
+		t.Errorf("another user's view of the outcome: %d", other.status)
 	}
 	failed, _ := e.store.List(context.Background(), effects.Filter{Kinds: []string{"email.receipt"}, States: []effects.State{effects.Failed}})
 	if len(failed) != 8 {
@@ -498,7 +526,7 @@ func TestConsole_BulkPreviewConfirmAndCap(t *testing.T) {
 	preview = admin.page("/bulk?action=resolve&as=confirmed&kind=charge.create&max=200")
 	form = hiddenInputs(t, preview, "/bulk")
 	form.Set("note", "the dashboard shows them all paid")
-	if a := admin.post("/bulk", form); a.status != http.StatusOK || !strings.Contains(a.body, fmt.Sprintf("%d done", ops.DefaultMax+1)) {
+	if a := admin.bulk(form); a.status != http.StatusOK || !strings.Contains(a.body, fmt.Sprintf("%d done", ops.DefaultMax+1)) {
 		t.Errorf("an admin with a raised cap: %d\n%s", a.status, a.body)
 	}
 }
@@ -665,7 +693,7 @@ func TestConsole_SupersedeKeepsTheHiddenFields(t *testing.T) {
 		preview := op.page("/bulk?action=supersede&state=failed&kind=email.receipt&patch=" + url.QueryEscape(patch))
 		form := hiddenInputs(t, preview, "/bulk")
 		form.Set("note", "the template was renamed")
-		return op.post("/bulk", form)
+		return op.bulk(form)
 	}
 	for _, patch := range []string{
 		`{"customer_email":"me@example.com"}`,
