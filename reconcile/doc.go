@@ -32,6 +32,10 @@
 //
 // Runs and their findings are stored (sidefx_reconcile_runs,
 // sidefx_reconcile_findings; Runs reads them), logged, and reported to an
-// Observer for metrics. Evidence is stored in sidefx_evidence, by key, and
-// shown by sidefx inspect (Evidence).
+// Observer for metrics; a run that fails as a whole is told to an Observer
+// that implements FailureObserver. Evidence is stored in sidefx_evidence,
+// by key, and shown by sidefx inspect (Evidence). After each run the
+// evidence older than Retention (30 days) of effects that are finished or
+// gone, and of keys no effect has, is deleted; the evidence of an effect
+// that is pending, fired or uncertain is kept whatever its age (schema 23).
 package reconcile

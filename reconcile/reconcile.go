@@ -136,8 +136,10 @@ type Config struct {
 	// Limit bounds the uncertain effects looked up per kind and run.
 	// Default 500.
 	Limit int
-	// Retention is how long runs and their findings are kept. Default 30
-	// days.
+	// Retention is how long runs and their findings are kept, and the
+	// evidence of effects that are finished or gone (the evidence of an
+	// effect still pending, fired or uncertain is kept whatever its age).
+	// Default 30 days.
 	Retention time.Duration
 	// Runner names this replica in the runs it stores. Default the host.
 	Runner string
@@ -291,6 +293,9 @@ func (r *Reconciler) run(ctx context.Context, tick time.Time) (rep Report, ran b
 	}
 	if _, err := r.job().Prune(ctx, time.Now().Add(-r.cfg.Retention)); err != nil {
 		r.log.Warn("pruning old reconciliation runs failed", "err", err)
+	}
+	if _, err := pruneEvidence(ctx, r.pool, r.schema, time.Now().Add(-r.cfg.Retention)); err != nil {
+		r.log.Warn("pruning old evidence failed; it is kept until the next run", "err", err)
 	}
 	return rep, true, nil
 }

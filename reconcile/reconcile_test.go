@@ -726,3 +726,50 @@ func TestReconcile_ARunThatFailsAsAWholeIsObserved(t *testing.T) {
 		t.Fatalf("%d failed runs told, want 1: %v", len(obs.errs), obs.errs)
 	}
 }
+
+// A run deletes the evidence older than the retention of effects that are
+// finished or gone and of keys no effect has, and keeps the evidence of an
+// effect that may still settle (pending, fired, uncertain) whatever its
+// age, and all recent evidence.
+func TestReconcile_OldEvidenceOfFinishedEffectsIsDeleted(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	for _, src := range []string{"done", "unsure", "waiting"} {
+		if _, err := pool.Exec(ctx, `SELECT * FROM sidefx_enqueue($1, 'charge.create', '{}')`, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE side_effects SET state = CASE source_id WHEN 'done' THEN 'confirmed' WHEN 'unsure' THEN 'uncertain' ELSE 'pending' END,
+		attempts = CASE source_id WHEN 'waiting' THEN 0 ELSE 1 END`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO sidefx_evidence (effect_id, key, provider, source, verdict, recorded_at, event_id)
+		SELECT e.id, e.idempotency_key, 'mail', 'lookup', 'found', now() - interval '40 days', 'old:' || e.source_id FROM side_effects e
+		UNION ALL SELECT e.id, e.idempotency_key, 'mail', 'lookup', 'found', now(), 'new:' || e.source_id FROM side_effects e
+		UNION ALL SELECT NULL, 'sfx1_nobody', 'mail', 'event', 'found', now() - interval '40 days', 'old:nobody'`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: providertest.New(providertest.Config{Name: "mail"})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT event_id FROM sidefx_evidence WHERE event_id LIKE 'old:%' OR event_id LIKE 'new:%' ORDER BY event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, id)
+	}
+	if got, want := strings.Join(kept, " "), "new:done new:unsure new:waiting old:unsure old:waiting"; got != want {
+		t.Fatalf("evidence kept: %s, want %s", got, want)
+	}
+}

@@ -350,3 +350,27 @@ func eventObjects(ctx context.Context, db effects.DB, schema, provider string, k
 		return o, err
 	})
 }
+
+// pruneEvidence deletes the evidence recorded before before of effects that
+// are finished (confirmed, failed, cancelled) or gone, and of keys no
+// effect has, a batch at a time; the evidence of an effect still pending,
+// fired or uncertain is kept, whatever its age, for it may settle it. It
+// returns how many rows it deleted.
+func pruneEvidence(ctx context.Context, db effects.DB, schema string, before time.Time) (int64, error) {
+	q := sqlname.Quote(schema)
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, `DELETE FROM `+q+`.sidefx_evidence WHERE id IN (
+			SELECT ev.id FROM `+q+`.sidefx_evidence ev
+			WHERE ev.recorded_at < $1 AND NOT EXISTS (
+				SELECT FROM `+q+`.side_effects e WHERE e.id = ev.effect_id AND e.state IN ('pending', 'fired', 'uncertain'))
+			LIMIT 1000)`, before)
+		if err != nil {
+			return total, fmt.Errorf("prune evidence: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < 1000 || ctx.Err() != nil {
+			return total, nil
+		}
+	}
+}

@@ -26,7 +26,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_drift_runs TO sidefx_daemo
 GRANT SELECT, INSERT ON public.sidefx_drift_findings TO sidefx_daemon;
 GRANT SELECT, DELETE ON public.sidefx_inbox TO sidefx_daemon;
 GRANT SELECT, DELETE ON public.sidefx_edge_keys TO sidefx_daemon;
-GRANT SELECT, INSERT ON public.sidefx_evidence TO sidefx_daemon;
+GRANT SELECT, INSERT, DELETE ON public.sidefx_evidence TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_reconcile_runs TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.sidefx_reconcile_findings TO sidefx_daemon;
 GRANT SELECT ON public.sidefx_pauses TO sidefx_daemon;
