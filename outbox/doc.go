@@ -67,6 +67,14 @@
 //     days, sidefx_settings.kinds_known_for) is refused with an
 //     *effects.UnknownKindError naming the closest known kinds, in the same
 //     statement (sidefx_enqueue_known). Config.AnyKind turns it off.
+//   - Source ids are in Unicode NFC (schema 24): a new effect whose source
+//     id is not ("café" with a combining accent) is refused by the enqueue
+//     function with an *effects.ValidationError naming the NFC spelling,
+//     so that one id spelled two ways is never two effects. It is not
+//     normalized (another spelling derives another key): an effect that
+//     exists under a non-NFC spelling is still found, its replay a
+//     duplicate, its key unchanged. Normalize ids with
+//     golang.org/x/text/unicode/norm (norm.NFC.String) before enqueuing.
 //   - Invalid input is refused before any SQL with an *effects.ValidationError
 //     that names the field and the problem: an empty or over-long source id,
 //     a kind that is not lowercase dotted words, a payload that is not a JSON

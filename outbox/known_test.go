@@ -143,3 +143,32 @@ func TestEnqueue_KindsAreKnownOnceADispatcherRegistersThem(t *testing.T) {
 		t.Fatalf("sidefx_kinds: %q", got)
 	}
 }
+
+// Source ids are in one Unicode spelling: a new effect whose source id is
+// not in NFC is refused, naming the NFC spelling, so that "café" written
+// two ways is never two effects. An effect that exists under a non-NFC
+// spelling (enqueued before schema 24) is still found: its replay is a
+// duplicate, its key unchanged.
+func TestEnqueue_SourceIDsAreInNFC(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const nfc, nfd = "order-caf\u00e9", "order-cafe\u0301"
+	_, err := outbox.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: nfd, Kind: "email.receipt", Payload: map[string]int{}})
+	ve, ok := errors.AsType[*effects.ValidationError](err)
+	if !ok || ve.Field != "source_id" || !strings.Contains(err.Error(), "is not in Unicode normalization form NFC") || !strings.Contains(err.Error(), nfc) {
+		t.Fatalf("a source id in NFD: %v", err)
+	}
+	if r, err := outbox.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: nfc, Kind: "email.receipt", Payload: map[string]int{}}); err != nil || !r.Inserted {
+		t.Fatalf("the NFC spelling: %+v, %v", r, err)
+	}
+	// An effect from before: enqueued under the NFD spelling.
+	var key string
+	if err := b.pool.QueryRow(b.ctx, `INSERT INTO side_effects (source_id, kind, idempotency_key, payload, payload_hash)
+		VALUES ($1, 'webhook.paid', sidefx_key($1, 'webhook.paid'), '{}', sha256(convert_to('{}', 'UTF8'))) RETURNING idempotency_key`, nfd).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	r, err := outbox.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: nfd, Kind: "webhook.paid", Payload: map[string]int{}})
+	if err != nil || r.Inserted || r.Key != key {
+		t.Fatalf("the replay of an effect enqueued in NFD before: %+v, %v (key %s)", r, err, key)
+	}
+}
