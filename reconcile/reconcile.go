@@ -114,6 +114,16 @@ type FailureObserver interface {
 	RunFailed(err error)
 }
 
+// LatestObserver, when the Observer implements it too, hears at each
+// scheduled tick, before this replica tries to run it, the latest run any
+// replica (or sidefx reconcile run, by hand) finished: so that every
+// replica's gauges show the latest findings, not only the ones of the runs
+// it made. Its Report holds the run's finish time and its findings' kind,
+// provider and finding only.
+type LatestObserver interface {
+	LatestRun(Report)
+}
+
 // failed tells the Observer of a run that failed as a whole.
 func (r *Reconciler) failed(err error) {
 	if fo, ok := r.cfg.Observer.(FailureObserver); ok {
@@ -227,6 +237,13 @@ func ParseSchedule(spec string) (cron.Schedule, error) { return schedule.Parse(s
 // and waits for a run in progress.
 func (r *Reconciler) Start(ctx context.Context) (stop func()) {
 	return schedule.Start(ctx, r.schedule, func(ctx context.Context, tick time.Time) {
+		if lo, ok := r.cfg.Observer.(LatestObserver); ok {
+			if rep, found, err := latest(ctx, r.pool, r.schema); err != nil {
+				r.log.Warn("could not read the latest reconciliation run", "err", err)
+			} else if found {
+				lo.LatestRun(rep)
+			}
+		}
 		if _, ran, err := r.run(ctx, tick); err != nil && ctx.Err() == nil {
 			r.log.Error("reconciliation run failed", "tick", tick, "err", err)
 			r.failed(err)

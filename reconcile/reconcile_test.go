@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -771,5 +772,56 @@ func TestReconcile_OldEvidenceOfFinishedEffectsIsDeleted(t *testing.T) {
 	}
 	if got, want := strings.Join(kept, " "), "new:done new:unsure new:waiting old:unsure old:waiting"; got != want {
 		t.Fatalf("evidence kept: %s, want %s", got, want)
+	}
+}
+
+// latests records the latest runs a replica is told of at its ticks.
+type latests struct {
+	mu   sync.Mutex
+	runs []int64
+}
+
+func (l *latests) Reconciled(reconcile.Report) {}
+func (l *latests) LatestRun(rep reconcile.Report) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs = append(l.runs, rep.RunID)
+}
+
+// At each tick a replica is told of the latest run any replica, or a run by
+// hand, finished, so that its gauges show the latest findings.
+func TestReconcile_EachTickTellsTheLatestRunOfAnyReplica(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	kinds := map[string]reconcile.Kind{chargeKind: {Provider: providertest.New(providertest.Config{Name: "mail"})}}
+	byHand, err := reconcile.New(pool, &reconcile.Config{Kinds: kinds, Runner: "by-hand"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := byHand.RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &latests{}
+	r, err := reconcile.New(pool, &reconcile.Config{Kinds: kinds, Schedule: "@every 1s", Runner: "replica", Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := r.Start(ctx)
+	defer stop()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for ; ; <-tick.C {
+		obs.mu.Lock()
+		told := slices.Contains(obs.runs, rep.RunID)
+		obs.mu.Unlock()
+		if told {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica was never told of run %d, made by hand", rep.RunID)
+		}
 	}
 }

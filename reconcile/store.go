@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -373,4 +374,34 @@ func pruneEvidence(ctx context.Context, db effects.DB, schema string, before tim
 			return total, nil
 		}
 	}
+}
+
+// latest returns the latest finished run, as a Report of its finish time
+// and its findings' kind, provider and finding; found is false before any.
+func latest(ctx context.Context, db effects.DB, schema string) (rep Report, found bool, err error) {
+	var id int64
+	err = db.QueryRow(ctx, `SELECT id, finished_at FROM `+runsTable(schema)+`
+		WHERE finished_at IS NOT NULL ORDER BY finished_at DESC, id DESC LIMIT 1`).Scan(&id, &rep.Finished)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rep, false, nil
+	}
+	if err != nil {
+		return rep, false, fmt.Errorf("read the latest reconciliation run: %w", err)
+	}
+	rep.RunID = id
+	rows, err := db.Query(ctx, `SELECT finding, kind, provider FROM `+findingsTable(schema)+` WHERE run_id = $1`, id)
+	if err != nil {
+		return rep, false, fmt.Errorf("read the latest reconciliation run's findings: %w", err)
+	}
+	rep.Findings, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Finding, error) {
+		var f Finding
+		var kind string
+		err := r.Scan(&kind, &f.Kind, &f.Provider)
+		f.Finding = FindingKind(kind)
+		return f, err
+	})
+	if err != nil {
+		return rep, false, fmt.Errorf("read the latest reconciliation run's findings: %w", err)
+	}
+	return rep, true, nil
 }

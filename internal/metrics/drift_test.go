@@ -5,10 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sidefx/sidefx/drift"
+	"github.com/sidefx/sidefx/reconcile"
 )
 
 // A rule the checker refused at start counts in sidefx_drift_run_errors_total
@@ -63,5 +65,26 @@ func TestRunFailed_CountsAReconciliationRunThatFailed(t *testing.T) {
 	b.m.RunFailed(errors.New("the runs table is gone"))
 	if got := testutil.ToFloat64(b.m.ReconErrorsForTest()); got != before+1 {
 		t.Fatalf("sidefx_reconcile_errors_total = %v after a failed run, want %v", got, before+1)
+	}
+}
+
+// A replica's findings gauges follow the latest run any replica finished
+// (LatestRun), and never go back to an older run than the one they show.
+func TestLatestRun_SetsTheGaugesFromTheLatestRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.m.PrimeReconcile(map[string]string{"charge.create": "stripe"})
+	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	b.m.LatestRun(reconcile.Report{Finished: at, Findings: []reconcile.Finding{
+		{Finding: reconcile.Absent, Kind: "charge.create", Provider: "stripe"},
+		{Finding: reconcile.Absent, Kind: "charge.create", Provider: "stripe"},
+	}})
+	if got := testutil.ToFloat64(b.m.ReconFindingsForTest("charge.create", "stripe", "absent")); got != 2 {
+		t.Fatalf("absent = %v after another replica's run found 2, want 2", got)
+	}
+	b.m.Reconciled(reconcile.Report{Finished: at.Add(time.Minute)}) // this replica's own, later run: nothing
+	b.m.LatestRun(reconcile.Report{Finished: at, Findings: []reconcile.Finding{{Finding: reconcile.Absent, Kind: "charge.create", Provider: "stripe"}}})
+	if got := testutil.ToFloat64(b.m.ReconFindingsForTest("charge.create", "stripe", "absent")); got != 0 {
+		t.Fatalf("absent = %v: an older run overwrote a later one's 0", got)
 	}
 }

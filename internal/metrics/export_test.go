@@ -42,3 +42,6 @@ func (m *Metrics) DriftStuckForTest(reason string) prometheus.Collector {
 func (m *Metrics) DriftErrorsForTest() prometheus.Collector  { return m.driftErrors }
 func (m *Metrics) DriftLastRunForTest() prometheus.Collector { return m.driftLastRun }
 func (m *Metrics) ReconErrorsForTest() prometheus.Collector  { return m.reconErrors }
+func (m *Metrics) ReconFindingsForTest(kind, provider, finding string) prometheus.Collector {
+	return m.reconFindings.WithLabelValues(kind, provider, finding)
+}

@@ -156,6 +156,7 @@ type Metrics struct {
 	events        *prometheus.CounterVec
 	reconMu       sync.Mutex
 	reconPrimed   map[struct{ kind, provider string }]bool
+	reconSeen     time.Time // the finish of the latest run the gauges show
 }
 
 var _ dispatcher.Observer = (*Metrics)(nil)
@@ -454,14 +455,7 @@ var reconGauged = []reconcile.FindingKind{reconcile.Absent, reconcile.Extra, rec
 // provider, 0 where the run found nothing), counts the effects it settled
 // and its errors, and the time of the run.
 func (m *Metrics) Reconciled(rep reconcile.Report) {
-	type key struct{ kind, provider string }
-	counts := map[key]map[reconcile.FindingKind]int{}
 	for _, f := range rep.Findings {
-		k := key{f.Kind, f.Provider}
-		if counts[k] == nil {
-			counts[k] = map[reconcile.FindingKind]int{}
-		}
-		counts[k][f.Finding]++
 		switch f.Finding {
 		case reconcile.Settled:
 			m.reconSettled.WithLabelValues(f.Kind, f.Provider, "confirmed").Inc()
@@ -471,11 +465,44 @@ func (m *Metrics) Reconciled(rep reconcile.Report) {
 			m.reconErrors.Inc()
 		}
 	}
+	m.setReconGauges(rep)
+}
+
+var _ reconcile.LatestObserver = (*Metrics)(nil)
+
+// LatestRun sets the findings gauges and the last run's time from the
+// latest run any replica (or a run by hand) finished, read at each of this
+// replica's ticks: every replica shows the latest findings.
+func (m *Metrics) LatestRun(rep reconcile.Report) {
+	m.reconMu.Lock()
+	seen := m.reconSeen
+	m.reconMu.Unlock()
+	if !rep.Finished.After(seen) {
+		return // this replica set them from that run, or a later one, itself
+	}
+	m.setReconGauges(rep)
+}
+
+// setReconGauges sets sidefx_reconcile_findings from rep (every primed
+// kind and provider, 0 where it found nothing) and the last run's time.
+func (m *Metrics) setReconGauges(rep reconcile.Report) {
+	type key struct{ kind, provider string }
+	counts := map[key]map[reconcile.FindingKind]int{}
+	for _, f := range rep.Findings {
+		k := key{f.Kind, f.Provider}
+		if counts[k] == nil {
+			counts[k] = map[reconcile.FindingKind]int{}
+		}
+		counts[k][f.Finding]++
+	}
 	m.reconMu.Lock()
 	for k := range m.reconPrimed {
-		if _, ok := counts[k]; !ok {
-			counts[k] = nil // every primed pair is set, to 0 when nothing was found
+		if _, ok := counts[key(k)]; !ok {
+			counts[key(k)] = nil // every primed pair is set, to 0 when nothing was found
 		}
+	}
+	if rep.Finished.After(m.reconSeen) {
+		m.reconSeen = rep.Finished
 	}
 	m.reconMu.Unlock()
 	for k, c := range counts {
