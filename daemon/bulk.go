@@ -46,6 +46,12 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	if len(args) == 0 {
 		return usageErr("bulk: give an action: retry, resolve, refire, cancel or supersede")
 	}
+	if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+		fmt.Fprintln(io.Err, "usage: sidefx bulk ACTION [filter flags] [--note WHY] [--yes]\n"+
+			"  ACTION is retry, resolve, refire, cancel or supersede; without --yes it shows what it would touch.\n"+
+			"  sidefx bulk ACTION -h lists the flags.")
+		return nil
+	}
 	action, err := ops.ParseAction(args[0])
 	if err != nil {
 		return usageErr("bulk: %v", err)

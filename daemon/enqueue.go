@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
@@ -206,7 +207,12 @@ func enqueueLines(ctx context.Context, io *IO, ob *outbox.Outbox, db outbox.DB, 
 		dec := json.NewDecoder(bytes.NewReader(text))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&l); err != nil {
-			fail(n, fmt.Errorf("not a JSON object of source_id, kind, payload: %v", err))
+			var te *time.ParseError
+			if errors.As(err, &te) {
+				fail(n, fmt.Errorf("not_before %q is not an RFC 3339 time (2026-11-26T10:00:00Z)", strings.Trim(te.Value, `"`)))
+				continue
+			}
+			fail(n, fmt.Errorf("not a JSON object of source_id, kind, payload and optionally max_attempts, not_before: %v", err))
 			continue
 		}
 		if dec.More() {
@@ -247,9 +253,20 @@ func enqueueLines(ctx context.Context, io *IO, ob *outbox.Outbox, db outbox.DB, 
 		return err
 	}
 	emit()
-	fmt.Fprintf(io.Out, "%d inserted, %d already present, %d bad lines\n", inserted, present, bad)
-	if bad > 0 {
-		return fmt.Errorf("%d bad lines (each reported above); the others were enqueued", bad)
+	fmt.Fprintf(io.Out, "%d inserted, %d already present, %s\n", inserted, present, plural(bad, "bad line", "bad lines"))
+	switch {
+	case bad > 0 && inserted+present == 0:
+		return fmt.Errorf("%s (each reported above); nothing was enqueued", plural(bad, "bad line", "bad lines"))
+	case bad > 0:
+		return fmt.Errorf("%s (each reported above); the others were enqueued", plural(bad, "bad line", "bad lines"))
 	}
 	return nil
+}
+
+// plural is n with the noun that agrees with it.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -100,6 +100,11 @@ func TestCLI_UsageAndExitCodes(t *testing.T) {
 	if err := Run(context.Background(), []string{"help"}, io); err != nil || !strings.Contains(out.String(), "resolve") {
 		t.Fatalf("help: %v\n%s", err, out.String())
 	}
+	// bulk's help is help, not "-h is not an action".
+	errOut.Reset()
+	if err := Run(context.Background(), []string{"bulk", "-h"}, io); err != nil || !strings.Contains(errOut.String(), "usage: sidefx bulk ACTION") {
+		t.Fatalf("bulk -h: %v\n%s", err, errOut.String())
+	}
 }
 
 func TestCLI_MigrateEnqueueStatusInspect(t *testing.T) {
@@ -382,6 +387,27 @@ func TestCLI_UnservedKinds(t *testing.T) {
 	out := c.ok("status")
 	if !strings.Contains(out, "1 pending pager.page effects wait for a dispatcher: no live dispatcher serves pager.page") || strings.Contains(out, "charge.create effects wait") {
 		t.Fatalf("status:\n%s", out)
+	}
+	// What to do depends on why: a kind never served is added to a
+	// daemon's configuration (or is a typo of a known one); a kind a
+	// dispatcher served before, or the configuration has, wants its daemon
+	// started.
+	if !strings.Contains(out, "Add the kind to a daemon's configuration, or check its spelling.") {
+		t.Errorf("status of a kind never served:\n%s", out)
+	}
+	if err := c.eng.RegisterKinds(ctx, engine.Beat{Kinds: []string{"pager.page"}}); err != nil {
+		t.Fatal(err)
+	}
+	if out := c.ok("status"); !strings.Contains(out, "A dispatcher served it before: start the daemon that serves it") {
+		t.Errorf("status of a kind served before:\n%s", out)
+	}
+	cfgPager := filepath.Join(t.TempDir(), "pager.yaml")
+	if err := os.WriteFile(cfgPager, []byte("database_url: "+c.url+"\nproviders:\n  hooks: {type: webhook, url: \"http://127.0.0.1:1/h\", secret_env: HOOK_SECRET}\nkinds:\n  pager.page: {provider: hooks}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.env = map[string]string{"HOOK_SECRET": "whsec_ZGFlbW9uLXRlc3Qtc2lnbmluZy1rZXktMzJieXRlcw=="}
+	if out := c.ok("status", "--config", cfgPager); !strings.Contains(out, "The configuration serves it: start sidefx run with it") {
+		t.Errorf("status of a configured kind:\n%s", out)
 	}
 	var st struct {
 		Unserved map[string]int64 `json:"unserved_pending"`
@@ -950,5 +976,19 @@ func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
 	var events int
 	if err := owner.QueryRow(ctx, `SELECT count(*) FROM side_effect_events`).Scan(&events); err != nil || events != 5 {
 		t.Errorf("the operator's five actions left %d events, %v", events, err)
+	}
+}
+
+// enqueue --from says what was wrong with a line's not_before, counts
+// "1 bad line", and does not say "the others were enqueued" when none was.
+func TestCLI_EnqueueFromLinesSaysWhatWasWrong(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newCLI(t)
+	out, _, err := c.run(`{"source_id": "o-1", "kind": "email.receipt", "payload": {}, "not_before": "-infinity"}`+"\n", "enqueue", "--any-kind", "--from", "-")
+	if err == nil || err.Error() != "1 bad line (each reported above); nothing was enqueued" {
+		t.Errorf("one bad line: %v", err)
+	}
+	if !strings.Contains(out, `not_before "-infinity" is not an RFC 3339 time`) || !strings.Contains(out, "0 inserted, 0 already present, 1 bad line\n") {
+		t.Errorf("one bad line said:\n%s", out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -136,8 +137,8 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 				pending, len(unservedStats)-i)
 			break
 		}
-		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). Add the kind to a daemon's configuration.\n",
-			s.ByState[effects.Pending], printable(s.Kind), printable(s.Kind), s.OldestPending.Round(time.Second))
+		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). %s\n",
+			s.ByState[effects.Pending], printable(s.Kind), printable(s.Kind), s.OldestPending.Round(time.Second), unservedAdvice(ctx, c, io, store, s.Kind))
 	}
 	for _, p := range pauses {
 		fmt.Fprintf(io.Out, "\n%s %s is paused since %s by %s (%s): none of its effects is claimed until sidefx resume --%s %s.\n",
@@ -172,4 +173,24 @@ func allStates(n map[effects.State]int64) map[effects.State]int64 {
 		out[st] = n[st]
 	}
 	return out
+}
+
+// unservedAdvice says what to do about a kind no live dispatcher serves:
+// start the daemon that serves it, when a dispatcher served it before or
+// the configuration given has it; else add it to a daemon's configuration,
+// or check its spelling, naming the close known kinds.
+func unservedAdvice(ctx context.Context, c *common, io *IO, store *effects.Store, kind string) string {
+	if cfg, err := c.loadConfig(io); err == nil && cfg != nil {
+		if _, ok := cfg.Kinds[kind]; ok {
+			return "The configuration serves it: start sidefx run with it (or see why its daemons are down)."
+		}
+	}
+	registered, err := store.RegisteredKinds(ctx)
+	if err != nil {
+		registered = nil // an older schema, or no SELECT on sidefx_kinds
+	}
+	if slices.Contains(registered, kind) {
+		return "A dispatcher served it before: start the daemon that serves it (or see why it is down)."
+	}
+	return "Add the kind to a daemon's configuration, or check its spelling" + closeOnes(kind, registered) + "."
 }

@@ -295,3 +295,17 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(rb)]
 }
+
+// RegisteredKinds returns the kinds dispatchers have recorded in
+// sidefx_kinds (schema 21), whenever they served them, sorted.
+func (s *Store) RegisteredKinds(ctx context.Context) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT kind FROM `+sqlname.Quote(s.schema)+`.sidefx_kinds ORDER BY kind`)
+	if err != nil {
+		return nil, fmt.Errorf("registered kinds: %w", translate(err))
+	}
+	kinds, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("registered kinds: %w", translate(err))
+	}
+	return kinds, nil
+}
