@@ -128,8 +128,8 @@ func TestReference_ParsesAndBuilds(t *testing.T) {
 	}
 }
 
-// Every field of the file is in Reference, so that the README documents
-// it.
+// Every field of the file is in Reference, so that docs/config-reference.md
+// documents it.
 func TestReference_DocumentsEveryField(t *testing.T) {
 	t.Parallel()
 	for _, v := range []any{config.Config{}, config.HTTPConfig{}, config.LogConfig{}, config.DispatcherConfig{},

@@ -14,7 +14,7 @@
 //	// rt.HTTP, rt.DriftSchedule…: nothing is started.
 //
 // Reference is a complete, commented file with every default. It and the
-// README's reference table are generated from the documentation of the
+// table of docs/config-reference.md are generated from the documentation of the
 // fields of Config and the structs under it (go test ./config -run
 // TestReference -update), which is therefore the one place a field's
 // meaning and default are written.

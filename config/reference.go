@@ -7,7 +7,7 @@ import _ "embed" // Reference
 // package gives them, and example providers, kinds and a drift rule. It is
 // valid as it stands once the environment variables it names are set.
 //
-// It is generated, with the README's reference table, from the
+// It is generated, with the table of docs/config-reference.md, from the
 // documentation of the configuration's fields: after changing one, run
 //
 //	go test ./config -run TestReference -update

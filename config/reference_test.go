@@ -20,10 +20,10 @@ import (
 	"github.com/sidefx/sidefx/config"
 )
 
-// The reference, config.Reference (reference.yaml) and the README's table,
-// is generated here from the one place each field is documented: its doc
+// The reference, config.Reference (reference.yaml) and the table of
+// docs/config-reference.md, is generated here from the one place each field is documented: its doc
 // comment in this package. Run with -update after changing a field.
-var update = flag.Bool("update", false, "rewrite reference.yaml and the README's reference table")
+var update = flag.Bool("update", false, "rewrite reference.yaml and docs/config-reference.md")
 
 // referenceExample is the example the reference shows: only values, no
 // word of documentation. Every field it leaves out that has a default is
@@ -307,7 +307,7 @@ func shortDuration(d time.Duration) string {
 	return s
 }
 
-// generateTable renders the README's reference: one table per section,
+// generateTable renders docs/config-reference.md: one table per section,
 // every field with its documentation.
 func generateTable(t *testing.T) []byte {
 	t.Helper()
@@ -336,26 +336,26 @@ const (
 	tableEnd   = "<!-- end of reference -->\n"
 )
 
-// The reference file and the README's table are what the fields'
+// The reference file and docs/config-reference.md's table are what the fields'
 // documentation generates.
 func TestReference_GeneratedFromTheFieldDocs(t *testing.T) {
 	yml := generateReference(t)
 	table := generateTable(t)
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/config-reference.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	begin := bytes.Index(readme, []byte(tableBegin))
-	end := bytes.Index(readme, []byte(tableEnd))
+	begin := bytes.Index(doc, []byte(tableBegin))
+	end := bytes.Index(doc, []byte(tableEnd))
 	if begin < 0 || end < begin {
-		t.Fatalf("the README lacks the reference's markers %q … %q", tableBegin, tableEnd)
+		t.Fatalf("docs/config-reference.md lacks the reference's markers %q … %q", tableBegin, tableEnd)
 	}
-	newReadme := bytes.Join([][]byte{readme[:begin+len(tableBegin)], table, readme[end:]}, nil)
+	newDoc := bytes.Join([][]byte{doc[:begin+len(tableBegin)], table, doc[end:]}, nil)
 	if *update {
 		if err := os.WriteFile("reference.yaml", yml, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile("../README.md", newReadme, 0o644); err != nil {
+		if err := os.WriteFile("../docs/config-reference.md", newDoc, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -363,8 +363,8 @@ func TestReference_GeneratedFromTheFieldDocs(t *testing.T) {
 	if config.Reference != string(yml) {
 		t.Errorf("reference.yaml is not what the fields' documentation generates: run go test ./config -run TestReference -update")
 	}
-	if !bytes.Equal(readme, newReadme) {
-		t.Errorf("the README's reference table is not what the fields' documentation generates: run go test ./config -run TestReference -update")
+	if !bytes.Equal(doc, newDoc) {
+		t.Errorf("docs/config-reference.md is not what the fields' documentation generates: run go test ./config -run TestReference -update")
 	}
 }
 

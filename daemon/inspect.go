@@ -19,7 +19,7 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("inspect", io)
 	source := fs.String("source", "", "every effect of this source id")
 	kind := fs.String("kind", "", "with --source: only this kind")
-	asJSON := fs.Bool("json", false, "print JSON: an array of effects, each with its history and provider evidence (the README's \"JSON output\" describes the fields)")
+	asJSON := fs.Bool("json", false, "print JSON: an array of effects, each with its history and provider evidence (\"JSON output\" in docs/operations.md describes the fields)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

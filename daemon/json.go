@@ -12,8 +12,8 @@ import (
 
 // The JSON of sidefx list, inspect and status: effects as
 // effects.EffectJSON writes them, and the rest in the same manner
-// (snake_case, effects.JSONTime, null for unset). The README's "JSON
-// output" describes it; testdata/*.golden pins it.
+// (snake_case, effects.JSONTime, null for unset). "JSON output" in
+// docs/operations.md describes it; testdata/*.golden pins it.
 
 // limits resolves the attempt limit of effects as the dispatcher applies
 // it: what the live dispatchers report of each kind, and the

@@ -53,27 +53,27 @@ func TestJSON_Enqueued(t *testing.T) {
 	}
 }
 
-// The CLI's help points to the README's description of the JSON, which
-// exists.
-func TestJSON_HelpPointsToTheREADME(t *testing.T) {
+// The CLI's help points to the description of the JSON in
+// docs/operations.md, which exists.
+func TestJSON_HelpPointsToTheDocs(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "\n#### JSON output\n") {
-		t.Fatal(`the README has no "JSON output" section`)
+	if !strings.Contains(string(doc), "\n## JSON output\n") {
+		t.Fatal(`docs/operations.md has no "JSON output" section`)
 	}
 	var out, errOut strings.Builder
 	io := &IO{Out: &out, Err: &errOut, Getenv: func(string) string { return "" }}
-	if err := Run(context.Background(), []string{"help"}, io); err != nil || !strings.Contains(out.String(), `README's "JSON output"`) {
+	if err := Run(context.Background(), []string{"help"}, io); err != nil || !strings.Contains(out.String(), `"JSON output" in docs/operations.md`) {
 		t.Errorf("sidefx help: %v\n%s", err, out.String())
 	}
 	for _, cmd := range []string{"list", "inspect", "status"} {
 		errOut.Reset()
 		Run(context.Background(), []string{cmd, "-h"}, io) //nolint:errcheck // flag.ErrHelp
-		if !strings.Contains(errOut.String(), `README's "JSON output"`) {
-			t.Errorf("sidefx %s -h does not point to the README:\n%s", cmd, errOut.String())
+		if !strings.Contains(errOut.String(), `"JSON output" in docs/operations.md`) {
+			t.Errorf("sidefx %s -h does not point to docs/operations.md:\n%s", cmd, errOut.String())
 		}
 	}
 }

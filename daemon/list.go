@@ -107,7 +107,7 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 	ff.add(fs)
 	limit := fs.Int("limit", 50, "effects per page (at most 10000)")
 	after := fs.Int64("after", 0, "the page after this effect `id` (the last one of the previous page)")
-	asJSON := fs.Bool("json", false, "print JSON lines, one effect each (the README's \"JSON output\" describes the fields)")
+	asJSON := fs.Bool("json", false, "print JSON lines, one effect each (\"JSON output\" in docs/operations.md describes the fields)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ type statusJSON struct {
 
 func statusCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("status", io)
-	asJSON := fs.Bool("json", false, "print JSON (the README's \"JSON output\" describes the fields)")
+	asJSON := fs.Bool("json", false, "print JSON (\"JSON output\" in docs/operations.md describes the fields)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

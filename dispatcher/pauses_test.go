@@ -147,7 +147,7 @@ func TestDispatcher_AResumeBeforeTheListenerIsUpIsHeard(t *testing.T) {
 }
 
 // Pending effects of kinds no dispatcher serves are reported again every
-// few heartbeats (every minute by default, as the README says), not once at
+// few heartbeats (every minute by default, as docs/dispatch.md says), not once at
 // start: no pause notification is needed for the next report.
 func TestDispatcher_ReportsUnservedKindsAgainEveryFewHeartbeats(t *testing.T) {
 	t.Parallel()

@@ -96,7 +96,7 @@
 // max_prepared_statements = 0 (SQLSTATE 26000, prepared statement does not
 // exist): give the producer's pool default_query_exec_mode=exec in its URL
 // (or ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec). The daemon
-// needs a session connection (see the README, "Through PgBouncer").
+// needs a session connection (see docs/pgbouncer.md).
 //
 // # Tracing
 //

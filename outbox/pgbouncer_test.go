@@ -150,7 +150,7 @@ func TestPgBouncer_PgxDefaultStatementCache(t *testing.T) {
 		err := pgxDefaultsScenario(t, poolThrough(t, b, "", 2))
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "26000" || !strings.Contains(pgErr.Message, "prepared statement") {
-			t.Fatalf("PgBouncer %s, max_prepared_statements unset: pgx's default statement cache gave %v, want prepared statement does not exist (SQLSTATE 26000); if that changed, update the README's PgBouncer section", v, err)
+			t.Fatalf("PgBouncer %s, max_prepared_statements unset: pgx's default statement cache gave %v, want prepared statement does not exist (SQLSTATE 26000); if that changed, update docs/pgbouncer.md", v, err)
 		}
 		t.Logf("pgx's defaults through PgBouncer %s: %v", v, err)
 	}
@@ -318,7 +318,7 @@ func producers() []producer {
 		}
 	}}
 	return []producer{
-		// pgx with the fix the README documents for PgBouncer before 1.21.
+		// pgx with the fix docs/pgbouncer.md documents for PgBouncer before 1.21.
 		goProducer("go-exec-enqueue", "exec", false),
 		goProducer("go-exec-many", "exec", true),
 		goProducer("go-cache-describe-many", "cache_describe", true),

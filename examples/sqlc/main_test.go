@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/url"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/derive"
@@ -14,33 +17,61 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// The example runs against a real PostgreSQL with the sidefx schema, and
-// leaves one order with its two effects: none of the refused order.
-func TestRun(t *testing.T) {
-	url := pgtest.URL(t)
-	var out bytes.Buffer
-	if err := run(context.Background(), url, &out); err != nil {
+// freshDatabase returns the URL of a new, empty database on the test's
+// server: no sidefx schema, no tables. It is dropped in t.Cleanup.
+func freshDatabase(t *testing.T) string {
+	t.Helper()
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`placed order-1042
-  effect 1 inserted=true key=%s
-  effect 2 inserted=true key=%s
-order-1043 refused: reserve mug for order order-1043
+	name := "sqlc_fresh_" + strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	admin := pgtest.Admin(t)
+	ctx := context.Background()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+	u.Path = "/" + name
+	return u.String()
+}
+
+// The example runs on a fresh database (it applies sidefx's migrations
+// itself), and again on the same one: the second run finds its order
+// placed and its effects duplicates. Either way it leaves one order with
+// its two effects, none of the refused order.
+func TestRun_FreshDatabaseAndTwice(t *testing.T) {
+	dbURL := freshDatabase(t)
+	charge, receipt := derive.Key("sqlc-order-1", "charge.payment_intents.create"), derive.Key("sqlc-order-1", "email.receipt")
+	tail := `sqlc-order-2 refused: reserve mug for order sqlc-order-2
   again: effect 1 inserted=false
   again: effect 2 inserted=false
 another amount: payload mismatch true
 orders: 1
-`, derive.Key("order-1042", "charge.payment_intents.create"), derive.Key("order-1042", "email.receipt"))
-	if out.String() != want {
-		t.Fatalf("output:\n%s\nwant:\n%s", out.String(), want)
+`
+	for i, want := range []string{
+		fmt.Sprintf("placed sqlc-order-1\n  effect 1 inserted=true key=%s\n  effect 2 inserted=true key=%s\n", charge, receipt) + tail,
+		fmt.Sprintf("sqlc-order-1 was placed before (a retry): its effects are duplicates\n  effect 1 inserted=false key=%s\n  effect 2 inserted=false key=%s\n", charge, receipt) + tail,
+	} {
+		var out bytes.Buffer
+		if err := run(context.Background(), dbURL, &out); err != nil {
+			t.Fatalf("run %d: %v", i+1, err)
+		}
+		if out.String() != want {
+			t.Fatalf("run %d, output:\n%s\nwant:\n%s", i+1, out.String(), want)
+		}
 	}
-	pool, err := pgxpool.New(context.Background(), url)
+	pool, err := pgxpool.New(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
 	var effects, refused int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE source_id = 'order-1043') FROM side_effects`).
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE source_id = 'sqlc-order-2') FROM side_effects`).
 		Scan(&effects, &refused); err != nil {
 		t.Fatal(err)
 	}

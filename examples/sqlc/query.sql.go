@@ -20,6 +20,7 @@ func (q *Queries) CountOrders(ctx context.Context) (int64, error) {
 const createOrder = `-- name: CreateOrder :one
 INSERT INTO orders (id, customer_email, sku, amount_cents, currency)
 VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO NOTHING
 RETURNING id, customer_email, sku, amount_cents, currency, created_at
 `
 
@@ -39,6 +40,25 @@ func (q *Queries) CreateOrder(ctx context.Context, arg CreateOrderParams) (Order
 		arg.AmountCents,
 		arg.Currency,
 	)
+	var i Order
+	err := row.Scan(
+		&i.ID,
+		&i.CustomerEmail,
+		&i.Sku,
+		&i.AmountCents,
+		&i.Currency,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
+const getOrder = `-- name: GetOrder :one
+SELECT id, customer_email, sku, amount_cents, currency, created_at
+FROM orders WHERE id = $1
+`
+
+func (q *Queries) GetOrder(ctx context.Context, id string) (Order, error) {
+	row := q.db.QueryRowContext(ctx, getOrder, id)
 	var i Order
 	err := row.Scan(
 		&i.ID,

@@ -1,5 +1,6 @@
 -- The service's own tables (sqlc reads them to type the queries). The
--- sidefx schema (side_effects and its functions) comes from `sidefx migrate`.
+-- sidefx schema (side_effects and its functions) comes from sidefx's
+-- migrations: `sidefx migrate`, or migrations.Apply as main.go does.
 CREATE TABLE IF NOT EXISTS orders (
   id             text        PRIMARY KEY,
   customer_email text        NOT NULL,

@@ -17,8 +17,8 @@ import (
 
 // The console acts with the daemon's database role. With the least
 // privileges of deploy/postgres/daemon-role.sql its pages and the actions
-// on effects work; pausing and superseding need the operators' grants the
-// README names, and work with them.
+// on effects work; pausing and superseding need the operators' grants
+// docs/operations.md names, and work with them.
 func TestConsole_WithTheDaemonsLeastPrivileges(t *testing.T) {
 	t.Parallel()
 	owner, daemon, role := pgtest.DaemonRole(t)

@@ -18,21 +18,21 @@ import (
 	"github.com/sidefx/sidefx/providers"
 )
 
-// readmeExample returns the YAML block the README marks with name.
+// readmeExample returns the YAML block docs/providers.md marks with name.
 func readmeExample(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/providers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	marker := "<!-- http-example: " + name + " -->\n```yaml\n"
 	_, rest, ok := strings.Cut(string(b), marker)
 	if !ok {
-		t.Fatalf("the README has no %q example", name)
+		t.Fatalf("docs/providers.md has no %q example", name)
 	}
 	block, _, ok := strings.Cut(rest, "```")
 	if !ok {
-		t.Fatalf("the README's %q example does not end", name)
+		t.Fatalf("docs/providers.md's %q example does not end", name)
 	}
 	return block
 }
@@ -212,7 +212,7 @@ func TestVendorStyles(t *testing.T) {
 			doc := "database_url: postgres://localhost/app\n" + strings.Replace(readmeExample(t, tc.name), tc.host, srv.URL, 1)
 			cfg, err := config.Parse([]byte(doc), func(k string) string { return tc.env[k] })
 			if err != nil {
-				t.Fatalf("the README's %s example: %v", tc.name, err)
+				t.Fatalf("docs/providers.md's %s example: %v", tc.name, err)
 			}
 			rt, err := config.Build(cfg, func(k string) string { return tc.env[k] }, nil)
 			if err != nil {
