@@ -503,7 +503,9 @@ type ReconcileConfig struct {
 	// Default 500.
 	Limit int `yaml:"limit"`
 
-	// Retention is how long stored runs are kept. Default 720h.
+	// Retention is how long stored runs are kept, and the providers'
+	// evidence of effects that are finished or gone (an effect that may
+	// still settle keeps all of its evidence). Default 720h.
 	Retention Duration `yaml:"retention"`
 }
 
