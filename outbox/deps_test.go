@@ -134,3 +134,90 @@ func TestOutbox_CompilesNoProviderMetricsOrTestCode(t *testing.T) {
 		}
 	}
 }
+
+// lightForbidden are the modules, by path prefix, that a producer's payload
+// check (payloadcheck and the provider check packages it uses) must not
+// compile: the provider clients, metrics, telemetry, the dispatcher's rate
+// limits and test-only code. The daemon's YAML is allowed: payloadcheck
+// reads the daemon's file.
+var lightForbidden = map[string]string{
+	"github.com/stripe/stripe-go/":                             "the Stripe provider's client",
+	"github.com/sendgrid/":                                     "the SendGrid provider's client",
+	"github.com/standard-webhooks/standard-webhooks/libraries": "the webhook provider's",
+	"github.com/prometheus/":                                   "the daemon's metrics",
+	"go.opentelemetry.io/":                                     "telemetry",
+	"google.golang.org/grpc":                                   "telemetry's exporter",
+	"github.com/robfig/cron/v3":                                "drift's scheduler",
+	"golang.org/x/time":                                        "the dispatcher's rate limits",
+	"go.uber.org/goleak":                                       "test-only",
+	"pgregory.net/rapid":                                       "test-only",
+	"github.com/Shopify/toxiproxy/v2":                          "test-only",
+}
+
+// lightForbiddenPackages are the packages, by import path prefix, that a
+// producer's payload check must not compile; lightForbiddenExact are
+// forbidden themselves but not their subpackages (the light checks live
+// under the providers').
+var (
+	lightForbiddenPackages = map[string]string{
+		"github.com/sidefx/sidefx/providers/webhook":      "the webhook provider",
+		"github.com/sidefx/sidefx/providers/httpapi":      "the http provider",
+		"github.com/sidefx/sidefx/providers/providertest": "test-only code",
+		"github.com/sidefx/sidefx/dispatcher":             "the dispatcher",
+		"github.com/sidefx/sidefx/reconcile":              "reconcile",
+		"github.com/sidefx/sidefx/drift":                  "drift",
+		"github.com/sidefx/sidefx/cmd/":                   "the binary",
+		"github.com/sidefx/sidefx/internal/metrics":       "Prometheus code",
+		"github.com/sidefx/sidefx/daemon":                 "the daemon",
+		"github.com/sidefx/sidefx/internal/store":         "the dispatcher's engine",
+		"github.com/sidefx/sidefx/internal/pgtest":        "test-only code",
+		"github.com/sidefx/sidefx/internal/pgcluster":     "test-only code",
+		"github.com/sidefx/sidefx/internal/pgbouncer":     "test-only code",
+		"github.com/sidefx/sidefx/internal/peers":         "test-only code",
+		"github.com/sidefx/sidefx/internal/invariant":     "test-only code",
+		"net/http": "an HTTP client",
+		"testing":  "test-only code",
+	}
+	lightForbiddenExact = map[string]string{
+		"github.com/sidefx/sidefx/providers":          "the providers' interface and tracing",
+		"github.com/sidefx/sidefx/providers/stripe":   "the Stripe provider",
+		"github.com/sidefx/sidefx/providers/sendgrid": "the SendGrid provider",
+		"github.com/sidefx/sidefx/config":             "the daemon's configuration, which builds the providers",
+	}
+)
+
+// A producer that checks its payloads as the daemon's providers will
+// (payloadcheck, for outbox.Config.CheckPayload) links the checks and not
+// the providers: no Stripe or SendGrid client, no HTTP client, no
+// dispatcher, reconcile, Prometheus, telemetry or test-only code.
+func TestPayloadCheck_CompilesNoProviderClientMetricsOrTelemetry(t *testing.T) {
+	t.Parallel()
+	for pkg, needs := range map[string][]string{
+		"github.com/sidefx/sidefx/payloadcheck":                     {"github.com/sidefx/sidefx/providers/stripe/stripecheck", "github.com/sidefx/sidefx/providers/sendgrid/sendgridcheck", "go.yaml.in/yaml/v3"},
+		"github.com/sidefx/sidefx/providers/stripe/stripecheck":     {"encoding/json"},
+		"github.com/sidefx/sidefx/providers/sendgrid/sendgridcheck": {"github.com/sidefx/sidefx/providers/sendgrid/internal/mail"},
+	} {
+		deps := listDeps(t, pkg)
+		for _, want := range append([]string{pkg}, needs...) {
+			if _, ok := deps[want]; !ok {
+				t.Fatalf("go list -deps %s lacks %s: the listing is not what this test expects (%d packages)", pkg, want, len(deps))
+			}
+		}
+		for _, p := range slices.Sorted(maps.Keys(deps)) {
+			d := deps[p]
+			for prefix, why := range lightForbidden {
+				if d.module != "" && strings.HasPrefix(d.module, prefix) {
+					t.Errorf("a program importing %s compiles %s, module %s (%s): %s", pkg, p, d.module, why, importChain(deps, pkg, p))
+				}
+			}
+			for prefix, why := range lightForbiddenPackages {
+				if p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/") {
+					t.Errorf("a program importing %s compiles %s (%s): %s", pkg, p, why, importChain(deps, pkg, p))
+				}
+			}
+			if why, bad := lightForbiddenExact[p]; bad {
+				t.Errorf("a program importing %s compiles %s (%s): %s", pkg, p, why, importChain(deps, pkg, p))
+			}
+		}
+	}
+}

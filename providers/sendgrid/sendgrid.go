@@ -21,11 +21,12 @@ import (
 	sg "github.com/sendgrid/sendgrid-go"
 
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/sendgrid/sendgridcheck"
 )
 
 // Defaults of Config.
 const (
-	DefaultName    = "sendgrid"
+	DefaultName    = sendgridcheck.DefaultName
 	DefaultBaseURL = "https://api.sendgrid.com"
 	DefaultTimeout = 30 * time.Second
 )
@@ -67,7 +68,8 @@ var ErrConfig = errors.New("invalid sendgrid configuration")
 
 // ErrBadPayload is wrapped by the error of a Rejected Result for a payload
 // that is not a mail Call can send; no request was made.
-var ErrBadPayload = errors.New("invalid sendgrid mail payload")
+// It is sendgridcheck.ErrBadPayload.
+var ErrBadPayload = sendgridcheck.ErrBadPayload
 
 // Config configures a Provider.
 type Config struct {
@@ -270,10 +272,7 @@ func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result 
 // provider's name when it has another ("mail: sendgrid mail send"), so that
 // a provider named for what it sends does not read "mail mail send".
 func (p *Provider) callName() string {
-	if p.name == DefaultName {
-		return "sendgrid mail send"
-	}
-	return p.name + ": sendgrid mail send"
+	return sendgridcheck.CallName(p.name)
 }
 
 // classify turns an answer into a Result.
@@ -385,10 +384,8 @@ func (p *Provider) LogValue() slog.Value { return slog.StringValue(p.String()) }
 var _ providers.PayloadChecker = (*Provider)(nil)
 
 // CheckPayload checks payload as a mail-send body, as Call does before any
-// request.
+// request: sendgridcheck.CheckPayload, which a producer can link without
+// the provider.
 func (p *Provider) CheckPayload(_ string, payload json.RawMessage) error {
-	if _, err := buildBody(providers.Call{Key: "sfx1_check", Payload: payload}); err != nil {
-		return fmt.Errorf("%s: %w", p.callName(), err)
-	}
-	return nil
+	return sendgridcheck.CheckPayload(p.name, payload)
 }

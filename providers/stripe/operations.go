@@ -1,16 +1,11 @@
 package stripe
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
-
 	stripego "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/stripe/stripecheck"
 )
 
 // The metadata keys the provider adds to the objects it creates, so that a
@@ -27,6 +22,8 @@ const (
 
 // operation is one Stripe API call an effect can make.
 type operation struct {
+	// name is its key in operations.
+	name string
 	// target: the payload's "id" names the object acted on (capture,
 	// cancel); it is taken out before the rest is read as parameters.
 	target bool
@@ -124,6 +121,13 @@ var operations = map[string]operation{
 	},
 }
 
+func init() {
+	for name, op := range operations {
+		op.name = name
+		operations[name] = op
+	}
+}
+
 func paymentIntent(pi *stripego.PaymentIntent, err error) (*object, error) {
 	if pi == nil {
 		return nil, err
@@ -133,45 +137,22 @@ func paymentIntent(pi *stripego.PaymentIntent, err error) (*object, error) {
 
 // Operations returns the Stripe operations the provider supports, sorted:
 // the values Config.Operations may map a kind to.
-func Operations() []string {
-	names := make([]string, 0, len(operations))
-	for name := range operations {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
-}
+func Operations() []string { return stripecheck.Operations() }
 
 // DefaultOperation returns the operation a kind maps to when
 // Config.Operations does not name it: the kind's last two dot-separated
 // words ("charge.payment_intents.create" → "payment_intents.create"). The
 // result may not be a supported operation.
-func DefaultOperation(kind string) string {
-	words := strings.Split(kind, ".")
-	if len(words) < 2 {
-		return kind
-	}
-	return strings.Join(words[len(words)-2:], ".")
-}
+func DefaultOperation(kind string) string { return stripecheck.DefaultOperation(kind) }
 
-// build reads a call's payload into op's parameters: the target object's id
-// (for capture and cancel) and the parameter struct, with the idempotency
+// build reads a call's payload into op's parameters, checked by stripecheck
+// (whose tables are stripe-go's structs): the target object's id (for
+// capture and cancel) and the parameter struct, with the idempotency
 // key and, where the object takes it, sidefx's metadata set.
 func (op operation) build(c providers.Call) (stripego.ParamsContainer, string, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(c.Payload, &fields); err != nil || fields == nil {
-		return nil, "", errors.New("want a JSON object of Stripe parameters")
-	}
-	var id string
-	if op.target {
-		raw, ok := fields["id"]
-		if !ok {
-			return nil, "", fmt.Errorf("want the %s… id of the object to act on in \"id\"", op.prefix)
-		}
-		if err := json.Unmarshal(raw, &id); err != nil || strings.TrimSpace(id) == "" || strings.TrimSpace(id) != id {
-			return nil, "", errors.New(`"id": want the id of the object to act on, a non-empty string`)
-		}
-		delete(fields, "id")
+	id, fields, err := stripecheck.Parse(op.name, c.Payload)
+	if err != nil {
+		return nil, "", err
 	}
 	params := op.params()
 	if err := decodeParams(fields, params); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -175,9 +176,9 @@ func decodeValue(raw json.RawMessage, v reflect.Value, path string, highPrecisio
 			return fmt.Errorf("parameter %q: want an object", path)
 		}
 		m := reflect.MakeMapWithSize(v.Type(), len(entries))
-		for k, e := range entries {
+		for _, k := range slices.Sorted(maps.Keys(entries)) { // as stripecheck reads them
 			ev := reflect.New(v.Type().Elem()).Elem()
-			if err := decodeValue(e, ev, join(path, k), highPrecision); err != nil {
+			if err := decodeValue(entries[k], ev, join(path, k), highPrecision); err != nil {
 				return err
 			}
 			m.SetMapIndex(reflect.ValueOf(k).Convert(v.Type().Key()), ev)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/stripe/stripecheck"
 )
 
 // DefaultBaseURL is Stripe's API.
@@ -46,11 +47,13 @@ var (
 	ErrIdempotencyMismatch = errors.New("stripe idempotency key reused with different parameters")
 	// ErrUnsupportedOperation: the effect's kind maps to no operation this
 	// provider supports. Rejected before any request.
-	ErrUnsupportedOperation = errors.New("unsupported stripe operation")
+	// It is stripecheck.ErrUnsupportedOperation.
+	ErrUnsupportedOperation = stripecheck.ErrUnsupportedOperation
 	// ErrInvalidPayload: the effect's payload is not the operation's
 	// parameters (or the call has no usable idempotency key). Rejected
 	// before any request.
-	ErrInvalidPayload = errors.New("invalid stripe payload")
+	// It is stripecheck.ErrInvalidPayload.
+	ErrInvalidPayload = stripecheck.ErrInvalidPayload
 )
 
 // Config configures a Provider.
@@ -298,15 +301,8 @@ var _ providers.PayloadChecker = (*Provider)(nil)
 
 // CheckPayload decodes payload strictly as the parameters of the operation
 // kind maps to, as Call does before any request: an unknown or mistyped
-// parameter is an error naming it.
+// parameter is an error naming it. It is stripecheck.CheckPayload with the
+// provider's operations, which a producer can link without the provider.
 func (p *Provider) CheckPayload(kind string, payload json.RawMessage) error {
-	name, ok := p.Operation(kind)
-	if !ok {
-		return fmt.Errorf("stripe: kind %q maps to operation %q (supported: %s): %w",
-			kind, name, strings.Join(Operations(), ", "), ErrUnsupportedOperation)
-	}
-	if _, _, err := operations[name].build(providers.Call{Kind: kind, Key: "sfx1_check", Payload: payload}); err != nil {
-		return fmt.Errorf("stripe %s: payload: %s: %w", name, err, ErrInvalidPayload)
-	}
-	return nil
+	return stripecheck.CheckPayload(p.ops, kind, payload)
 }
