@@ -69,7 +69,7 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 			return err
 		}
 		if *asJSON {
-			return writeJSON(io.Out, runs)
+			return writeJSON(io.Out, driftRecordsJSON(runs))
 		}
 		if len(runs) == 0 {
 			fmt.Fprintln(io.Out, "no drift runs yet")
@@ -99,7 +99,7 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(io.Out, rep)
+		return writeJSON(io.Out, newDriftRunJSON(rep))
 	}
 	for _, f := range rep.Findings {
 		printFinding(io.Out, f)

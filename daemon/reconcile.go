@@ -55,7 +55,7 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 			return err
 		}
 		if *asJSON {
-			return writeJSON(io.Out, runs)
+			return writeJSON(io.Out, reconcileRecordsJSON(runs))
 		}
 		if len(runs) == 0 {
 			fmt.Fprintln(io.Out, "no reconciliation runs yet")
@@ -91,7 +91,7 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(io.Out, rep)
+		return writeJSON(io.Out, newReconcileRunJSON(rep))
 	}
 	counts := map[reconcile.FindingKind]int{}
 	for _, f := range rep.Findings {
