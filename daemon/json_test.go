@@ -136,17 +136,23 @@ func jsonFixture(t *testing.T) *cli {
 }
 
 // The JSON of sidefx list, inspect and status is pinned by
-// testdata/*.golden.
+// testdata/*.golden, and none of its keys has an uppercase letter (drift
+// and reconcile: runjson_test.go).
 func TestJSON_Golden(t *testing.T) {
 	t.Parallel()
 	c := jsonFixture(t)
-	golden(t, "list.golden", c.ok("list", "--json"))
+	list := c.ok("list", "--json")
+	golden(t, "list.golden", list)
 	var inspect strings.Builder
 	for _, id := range []string{"1", "2", "3"} {
 		inspect.WriteString(c.ok("inspect", id, "--json"))
 	}
 	golden(t, "inspect.golden", inspect.String())
-	golden(t, "status.golden", c.ok("status", "--json"))
+	status := c.ok("status", "--json")
+	golden(t, "status.golden", status)
+	noUpperKeys(t, "list --json", list)
+	noUpperKeys(t, "inspect --json", inspect.String())
+	noUpperKeys(t, "status --json", status)
 
 	// With a configuration that sets a kind's max_attempts, and no live
 	// dispatcher that says otherwise, the configuration's is the limit.

@@ -183,14 +183,15 @@ func findingCounts(counts map[reconcile.FindingKind]int) map[string]int {
 	return out
 }
 
-// reconcileRunJSON is the run sidefx reconcile run --json made: Looked
-// counts the uncertain effects looked at by effect kind, Counts the
-// findings by finding.
+// reconcileRunJSON is the run sidefx reconcile run --json made: Errors
+// counts its error findings, Looked the uncertain effects looked at by
+// effect kind, Counts the findings by finding.
 type reconcileRunJSON struct {
 	ID         int64                  `json:"id"`
 	StartedAt  *string                `json:"started_at"`
 	FinishedAt *string                `json:"finished_at"`
 	DurationMS *int64                 `json:"duration_ms"`
+	Errors     int                    `json:"errors"`
 	Looked     map[string]int         `json:"looked"`
 	Counts     map[string]int         `json:"counts"`
 	Findings   []reconcileFindingJSON `json:"findings"`
@@ -207,7 +208,7 @@ func newReconcileRunJSON(rep reconcile.Report) reconcileRunJSON {
 	}
 	return reconcileRunJSON{
 		ID: rep.RunID, StartedAt: effects.JSONTime(rep.Started), FinishedAt: effects.JSONTime(rep.Finished),
-		DurationMS: spanMS(rep.Started, rep.Finished), Looked: looked, Counts: findingCounts(counts),
+		DurationMS: spanMS(rep.Started, rep.Finished), Errors: counts[reconcile.Error], Looked: looked, Counts: findingCounts(counts),
 		Findings: reconcileFindingsJSON(rep.Findings),
 	}
 }
