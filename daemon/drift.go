@@ -50,7 +50,7 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	fs, c := newFlags("drift "+args[0], io)
 	limit := fs.Int("limit", 10, "with list: how many runs")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (the README's \"JSON output\" describes the fields)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}

@@ -69,11 +69,11 @@ func TestJSON_HelpPointsToTheREADME(t *testing.T) {
 	if err := Run(context.Background(), []string{"help"}, io); err != nil || !strings.Contains(out.String(), `README's "JSON output"`) {
 		t.Errorf("sidefx help: %v\n%s", err, out.String())
 	}
-	for _, cmd := range []string{"list", "inspect", "status"} {
+	for _, cmd := range [][]string{{"list"}, {"inspect"}, {"status"}, {"drift", "run"}, {"drift", "list"}, {"reconcile", "run"}, {"reconcile", "list"}} {
 		errOut.Reset()
-		Run(context.Background(), []string{cmd, "-h"}, io) //nolint:errcheck // flag.ErrHelp
+		Run(context.Background(), append(cmd, "-h"), io) //nolint:errcheck // flag.ErrHelp
 		if !strings.Contains(errOut.String(), `README's "JSON output"`) {
-			t.Errorf("sidefx %s -h does not point to the README:\n%s", cmd, errOut.String())
+			t.Errorf("sidefx %s -h does not point to the README:\n%s", strings.Join(cmd, " "), errOut.String())
 		}
 	}
 }

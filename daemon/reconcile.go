@@ -36,7 +36,7 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("reconcile "+args[0], io)
 	limit := fs.Int("limit", 10, "with list: how many runs")
 	show := fs.Int("findings", 20, "how many findings to show per run")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (the README's \"JSON output\" describes the fields)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
