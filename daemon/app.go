@@ -99,7 +99,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n            %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintln(w, "\nEvery command takes --config FILE and --database-url URL (or SIDEFX_DATABASE_URL). sidefx COMMAND -h lists its flags.")
-	fmt.Fprintln(w, "The fields of list, inspect and status --json: \"JSON output\" in docs/operations.md.")
+	fmt.Fprintln(w, "The fields of list, inspect, status, drift and reconcile --json: \"JSON output\" in docs/operations.md.")
 }
 
 // usageError is a command line that cannot be run: exit status 2.

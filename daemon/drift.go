@@ -50,7 +50,7 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	fs, c := newFlags("drift "+args[0], io)
 	limit := fs.Int("limit", 10, "with list: how many runs")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (\"JSON output\" in docs/operations.md describes the fields)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 			return err
 		}
 		if *asJSON {
-			return writeJSON(io.Out, runs)
+			return writeJSON(io.Out, driftRecordsJSON(runs))
 		}
 		if len(runs) == 0 {
 			fmt.Fprintln(io.Out, "no drift runs yet")
@@ -99,7 +99,7 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(io.Out, rep)
+		return writeJSON(io.Out, newDriftRunJSON(rep))
 	}
 	for _, f := range rep.Findings {
 		printFinding(io.Out, f)

@@ -69,11 +69,11 @@ func TestJSON_HelpPointsToTheDocs(t *testing.T) {
 	if err := Run(context.Background(), []string{"help"}, io); err != nil || !strings.Contains(out.String(), `"JSON output" in docs/operations.md`) {
 		t.Errorf("sidefx help: %v\n%s", err, out.String())
 	}
-	for _, cmd := range []string{"list", "inspect", "status"} {
+	for _, cmd := range [][]string{{"list"}, {"inspect"}, {"status"}, {"drift", "run"}, {"drift", "list"}, {"reconcile", "run"}, {"reconcile", "list"}} {
 		errOut.Reset()
-		Run(context.Background(), []string{cmd, "-h"}, io) //nolint:errcheck // flag.ErrHelp
+		Run(context.Background(), append(cmd, "-h"), io) //nolint:errcheck // flag.ErrHelp
 		if !strings.Contains(errOut.String(), `"JSON output" in docs/operations.md`) {
-			t.Errorf("sidefx %s -h does not point to docs/operations.md:\n%s", cmd, errOut.String())
+			t.Errorf("sidefx %s -h does not point to docs/operations.md:\n%s", strings.Join(cmd, " "), errOut.String())
 		}
 	}
 }
@@ -136,17 +136,23 @@ func jsonFixture(t *testing.T) *cli {
 }
 
 // The JSON of sidefx list, inspect and status is pinned by
-// testdata/*.golden.
+// testdata/*.golden, and none of its keys has an uppercase letter (drift
+// and reconcile: runjson_test.go).
 func TestJSON_Golden(t *testing.T) {
 	t.Parallel()
 	c := jsonFixture(t)
-	golden(t, "list.golden", c.ok("list", "--json"))
+	list := c.ok("list", "--json")
+	golden(t, "list.golden", list)
 	var inspect strings.Builder
 	for _, id := range []string{"1", "2", "3"} {
 		inspect.WriteString(c.ok("inspect", id, "--json"))
 	}
 	golden(t, "inspect.golden", inspect.String())
-	golden(t, "status.golden", c.ok("status", "--json"))
+	status := c.ok("status", "--json")
+	golden(t, "status.golden", status)
+	noUpperKeys(t, "list --json", list)
+	noUpperKeys(t, "inspect --json", inspect.String())
+	noUpperKeys(t, "status --json", status)
 
 	// With a configuration that sets a kind's max_attempts, and no live
 	// dispatcher that says otherwise, the configuration's is the limit.

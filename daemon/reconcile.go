@@ -36,7 +36,7 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("reconcile "+args[0], io)
 	limit := fs.Int("limit", 10, "with list: how many runs")
 	show := fs.Int("findings", 20, "how many findings to show per run")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (\"JSON output\" in docs/operations.md describes the fields)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 			return err
 		}
 		if *asJSON {
-			return writeJSON(io.Out, runs)
+			return writeJSON(io.Out, reconcileRecordsJSON(runs))
 		}
 		if len(runs) == 0 {
 			fmt.Fprintln(io.Out, "no reconciliation runs yet")
@@ -91,7 +91,7 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(io.Out, rep)
+		return writeJSON(io.Out, newReconcileRunJSON(rep))
 	}
 	counts := map[reconcile.FindingKind]int{}
 	for _, f := range rep.Findings {

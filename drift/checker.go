@@ -180,6 +180,7 @@ func (c *Checker) run(ctx context.Context, tick time.Time) (rep Report, ran bool
 	}
 	defer end()
 	rep = run(ctx, c.pool, c.schema, c.cfg.Rules, c.refused, c.cfg.PendingAfter)
+	rep.RunID = id
 	if err := save(ctx, c.pool, c.schema, id, rep); err != nil {
 		return rep, true, err
 	}

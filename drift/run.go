@@ -29,6 +29,8 @@ func (s Stuck) Reasons() map[string]int {
 
 // Report is one drift run.
 type Report struct {
+	// RunID is the stored run's id (Checker), 0 for a run not stored (Run).
+	RunID    int64
 	Started  time.Time
 	Duration time.Duration
 	Findings []Finding // one per rule, in rule order
