@@ -137,9 +137,9 @@ func TestE2E_AProducerCanOnlyEnqueueAndCancel(t *testing.T) {
 	got, err := outbox.EnqueueMany(ctx, tx, []outbox.Effect{
 		{SourceID: "order-78", Kind: "charge.create", Payload: map[string]int{"amount": 1}},
 		{SourceID: "order-78", Kind: "email.receipt", Payload: map[string]string{"to": "a@example.com"}},
-		{SourceID: "order-77", Kind: "charge.create", Payload: map[string]any{"card": "secret-pan", "amount": 4200}},
+		{SourceID: "order-78", Kind: "email.receipt", Payload: map[string]string{"to": "a@example.com"}}, // its own duplicate
 	})
-	if err != nil || !got[0].Inserted || !got[1].Inserted || got[2].Inserted || got[2].ID != theirs.ID {
+	if err != nil || !got[0].Inserted || !got[1].Inserted || got[2].Inserted || got[2].ID != got[1].ID {
 		t.Fatalf("enqueue as the producer in a pgx transaction: %+v, %v", got, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -167,9 +167,15 @@ func TestE2E_AProducerCanOnlyEnqueueAndCancel(t *testing.T) {
 			t.Errorf("the producer could not run %q: %v", q, err)
 		}
 	}
-	// A mismatch is refused as for any caller, naming the pair.
-	if _, err := outbox.Enqueue(ctx, producer, outbox.Effect{SourceID: "order-77", Kind: "charge.create", Payload: map[string]int{"amount": 1}}); !errors.Is(err, outbox.ErrPayloadMismatch) {
+	// A mismatch of its own effect is refused, naming the pair; the
+	// other service's pair, same payload or not, is not its to enqueue.
+	if _, err := outbox.Enqueue(ctx, producer, outbox.Effect{SourceID: "order-78", Kind: "charge.create", Payload: map[string]int{"amount": 9}}); !errors.Is(err, outbox.ErrPayloadMismatch) {
 		t.Errorf("a mismatch enqueued by the producer: %v", err)
+	}
+	for _, p := range []any{map[string]any{"card": "secret-pan", "amount": 4200}, map[string]int{"amount": 1}} {
+		if _, err := outbox.Enqueue(ctx, producer, outbox.Effect{SourceID: "order-77", Kind: "charge.create", Payload: p}); !errors.Is(err, outbox.ErrOtherProducer) {
+			t.Errorf("the producer enqueuing the other service's pair: %v", err)
+		}
 	}
 	// RequireServed reads the dispatchers' registry.
 	served, err := outbox.New(&outbox.Config{RequireServed: true})
@@ -447,6 +453,18 @@ func TestE2E_AnEffectIsItsProducers(t *testing.T) {
 	}
 	if err := outbox.Cancel(ctx, r2, shared.SourceID, shared.Kind); err != nil {
 		t.Errorf("another replica's cancel: %v", err)
+	}
+	// A superuser's effects are its own: a superuser is a member of every
+	// role, but no producer group (the owner here logs in as one).
+	suEffect := outbox.Effect{SourceID: "order-4000", Kind: "card.charge", Payload: map[string]int{"amount": 4}}
+	if _, err := outbox.Enqueue(ctx, owner, suEffect); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Cancel(ctx, billing, suEffect.SourceID, suEffect.Kind); !errors.Is(err, outbox.ErrOtherProducer) {
+		t.Errorf("a producer cancelling a superuser's effect: %v", err)
+	}
+	if _, err := outbox.Enqueue(ctx, r1, suEffect); !errors.Is(err, outbox.ErrOtherProducer) {
+		t.Errorf("a producer replaying a superuser's effect: %v", err)
 	}
 	// And the group is not billing's or orders'.
 	if _, err := outbox.Enqueue(ctx, orders, shared); !errors.Is(err, outbox.ErrOtherProducer) {
