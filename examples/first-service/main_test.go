@@ -113,7 +113,9 @@ func TestFirstService(t *testing.T) {
 	}()
 
 	deadline := time.Now().Add(30 * time.Second)
-	for {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for ; ; <-tick.C {
 		var confirmed, total int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'confirmed'), count(*) FROM side_effects WHERE source_id = $1`, placed.Order).
 			Scan(&confirmed, &total); err != nil {
@@ -128,7 +130,6 @@ func TestFirstService(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of 2 effects confirmed after 30s; the daemon said:\n%s%s", confirmed, out.String(), errOut.String())
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	var orders int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM shop_orders`).Scan(&orders); err != nil || orders != 1 {
