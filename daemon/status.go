@@ -127,6 +127,10 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	var advise func(kind string) string
+	if len(unservedStats) > 0 {
+		advise = unservedAdvisor(ctx, c, io, store)
+	}
 	for i, s := range unservedStats {
 		if i == statusUnservedRows {
 			var pending int64
@@ -138,7 +142,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 			break
 		}
 		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). %s\n",
-			s.ByState[effects.Pending], printable(s.Kind), printable(s.Kind), s.OldestPending.Round(time.Second), unservedAdvice(ctx, c, io, store, s.Kind))
+			s.ByState[effects.Pending], printable(s.Kind), printable(s.Kind), s.OldestPending.Round(time.Second), advise(s.Kind))
 	}
 	for _, p := range pauses {
 		fmt.Fprintf(io.Out, "\n%s %s is paused since %s by %s (%s): none of its effects is claimed until sidefx resume --%s %s.\n",
@@ -175,22 +179,29 @@ func allStates(n map[effects.State]int64) map[effects.State]int64 {
 	return out
 }
 
-// unservedAdvice says what to do about a kind no live dispatcher serves:
-// start the daemon that serves it, when a dispatcher served it before or
-// the configuration given has it; else add it to a daemon's configuration,
-// or check its spelling, naming the close known kinds.
-func unservedAdvice(ctx context.Context, c *common, io *IO, store *effects.Store, kind string) string {
+// unservedAdvisor returns what to say about a kind no live dispatcher
+// serves: start the daemon that serves it, when the configuration given has
+// it or a dispatcher served it before; else add it to a daemon's
+// configuration, or check its spelling, naming the close known kinds. It
+// reads the configuration and the registered kinds once, for every kind.
+func unservedAdvisor(ctx context.Context, c *common, io *IO, store *effects.Store) func(kind string) string {
+	configured := map[string]bool{}
 	if cfg, err := c.loadConfig(io); err == nil && cfg != nil {
-		if _, ok := cfg.Kinds[kind]; ok {
-			return "The configuration serves it: start sidefx run with it (or see why its daemons are down)."
+		for k := range cfg.Kinds {
+			configured[k] = true
 		}
 	}
 	registered, err := store.RegisteredKinds(ctx)
 	if err != nil {
 		registered = nil // an older schema, or no SELECT on sidefx_kinds
 	}
-	if slices.Contains(registered, kind) {
-		return "A dispatcher served it before: start the daemon that serves it (or see why it is down)."
+	return func(kind string) string {
+		switch {
+		case configured[kind]:
+			return "The configuration serves it: start sidefx run with it (or see why its daemons are down)."
+		case slices.Contains(registered, kind):
+			return "A dispatcher served it before: start the daemon that serves it (or see why it is down)."
+		}
+		return "Add the kind to a daemon's configuration, or check its spelling" + closeOnes(kind, registered) + "."
 	}
-	return "Add the kind to a daemon's configuration, or check its spelling" + closeOnes(kind, registered) + "."
 }
