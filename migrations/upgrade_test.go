@@ -330,17 +330,7 @@ func TestUpgrade_ProducersOfOlderVersionsKeepEnqueuing(t *testing.T) {
 		if _, err := owner.Exec(ctx, strings.ReplaceAll(grants, "ROLE", role)); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.ConnConfig.User = role
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		return p
+		return pgtest.PoolAs(t, url, role)
 	}
 	// What a producer needed before version 20, and a reader.
 	producer := login("zz_old_producer", `GRANT USAGE ON SCHEMA `+s+` TO ROLE;

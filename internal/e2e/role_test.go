@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +18,6 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/peers"
 	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -413,17 +410,7 @@ func TestE2E_AnEffectIsItsProducers(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
-		cfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.ConnConfig.User = role
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		return p
+		return pgtest.PoolAs(t, url, role)
 	}
 	if _, err := admin.Exec(ctx, "CREATE ROLE "+group+" NOLOGIN"); err != nil {
 		t.Fatal(err)
@@ -432,17 +419,7 @@ func TestE2E_AnEffectIsItsProducers(t *testing.T) {
 		_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+group)
 		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+group)
 	})
-	root, err := peers.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	grants, err := os.ReadFile(filepath.Join(root, "deploy", "postgres", "producer-role.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := owner.Exec(ctx, strings.ReplaceAll(string(grants), "sidefx_producer", group)); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Grant(t, owner, "producer", group)
 	r1, r2 := replica(1), replica(2)
 	shared := outbox.Effect{SourceID: "order-3000", Kind: "card.charge", Payload: map[string]int{"amount": 3}}
 	if _, err := outbox.Enqueue(ctx, r1, shared); err != nil {

@@ -68,6 +68,14 @@ func Role(t testing.TB, owner *pgxpool.Pool, url, name string) (*pgxpool.Pool, s
 		_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+role)
 		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
 	})
+	Grant(t, owner, name, role)
+	return PoolAs(t, url, role), role
+}
+
+// Grant applies deploy/postgres/<name>-role.sql to role (a login or a
+// group), as owner: the script's sidefx_<name> replaced by role.
+func Grant(t testing.TB, owner *pgxpool.Pool, name, role string) {
+	t.Helper()
 	root, err := peers.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -76,18 +84,24 @@ func Role(t testing.TB, owner *pgxpool.Pool, url, name string) (*pgxpool.Pool, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := owner.Exec(ctx, strings.ReplaceAll(string(grants), "sidefx_"+name, role)); err != nil {
+	if _, err := owner.Exec(context.Background(), strings.ReplaceAll(string(grants), "sidefx_"+name, role)); err != nil {
 		t.Fatalf("applying %s-role.sql: %v", name, err)
 	}
+}
+
+// PoolAs returns a pool on url's database logged in as user, closed at the
+// end of the test.
+func PoolAs(t testing.TB, url, user string) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	cfg.ConnConfig.User = user
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return pool, role
+	return pool
 }
