@@ -684,17 +684,24 @@ func TestReconcile_NoRefireOfAnEffectSentAgainDuringTheRun(t *testing.T) {
 	}
 }
 
-// failures records the runs that failed as a whole.
-type failures struct {
+// observed records what a Reconciler tells its Observer besides reports:
+// the runs that failed as a whole and the latest runs told at ticks.
+type observed struct {
 	mu   sync.Mutex
 	errs []error
+	runs []int64
 }
 
-func (f *failures) Reconciled(reconcile.Report) {}
-func (f *failures) RunFailed(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.errs = append(f.errs, err)
+func (o *observed) Reconciled(reconcile.Report) {}
+func (o *observed) RunFailed(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.errs = append(o.errs, err)
+}
+func (o *observed) LatestRun(rep reconcile.Report) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.runs = append(o.runs, rep.RunID)
 }
 
 // A run that fails as a whole (here its run cannot be recorded) is told
@@ -703,7 +710,7 @@ func TestReconcile_ARunThatFailsAsAWholeIsObserved(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
 	ctx := context.Background()
-	obs := &failures{}
+	obs := &observed{}
 	r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: providertest.New(providertest.Config{Name: "mail"})}},
 		Observer: obs})
 	if err != nil {
@@ -775,19 +782,6 @@ func TestReconcile_OldEvidenceOfFinishedEffectsIsDeleted(t *testing.T) {
 	}
 }
 
-// latests records the latest runs a replica is told of at its ticks.
-type latests struct {
-	mu   sync.Mutex
-	runs []int64
-}
-
-func (l *latests) Reconciled(reconcile.Report) {}
-func (l *latests) LatestRun(rep reconcile.Report) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.runs = append(l.runs, rep.RunID)
-}
-
 // At each tick a replica is told of the latest run any replica, or a run by
 // hand, finished, so that its gauges show the latest findings.
 func TestReconcile_EachTickTellsTheLatestRunOfAnyReplica(t *testing.T) {
@@ -803,7 +797,7 @@ func TestReconcile_EachTickTellsTheLatestRunOfAnyReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := &latests{}
+	obs := &observed{}
 	r, err := reconcile.New(pool, &reconcile.Config{Kinds: kinds, Schedule: "@every 1s", Runner: "replica", Observer: obs})
 	if err != nil {
 		t.Fatal(err)
