@@ -65,15 +65,16 @@ func consoleHandler(cfg *config.Config, getenv func(string) string, db effects.D
 	for kind, k := range cfg.Kinds {
 		providers[kind] = console.Provider{Name: k.Provider, Type: cfg.Providers[k.Provider].Type}
 	}
+	warning := plainExposure(cc.Listen, len(proxies) > 0, cc.SecureCookie)
 	h, err := console.New(console.Config{
 		Store: store, Ops: opsFor(cfg, store), DB: db, Schema: store.Schema(),
 		Providers: providers, HiddenFields: cc.HiddenFields,
 		Auth:    console.Auth{Tokens: tokens, TrustedProxies: proxies, IdentityHeader: cc.IdentityHeader, RoleHeader: cc.RoleHeader, SecureCookie: cc.SecureCookie},
 		Log:     log.With("component", "console"),
-		Warning: plainExposure(cc.Listen, len(proxies) > 0, cc.SecureCookie),
+		Warning: warning,
 	})
-	if w := plainExposure(cc.Listen, len(proxies) > 0, cc.SecureCookie); w != "" && err == nil {
-		log.Warn("console: " + w)
+	if warning != "" && err == nil {
+		log.Warn("console: " + warning)
 	}
 	return h, len(tokens), err
 }
