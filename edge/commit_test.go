@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -207,5 +208,68 @@ func TestEdge_DomainIDDefaultIsTheReleasedOne(t *testing.T) {
 	}
 	if _, err := edge.New(&edge.Config{Pool: pool, DomainIDScope: 7}); err == nil {
 		t.Error("an unknown DomainIDScope was taken")
+	}
+}
+
+// A handler that commits the request's transaction itself (the
+// middleware's to end) gets its answer stored: its work committed with the
+// key's record, so a retry replays the answer instead of meeting a key "in
+// progress" until it expires, and an error log says what to do instead. One
+// that rolls it back gets a 500 saying nothing was committed, and a retry
+// executes.
+func TestEdge_AHandlerThatEndsTheTransactionItself(t *testing.T) {
+	var logs *syncbuf.Buffer
+	families(t, func(t *testing.T, a *api) {
+		for _, status := range []int32{0, http.StatusConflict} {
+			clearRequests(t, a)
+			a.calls.Store(0)
+			a.answer.Store(status)
+			a.decide.Store(3)
+			key := fmt.Sprintf("k-own-%d", status)
+			first, body := a.post(t, "/orders", key, "acme", `{"item":"mug"}`)
+			want := 201
+			if status != 0 {
+				want = int(status)
+			}
+			if first.StatusCode != want {
+				t.Fatalf("a handler that committed itself, answering %d: %d %s", want, first.StatusCode, body)
+			}
+			if n := a.rows(t); n != [3]int{1, 1, 1} {
+				t.Fatalf("rows %v, want the committed order, effect and key", n)
+			}
+			again, body2 := a.post(t, "/orders", key, "acme", `{"item":"mug"}`)
+			if again.StatusCode != want || body2 != body || again.Header.Get(edge.HeaderReplayed) != "true" || a.calls.Load() != 1 {
+				t.Fatalf("retry: %d %s (calls %d), want the replay of %d %s", again.StatusCode, body2, a.calls.Load(), want, body)
+			}
+			if !strings.Contains(logs.String(), "the handler committed the request's transaction itself") {
+				t.Errorf("no error logged: %s", logs.String())
+			}
+		}
+
+		clearRequests(t, a)
+		a.calls.Store(0)
+		a.answer.Store(0)
+		a.decide.Store(4)
+		if r, body := a.post(t, "/orders", "k-rb", "acme", `{"item":"mug"}`); r.StatusCode != 500 || !strings.Contains(body, "nothing was committed") {
+			t.Fatalf("a handler that rolled back itself: %d %s", r.StatusCode, body)
+		}
+		if n := a.rows(t); n != [3]int{} {
+			t.Fatalf("rows %v after a rollback", n)
+		}
+		a.decide.Store(0)
+		if r, body := a.post(t, "/orders", "k-rb", "acme", `{"item":"mug"}`); r.StatusCode != 201 || r.Header.Get(edge.HeaderReplayed) != "" || a.calls.Load() != 2 {
+			t.Fatalf("retry after the handler's rollback: %d %s, want it executed", r.StatusCode, body)
+		}
+	}, func(c *edge.Config) {
+		logs = &syncbuf.Buffer{}
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+}
+
+// clearRequests deletes what requests left: orders, effects and key records.
+func clearRequests(t *testing.T, a *api) {
+	t.Helper()
+	if _, err := a.pool.Exec(context.Background(), `TRUNCATE orders, side_effects, sidefx_edge_keys CASCADE`); err != nil {
+		t.Fatal(err)
 	}
 }

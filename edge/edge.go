@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -292,24 +293,24 @@ func (e *Edge) commits(status int, d *decision) bool {
 type tx interface {
 	driver.DB
 	commit(ctx context.Context) error
-	rollback(ctx context.Context)
+	rollback(ctx context.Context) error
 	handle() any // what Tx or SQLTx returns
 }
 
 type pgxTx struct{ pgx.Tx }
 
-func (t pgxTx) commit(ctx context.Context) error { return t.Commit(ctx) }
-func (t pgxTx) rollback(ctx context.Context)     { _ = t.Rollback(ctx) }
-func (t pgxTx) handle() any                      { return t.Tx }
+func (t pgxTx) commit(ctx context.Context) error   { return t.Commit(ctx) }
+func (t pgxTx) rollback(ctx context.Context) error { return t.Rollback(ctx) }
+func (t pgxTx) handle() any                        { return t.Tx }
 
 type sqlTx struct {
 	driver.DB
 	tx *sql.Tx
 }
 
-func (t sqlTx) commit(context.Context) error { return t.tx.Commit() }
-func (t sqlTx) rollback(context.Context)     { _ = t.tx.Rollback() }
-func (t sqlTx) handle() any                  { return t.tx }
+func (t sqlTx) commit(context.Context) error   { return t.tx.Commit() }
+func (t sqlTx) rollback(context.Context) error { return t.tx.Rollback() }
+func (t sqlTx) handle() any                    { return t.tx }
 
 func (e *Edge) begin(ctx context.Context) (tx, error) {
 	if e.sqlDB != nil {
@@ -488,7 +489,7 @@ func (e *Edge) plain(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", err)
 		return
 	}
-	defer tx.rollback(context.WithoutCancel(ctx)) // after a commit, nothing
+	defer func() { _ = tx.rollback(context.WithoutCancel(ctx)) }() // after a commit, nothing
 	rec := newRecorder()
 	hctx, d := handlerContext(ctx, tx)
 	next.ServeHTTP(rec, r.WithContext(hctx))
@@ -511,7 +512,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the request's transaction could not begin", err)
 		return
 	}
-	defer tx.rollback(context.WithoutCancel(ctx)) // after a commit, nothing
+	defer func() { _ = tx.rollback(context.WithoutCancel(ctx)) }() // after a commit, nothing
 	// One statement: the key's lock, tried (a request in flight holds it:
 	// answer at once, never wait), then its record, inserted unless one
 	// that has not expired exists.
@@ -526,6 +527,16 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 				WHERE k.expires_at < now()
 			RETURNING 1)
 		SELECT l.got, EXISTS (SELECT FROM ins) FROM l`, scope, key, fp[:], e.retention.Milliseconds()).Scan(&locked, &inserted)
+	if pe, ok := driver.PgErrorOf(err); ok && pe.Code == "42501" && strings.Contains(pe.Message, "row-level security") {
+		// Schema 28: the key's record is another producer's (another
+		// service, under another role, answers the same tenant, method
+		// and route). Neither replayed nor executed.
+		e.log.Error("the Idempotency-Key's record was written by another database role, which this one may not read or change: two services answer the same tenant, method and route on one database",
+			"method", r.Method, "route", route, "err", err)
+		problem(w, http.StatusConflict, "Idempotency-Key held elsewhere",
+			"this Idempotency-Key is recorded by another service; use a new key", 0)
+		return
+	}
 	if err != nil {
 		e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the key could not be recorded", err)
 		return
@@ -544,6 +555,10 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	if !e.commits(rec.status, d) {
 		// Not stored: the work rolls back with the key's record, and a
 		// retry executes.
+		if err := tx.rollback(context.WithoutCancel(ctx)); ended(err) {
+			e.handlerEnded(ctx, w, r, route, scope, key, rec)
+			return
+		}
 		rec.writeTo(w, nil)
 		return
 	}
@@ -552,7 +567,10 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		// with the effect that answer awaits, or the key would wait for
 		// it, and answer 409, until it expires.
 		source := e.DomainID(r)
-		if _, err := e.effects.WithDB(tx).GetBySource(ctx, source, outcome.Kind); errors.Is(err, effects.ErrNotFound) {
+		if _, err := e.effects.WithDB(tx).GetBySource(ctx, source, outcome.Kind); ended(err) {
+			e.handlerEnded(ctx, w, r, route, scope, key, rec)
+			return
+		} else if errors.Is(err, effects.ErrNotFound) {
 			e.log.Error("a RequireOutcome handler answered without enqueuing the effect its route awaits; nothing was committed",
 				"route", route, "status", rec.status, "kind", outcome.Kind, "source_id", source)
 			problem(w, http.StatusInternalServerError, "Awaited effect not enqueued",
@@ -588,7 +606,10 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	}
 	hj, _ := json.Marshal(headers)
 	if _, err := tx.Exec(ctx, `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now() WHERE scope = $1 AND key = $2`,
-		scope, key, rec.status, string(hj), rec.body.Bytes()); err != nil {
+		scope, key, rec.status, string(hj), rec.body.Bytes()); ended(err) {
+		e.handlerEnded(ctx, w, r, route, scope, key, rec)
+		return
+	} else if err != nil {
 		e.fail(w, r, route, http.StatusInternalServerError, "Not committed", "the answer could not be recorded; nothing was committed", err)
 		return
 	}
@@ -597,6 +618,42 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	rec.writeTo(w, nil)
+}
+
+// ended reports whether err says the request's transaction is over: the
+// handler committed or rolled it back itself.
+func ended(err error) bool {
+	return errors.Is(err, pgx.ErrTxClosed) || errors.Is(err, sql.ErrTxDone)
+}
+
+// handlerEnded answers a request whose handler committed or rolled back
+// the request's transaction itself, which is the middleware's to end. If
+// it committed, the work and the key's record are in the database: the
+// answer is stored now, in a statement of its own, so that retries replay
+// it instead of meeting a key in progress until it expires. If it rolled
+// back, nothing was committed, the key included: a retry executes.
+func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.Request, route, scope, key string, rec *recorder) {
+	headers := map[string][]string{}
+	for _, h := range e.headers {
+		if v := rec.header.Values(h); len(v) > 0 {
+			headers[http.CanonicalHeaderKey(h)] = v
+		}
+	}
+	hj, _ := json.Marshal(headers)
+	tag, err := e.db().Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now()
+		WHERE scope = $1 AND key = $2 AND status IS NULL`, scope, key, rec.status, string(hj), rec.body.Bytes())
+	switch {
+	case err != nil:
+		e.fail(w, r, route, http.StatusInternalServerError, "Handler ended the transaction",
+			"the handler committed or rolled back the request's transaction itself, and its answer could not be stored; its work may be committed: retries answer 409 until the key expires", err)
+	case tag.RowsAffected() == 1:
+		e.log.Error("the handler committed the request's transaction itself: leave that to the middleware (edge.Commit or edge.Abort decide); its work committed and its answer is stored",
+			"method", r.Method, "route", route, "status", rec.status)
+		rec.writeTo(w, nil)
+	default:
+		e.fail(w, r, route, http.StatusInternalServerError, "Handler ended the transaction",
+			"the handler rolled back the request's transaction itself; nothing was committed", errors.New("the request's transaction was rolled back by its handler"))
+	}
 }
 
 // stored answers a request whose key has a record: a replay, a mismatch,

@@ -129,6 +129,21 @@ func newAPI(t *testing.T, useSQL bool, opts ...func(*edge.Config)) *api {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
+		// A handler that ends the middleware's transaction itself.
+		switch a.decide.Load() {
+		case 3:
+			if useSQL {
+				_ = edge.SQLTx(ctx).Commit()
+			} else {
+				_ = edge.Tx(ctx).Commit(ctx)
+			}
+		case 4:
+			if useSQL {
+				_ = edge.SQLTx(ctx).Rollback()
+			} else {
+				_ = edge.Tx(ctx).Rollback(ctx)
+			}
+		}
 		if a.fail.Load() {
 			http.Error(w, "upstream failed", http.StatusInternalServerError)
 			return
