@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,11 @@ var (
 	ErrInvalid = errors.New("inbox: invalid")
 	// ErrNotFound: Record found no record of the message.
 	ErrNotFound = errors.New("inbox: no record of the message")
+	// ErrOtherProducer: the consumer's record of the message is another
+	// producer's (schema 28): another service, under another database role,
+	// uses the same consumer name. Nothing was recorded and the message was
+	// not handled: give each service its own consumer names.
+	ErrOtherProducer = errors.New("inbox: the record is another producer's")
 )
 
 // PayloadMismatchError says that a message id came back with another
@@ -266,6 +272,11 @@ func translate(err error, m Message) error {
 		return &PayloadMismatchError{Consumer: m.Consumer, ID: m.ID, StoredHash: d.Stored, NewHash: d.New}
 	case "22023":
 		return fmt.Errorf("%w: %s", ErrInvalid, pe.Message)
+	case "42501":
+		if strings.Contains(pe.Message, "row-level security") {
+			return fmt.Errorf("%w: consumer %s message %s was recorded by another database role, which this one may not read or change (two services share the consumer name %s?)",
+				ErrOtherProducer, m.Consumer, m.ID, m.Consumer)
+		}
 	}
 	return fmt.Errorf("inbox: consumer %s message %s: %w", m.Consumer, m.ID, err)
 }

@@ -102,6 +102,15 @@ func TestEnqueue_RefusesAKindNoDispatcherServes(t *testing.T) {
 		t.Errorf("a kind last served 31 days ago: %v", err)
 	}
 
+	// The window is at least a day (schema 28): dispatchers refresh their
+	// kinds hourly, so a shorter one would make live kinds unknown.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE sidefx_settings SET kinds_known_for = interval '2 hours'`); err == nil {
+		t.Error("kinds_known_for of 2 hours was accepted; a kind served an hour ago would be unknown between refreshes")
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE sidefx_settings SET kinds_known_for = interval '1 day'`); err != nil {
+		t.Errorf("kinds_known_for of a day: %v", err)
+	}
+
 	// SQL: sidefx_enqueue_many as before, sidefx_enqueue_known checked.
 	if _, err := b.pool.Exec(b.ctx, `SELECT * FROM sidefx_enqueue('order-6', 'charge.payment_intent.create', '{}')`); err != nil {
 		t.Errorf("sidefx_enqueue of any kind: %v", err)

@@ -34,6 +34,14 @@ GRANT SELECT ON public.sidefx_dispatchers TO sidefx_producer;
 --   GRANT SELECT, INSERT, UPDATE ON public.sidefx_inbox TO sidefx_producer;
 --   GRANT SELECT, INSERT, UPDATE ON public.sidefx_edge_keys TO sidefx_producer;
 --   GRANT SELECT ON public.sidefx_migrations TO sidefx_producer; -- edge.New checks the schema is current
+-- From schema version 28, row-level security keeps each producer to its
+-- own records there: a row names the role that wrote it (set by a trigger,
+-- whatever the writer says), and a role sees and changes only its own
+-- producer's (the same login, or a login of the same producer group). A
+-- delivery or a key that collides with another producer's record is
+-- refused (inbox.ErrOtherProducer; the edge answers 409), never taken for
+-- a redelivery or a replay. Give services distinct consumer names and
+-- routes, or distinct schemas.
 -- and an edge route that awaits an effect's outcome (edge.RequireOutcome)
 -- reads that effect: GRANT SELECT ON public.side_effects, which shows every
 -- effect's payload. Give it only to a service you trust with them.
