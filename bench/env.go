@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/sidefx/sidefx/internal/pgcluster"
+	"github.com/sidefx/sidefx/internal/lab/pgcluster"
 	"github.com/sidefx/sidefx/migrations"
 )
 

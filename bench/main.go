@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sidefx/sidefx/internal/pgcluster"
+	"github.com/sidefx/sidefx/internal/lab/pgcluster"
 )
 
 // durable are the settings every contender runs with: pgcluster's fast

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/sidefx/sidefx/internal/pgcluster"
+	"github.com/sidefx/sidefx/internal/lab/pgcluster"
 	"github.com/sidefx/sidefx/outbox"
 )
 

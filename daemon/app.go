@@ -53,7 +53,6 @@ func commands() []command {
 		{"resume", "--kind K | --provider P --note T", "claim a paused kind's or provider's effects again", resumeCmd},
 		{"drift", "run|list", "run the drift rules now, or list recent runs", driftCmd},
 		{"reconcile", "run|list", "reconcile with the providers now, or list recent runs", reconcileCmd},
-		{"demo", "[--orders N] …", "the failure sidefx exists for, told on a throwaway database", demoCmd},
 		{"version", "", "the build's version and schema version (and the database's, when one is given)", versionCmd},
 	}
 }
@@ -89,6 +88,11 @@ func (d *Daemon) Run(ctx context.Context, args []string, io *IO) error {
 		}
 	}
 	usage(io.Err)
+	if args[0] == "demo" {
+		// The demo is its own command: the sidefx binary links no fake
+		// provider, cluster launcher or broker client.
+		return usageErr("the demo is its own command: go run ./cmd/sidefx-demo (from a clone of sidefx)")
+	}
 	return usageErr("unknown command %q", args[0])
 }
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
 
 // sidefx run serves the console on console.listen, with the tokens of

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
 
 // A daemon started before its database serves /healthz at once, and /readyz

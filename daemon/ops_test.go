@@ -22,7 +22,7 @@ import (
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	engine "github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/outbox"

@@ -15,9 +15,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sidefx/sidefx/internal/pgbouncer"
-	"github.com/sidefx/sidefx/internal/pgtest"
-	"github.com/sidefx/sidefx/internal/syncbuf"
+	"github.com/sidefx/sidefx/internal/lab/pgbouncer"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/syncbuf"
 	"github.com/sidefx/sidefx/outbox"
 )
 

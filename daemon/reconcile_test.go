@@ -16,7 +16,7 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/peers"
+	"github.com/sidefx/sidefx/internal/lab/peers"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/stripe"
 )

@@ -19,8 +19,8 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sidefx/sidefx/internal/pgtest"
-	"github.com/sidefx/sidefx/internal/syncbuf"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/syncbuf"
 	"github.com/sidefx/sidefx/outbox"
 )
 

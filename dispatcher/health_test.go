@@ -15,8 +15,8 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/metrics"
-	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sidefx/sidefx/drift"
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
 
 // BenchmarkRun reports one drift run's time over 1,000,000 domain rows and

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/drift"
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/edge"
-	"github.com/sidefx/sidefx/internal/pgtest"
-	"github.com/sidefx/sidefx/internal/syncbuf"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/syncbuf"
 )
 
 // rows counts what a request's work leaves: orders, effects and key

@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sidefx/sidefx/edge"
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/outbox"
 )

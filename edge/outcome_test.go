@@ -19,9 +19,9 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/syncbuf"
 	"github.com/sidefx/sidefx/internal/sqlname"
-	"github.com/sidefx/sidefx/internal/syncbuf"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/providertest"
 )

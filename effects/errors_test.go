@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
 
 // A payload mismatch says so once, then gives both hashes.

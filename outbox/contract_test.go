@@ -3,12 +3,12 @@ package outbox_test
 import (
 	"testing"
 
-	"github.com/sidefx/sidefx/internal/contract"
+	"github.com/sidefx/sidefx/internal/lab/contract"
 )
 
 // The outbox's contract holds for each driver family alike: pgx's handles,
 // and database/sql's over pgx/stdlib. (lib/pq runs the same clauses in
-// internal/drivertest, a module of its own.)
+// internal/lab/drivertest, a module of its own.)
 func TestContract(t *testing.T) {
 	t.Parallel()
 	for _, f := range []contract.Family{contract.Pgx(), contract.SQL("database-sql-pgx-stdlib", "pgx")} {

@@ -1,12 +1,9 @@
 package outbox_test
 
 import (
-	"bytes"
-	"maps"
-	"os/exec"
-	"slices"
-	"strings"
 	"testing"
+
+	"github.com/sidefx/sidefx/internal/lab/godeps"
 )
 
 // forbidden are the modules a program that imports only outbox must not
@@ -32,74 +29,16 @@ var forbidden = map[string]string{
 // forbiddenPackages are packages of this module and the standard library
 // that outbox must not pull in, by import path prefix.
 var forbiddenPackages = map[string]string{
-	"github.com/sidefx/sidefx/providers":          "provider code",
-	"github.com/sidefx/sidefx/dispatcher":         "the dispatcher",
-	"github.com/sidefx/sidefx/drift":              "drift",
-	"github.com/sidefx/sidefx/cmd/":               "the binary",
-	"github.com/sidefx/sidefx/internal/metrics":   "Prometheus code",
-	"github.com/sidefx/sidefx/config":             "the daemon's configuration",
-	"github.com/sidefx/sidefx/daemon":             "the daemon",
-	"github.com/sidefx/sidefx/internal/store":     "the dispatcher's engine",
-	"github.com/sidefx/sidefx/internal/pgtest":    "test-only code",
-	"github.com/sidefx/sidefx/internal/pgcluster": "test-only code",
-	"github.com/sidefx/sidefx/internal/pgbouncer": "test-only code",
-	"github.com/sidefx/sidefx/internal/peers":     "test-only code",
-	"github.com/sidefx/sidefx/internal/invariant": "test-only code",
-	"testing": "test-only code",
-}
-
-// goPackage is one line of go list -deps: a package, its module and its
-// imports.
-type goPackage struct {
-	path, module string
-	imports      []string
-}
-
-// listDeps runs go list -deps on pkg and returns every package a program
-// importing pkg compiles (pkg included), by import path.
-func listDeps(t *testing.T, pkg string) map[string]goPackage {
-	t.Helper()
-	cmd := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}|{{with .Module}}{{.Path}}{{end}}|{{join .Imports " "}}`, pkg)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
-	}
-	deps := map[string]goPackage{}
-	for line := range strings.Lines(string(out)) {
-		f := strings.SplitN(strings.TrimSpace(line), "|", 3)
-		if len(f) != 3 {
-			t.Fatalf("go list: unexpected line %q", line)
-		}
-		deps[f[0]] = goPackage{path: f[0], module: f[1], imports: strings.Fields(f[2])}
-	}
-	return deps
-}
-
-// importChain returns how from reaches to: from → … → to, the shortest way.
-func importChain(deps map[string]goPackage, from, to string) string {
-	prev := map[string]string{from: ""}
-	queue := []string{from}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		if p == to {
-			var chain []string
-			for q := to; q != ""; q = prev[q] {
-				chain = append(chain, q)
-			}
-			slices.Reverse(chain)
-			return strings.Join(chain, " → ")
-		}
-		for _, imp := range deps[p].imports {
-			if _, seen := prev[imp]; !seen {
-				prev[imp] = p
-				queue = append(queue, imp)
-			}
-		}
-	}
-	return to
+	"github.com/sidefx/sidefx/providers":        "provider code",
+	"github.com/sidefx/sidefx/dispatcher":       "the dispatcher",
+	"github.com/sidefx/sidefx/drift":            "drift",
+	"github.com/sidefx/sidefx/cmd/":             "the binary",
+	"github.com/sidefx/sidefx/internal/metrics": "Prometheus code",
+	"github.com/sidefx/sidefx/config":           "the daemon's configuration",
+	"github.com/sidefx/sidefx/daemon":           "the daemon",
+	"github.com/sidefx/sidefx/internal/store":   "the dispatcher's engine",
+	"github.com/sidefx/sidefx/internal/lab/":    "test and demo kit",
+	"testing":                                   "test-only code",
 }
 
 // A service that links only outbox compiles the model and the enqueue, and
@@ -114,24 +53,7 @@ func TestOutbox_CompilesNoProviderMetricsOrTestCode(t *testing.T) {
 		"github.com/sidefx/sidefx/inbox":  {"github.com/sidefx/sidefx/internal/driver", "github.com/jackc/pgx/v5"},
 		"github.com/sidefx/sidefx/edge":   {"github.com/sidefx/sidefx/derive", "github.com/jackc/pgx/v5"},
 	} {
-		deps := listDeps(t, pkg)
-		// The listing is the real one: the package and what it must use are there.
-		for _, want := range append([]string{pkg}, needs...) {
-			if _, ok := deps[want]; !ok {
-				t.Fatalf("go list -deps %s lacks %s: the listing is not what this test expects (%d packages)", pkg, want, len(deps))
-			}
-		}
-		for _, p := range slices.Sorted(maps.Keys(deps)) {
-			d := deps[p]
-			if why, bad := forbidden[d.module]; bad {
-				t.Errorf("a program importing only %s compiles %s, module %s (%s): %s", pkg, p, d.module, why, importChain(deps, pkg, p))
-			}
-			for prefix, why := range forbiddenPackages {
-				if p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/") {
-					t.Errorf("a program importing only %s compiles %s (%s): %s", pkg, p, why, importChain(deps, pkg, p))
-				}
-			}
-		}
+		godeps.Check(t, pkg, needs, godeps.Rules{Modules: forbidden, Packages: forbiddenPackages})
 	}
 }
 
@@ -170,13 +92,9 @@ var (
 		"github.com/sidefx/sidefx/internal/metrics":       "Prometheus code",
 		"github.com/sidefx/sidefx/daemon":                 "the daemon",
 		"github.com/sidefx/sidefx/internal/store":         "the dispatcher's engine",
-		"github.com/sidefx/sidefx/internal/pgtest":        "test-only code",
-		"github.com/sidefx/sidefx/internal/pgcluster":     "test-only code",
-		"github.com/sidefx/sidefx/internal/pgbouncer":     "test-only code",
-		"github.com/sidefx/sidefx/internal/peers":         "test-only code",
-		"github.com/sidefx/sidefx/internal/invariant":     "test-only code",
-		"net/http": "an HTTP client",
-		"testing":  "test-only code",
+		"github.com/sidefx/sidefx/internal/lab/":          "test and demo kit",
+		"net/http":                                        "an HTTP client",
+		"testing":                                         "test-only code",
 	}
 	lightForbiddenExact = map[string]string{
 		"github.com/sidefx/sidefx/providers":          "the providers' interface and tracing",
@@ -197,27 +115,6 @@ func TestPayloadCheck_CompilesNoProviderClientMetricsOrTelemetry(t *testing.T) {
 		"github.com/sidefx/sidefx/providers/stripe/stripecheck":     {"encoding/json"},
 		"github.com/sidefx/sidefx/providers/sendgrid/sendgridcheck": {"github.com/sidefx/sidefx/providers/sendgrid/internal/mail"},
 	} {
-		deps := listDeps(t, pkg)
-		for _, want := range append([]string{pkg}, needs...) {
-			if _, ok := deps[want]; !ok {
-				t.Fatalf("go list -deps %s lacks %s: the listing is not what this test expects (%d packages)", pkg, want, len(deps))
-			}
-		}
-		for _, p := range slices.Sorted(maps.Keys(deps)) {
-			d := deps[p]
-			for prefix, why := range lightForbidden {
-				if d.module != "" && strings.HasPrefix(d.module, prefix) {
-					t.Errorf("a program importing %s compiles %s, module %s (%s): %s", pkg, p, d.module, why, importChain(deps, pkg, p))
-				}
-			}
-			for prefix, why := range lightForbiddenPackages {
-				if p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/") {
-					t.Errorf("a program importing %s compiles %s (%s): %s", pkg, p, why, importChain(deps, pkg, p))
-				}
-			}
-			if why, bad := lightForbiddenExact[p]; bad {
-				t.Errorf("a program importing %s compiles %s (%s): %s", pkg, p, why, importChain(deps, pkg, p))
-			}
-		}
+		godeps.Check(t, pkg, needs, godeps.Rules{Modules: lightForbidden, Packages: lightForbiddenPackages, Exact: lightForbiddenExact})
 	}
 }

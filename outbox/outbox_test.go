@@ -16,7 +16,7 @@ import (
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/outbox"
 )

@@ -10,9 +10,12 @@
 //	sidefx inspect ID|KEY|--source ID   one effect's full record and history
 //	sidefx retry|resolve|cancel|supersede …  operators' transitions, guarded and recorded
 //	sidefx drift run|list               run the drift rules now, list recent runs
-//	sidefx demo                         the story this project exists for, on a fresh machine
+//	sidefx -h                           every command (list, bulk, pause, resume, reconcile, version, …)
 //
-// Every command but demo takes --config FILE; the database URL may also come
+// The demo, the story this project exists for, is its own command:
+// go run ./cmd/sidefx-demo.
+//
+// Every command takes --config FILE; the database URL may also come
 // from SIDEFX_DATABASE_URL or --database-url. The demo starts its own
 // database, or uses --database-url, and never reads SIDEFX_DATABASE_URL.
 package main

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/edge/edgemetrics"
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/sidefx/sidefx/inbox"
 	"github.com/sidefx/sidefx/inbox/inboxmetrics"
-	"github.com/sidefx/sidefx/internal/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -25,8 +25,8 @@ import (
 
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/console"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/ops"
-	"github.com/sidefx/sidefx/internal/pgtest"
 	engine "github.com/sidefx/sidefx/internal/store"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/ops"
-	"github.com/sidefx/sidefx/internal/pgtest"
 	"github.com/sidefx/sidefx/internal/store"
 )
 

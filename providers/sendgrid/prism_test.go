@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sidefx/sidefx/internal/peers"
+	"github.com/sidefx/sidefx/internal/lab/peers"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 )

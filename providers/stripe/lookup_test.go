@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/derive"
-	"github.com/sidefx/sidefx/internal/peers"
+	"github.com/sidefx/sidefx/internal/lab/peers"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/stripe"
 )

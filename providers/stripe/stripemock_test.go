@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sidefx/sidefx/internal/peers"
+	"github.com/sidefx/sidefx/internal/lab/peers"
 	"github.com/sidefx/sidefx/providers/stripe"
 )
 

@@ -1,9 +1,0 @@
-package netfault_test
-
-import (
-	"testing"
-
-	"github.com/sidefx/sidefx/internal/pgtest"
-)
-
-func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,0 +1,137 @@
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/edge"
+	"github.com/sidefx/sidefx/inbox"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
+)
+
+// consumerRole is a fresh producer role that also holds producer-role.sql's
+// optional grants for inbox and edge.
+func consumerRole(t *testing.T, owner *pgxpool.Pool) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool, role := pgtest.Role(t, owner, owner.Config().ConnString(), "producer")
+	if _, err := owner.Exec(context.Background(), `GRANT SELECT, INSERT, UPDATE ON sidefx_inbox TO `+role+`;
+		GRANT SELECT, INSERT, UPDATE ON sidefx_edge_keys TO `+role+`;
+		GRANT SELECT ON sidefx_migrations TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	return pool, role
+}
+
+// Two services on one database, each under its own role with the inbox's
+// and the edge's tables granted: neither reads, forges or changes the
+// other's records (schema 28). A record the other holds is refused loudly,
+// never taken for a redelivery or a replay; the daemon's reaper and an
+// operator still see every record.
+func TestE2E_InboxAndEdgeRecordsArePerProducer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner, pools, _ := pgtest.Roles(t, "daemon", "operator")
+	a, roleA := consumerRole(t, owner)
+	b, _ := consumerRole(t, owner)
+	in, err := inbox.New(&inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A records message m-1 of consumer billing: a record B's consumer of
+	// that name would take for a redelivery, skipping the message.
+	once := func(pool *pgxpool.Pool, consumer, id string) (inbox.Receipt, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		r, err := in.Once(ctx, tx, inbox.Message{Consumer: consumer, ID: id, Payload: []byte(`{}`)})
+		if err != nil {
+			return r, err
+		}
+		return r, tx.Commit(ctx)
+	}
+	if r, err := once(a, "billing", "m-1"); err != nil || !r.First {
+		t.Fatalf("A's first delivery: %+v %v", r, err)
+	}
+	if _, err := once(b, "billing", "m-1"); !errors.Is(err, inbox.ErrOtherProducer) {
+		t.Fatalf("B's delivery of a message A recorded: %v, want ErrOtherProducer", err)
+	}
+	if r, err := once(a, "billing", "m-1"); err != nil || r.First || r.Deliveries != 2 {
+		t.Fatalf("A's redelivery: %+v %v", r, err)
+	}
+	// B sees none of A's records, cannot write one in A's name, nor change
+	// or claim A's.
+	var n int
+	if err := b.QueryRow(ctx, `SELECT count(*) FROM sidefx_inbox`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("B reads %d inbox records (%v), want 0", n, err)
+	}
+	if _, err := b.Exec(ctx, `INSERT INTO sidefx_inbox (consumer, message_id, payload_hash, expires_at, recorded_by) VALUES ('billing', 'm-2', '\x00', now() + interval '1 day', $1)`, roleA); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM sidefx_inbox WHERE recorded_by = $1`, roleA).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("records in A's name: %d (%v), want only A's own: B's insert is stamped with B's role", n, err)
+	}
+	if tag, err := b.Exec(ctx, `UPDATE sidefx_inbox SET result = '"forged"', recorded_by = NULL`); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("B updates %v (%v), want its own record only", tag, err)
+	}
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM sidefx_inbox WHERE recorded_by IS NULL OR (recorded_by = $1 AND result IS NOT NULL)`, roleA).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("records made public or A's changed: %d (%v)", n, err)
+	}
+
+	// The edge: A answers key k-1 on POST /orders; B, on the same route,
+	// neither replays A's answer nor executes.
+	serve := func(pool *pgxpool.Pool, answer string) (int, string) {
+		e, err := edge.New(&edge.Config{Pool: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		mux := http.NewServeMux()
+		mux.Handle("POST /orders", e.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, answer)
+		})))
+		req := httptest.NewRequest("POST", "/orders", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "k-1")
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := serve(a, "A's order"); code != http.StatusCreated || body != "A's order" {
+		t.Fatalf("A's request: %d %q", code, body)
+	}
+	if code, body := serve(b, "B's order"); code != http.StatusConflict || strings.Contains(body, "order") {
+		t.Fatalf("B's request under A's key: %d %q, want 409 without either answer", code, body)
+	}
+	if code, body := serve(a, "again"); code != http.StatusCreated || body != "A's order" {
+		t.Fatalf("A's retry: %d %q, want A's stored answer", code, body)
+	}
+
+	// An operator reads every record; the reaper deletes every expired one.
+	if err := pools["operator"].QueryRow(ctx, `SELECT (SELECT count(*) FROM sidefx_inbox) + (SELECT count(*) FROM sidefx_edge_keys)`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("the operator reads %d records (%v), want 3", n, err)
+	}
+	if _, err := owner.Exec(ctx, `UPDATE sidefx_inbox SET expires_at = now() - interval '1 second'; UPDATE sidefx_edge_keys SET expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	var gone int64
+	for _, table := range []string{"sidefx_inbox", "sidefx_edge_keys"} {
+		tag, err := pools["daemon"].Exec(ctx, `DELETE FROM `+table+` WHERE expires_at < now()`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone += tag.RowsAffected()
+	}
+	if gone != 3 {
+		t.Fatalf("the daemon's role deleted %d expired records, want 3", gone)
+	}
+}

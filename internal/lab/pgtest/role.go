@@ -1,0 +1,107 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/internal/lab/peers"
+)
+
+// DaemonRole gives a test a new database (as URL does), a pool on it as its
+// owner, and a pool logged in as a fresh role holding only the grants of
+// deploy/postgres/daemon-role.sql: what `sidefx run` is documented to need.
+// The role is dropped at the end of the test.
+func DaemonRole(t testing.TB) (owner, daemon *pgxpool.Pool, role string) {
+	t.Helper()
+	owner, url := ownerPool(t)
+	daemon, role = Role(t, owner, url, "daemon")
+	return owner, daemon, role
+}
+
+// Roles gives a test a new database (as URL does), a pool on it as its
+// owner, and one pool per name, each logged in as a fresh role holding only
+// the grants of deploy/postgres/<name>-role.sql (name: "producer", "daemon"
+// or "operator"), keyed by name. The roles are dropped at the end of the
+// test.
+func Roles(t testing.TB, names ...string) (owner *pgxpool.Pool, pools map[string]*pgxpool.Pool, roles map[string]string) {
+	t.Helper()
+	owner, url := ownerPool(t)
+	pools, roles = map[string]*pgxpool.Pool{}, map[string]string{}
+	for _, n := range names {
+		pools[n], roles[n] = Role(t, owner, url, n)
+	}
+	return owner, pools, roles
+}
+
+func ownerPool(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	url := URL(t)
+	owner, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
+	return owner, url
+}
+
+// Role creates a fresh login role, applies deploy/postgres/<name>-role.sql
+// to it as owner (the script's sidefx_<name> replaced by the role), and
+// returns a pool logged in as it on url's database.
+func Role(t testing.TB, owner *pgxpool.Pool, url, name string) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx := context.Background()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	role := "sidefx_" + name + "_" + hex.EncodeToString(b[:])
+	admin := Admin(t)
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+	})
+	Grant(t, owner, name, role)
+	return PoolAs(t, url, role), role
+}
+
+// Grant applies deploy/postgres/<name>-role.sql to role (a login or a
+// group), as owner: the script's sidefx_<name> replaced by role.
+func Grant(t testing.TB, owner *pgxpool.Pool, name, role string) {
+	t.Helper()
+	root, err := peers.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants, err := os.ReadFile(filepath.Join(root, "deploy", "postgres", name+"-role.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Exec(context.Background(), strings.ReplaceAll(string(grants), "sidefx_"+name, role)); err != nil {
+		t.Fatalf("applying %s-role.sql: %v", name, err)
+	}
+}
+
+// PoolAs returns a pool on url's database logged in as user, closed at the
+// end of the test.
+func PoolAs(t testing.TB, url, user string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = user
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
