@@ -3,7 +3,7 @@ package outbox_test
 import (
 	"testing"
 
-	"github.com/sidefx/sidefx/internal/lab/contract"
+	"github.com/sidefx/sidefx/sidefxtest/contract"
 )
 
 // The outbox's contract holds for each driver family alike: pgx's handles,

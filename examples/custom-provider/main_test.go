@@ -18,11 +18,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
+	"github.com/sidefx/sidefx/sidefxtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { sidefxtest.Main(m) }
 
 const token = "ledger-SECRET-token-0123"
 
@@ -73,7 +73,7 @@ func TestCustomProvider_BinaryRunsTheTypeItAdds(t *testing.T) {
 	srv := httptest.NewServer(peer)
 	defer srv.Close()
 
-	url := pgtest.URL(t)
+	url := sidefxtest.URL(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "sidefx.yaml")
 	cfg := fmt.Sprintf(`database_url: %q

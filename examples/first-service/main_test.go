@@ -17,11 +17,10 @@ import (
 
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/daemon"
-	"github.com/sidefx/sidefx/internal/lab/peers"
-	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/sidefxtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { sidefxtest.Main(m) }
 
 // lockedBuffer is the stand-in mail API's output, read while it writes.
 type lockedBuffer struct {
@@ -55,7 +54,7 @@ func TestFirstService(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	url := pgtest.URL(t)
+	url := sidefxtest.URL(t)
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +99,7 @@ func TestFirstService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.NewReplacer("http://127.0.0.1:12111", peers.StripeMock(t), "http://127.0.0.1:8080", srv.URL).Replace(string(yaml))
+	cfg := strings.NewReplacer("http://127.0.0.1:12111", sidefxtest.StripeMock(t), "http://127.0.0.1:8080", srv.URL).Replace(string(yaml))
 	path := filepath.Join(t.TempDir(), "sidefx.yaml")
 	if err := os.WriteFile(path, []byte(cfg+"http: {listen: 127.0.0.1:0}\n"), 0o600); err != nil {
 		t.Fatal(err)

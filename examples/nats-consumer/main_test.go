@@ -17,10 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/sidefxtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { sidefxtest.Main(m) }
 
 // logBuffer is a process's output, written and read at once.
 type logBuffer struct {
@@ -68,7 +68,7 @@ func TestConsumer_KilledMidBatchHandlesEachEventOnce(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server did not start")
 	}
-	dbURL := pgtest.URL(t)
+	dbURL := sidefxtest.URL(t)
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -4,48 +4,22 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/url"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/derive"
-	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/sidefxtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// freshDatabase returns the URL of a new, empty database on the test's
-// server: no sidefx schema, no tables. It is dropped in t.Cleanup.
-func freshDatabase(t *testing.T) string {
-	t.Helper()
-	u, err := url.Parse(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "sqlc_fresh_" + strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
-	admin := pgtest.Admin(t)
-	ctx := context.Background()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop %s: %v", name, err)
-		}
-	})
-	u.Path = "/" + name
-	return u.String()
-}
+func TestMain(m *testing.M) { sidefxtest.Main(m) }
 
 // The example runs on a fresh database (it applies sidefx's migrations
 // itself), and again on the same one: the second run finds its order
 // placed and its effects duplicates. Either way it leaves one order with
 // its two effects, none of the refused order.
 func TestRun_FreshDatabaseAndTwice(t *testing.T) {
-	dbURL := freshDatabase(t)
+	dbURL := sidefxtest.EmptyURL(t)
 	charge, receipt := derive.Key("sqlc-order-1", "charge.payment_intents.create"), derive.Key("sqlc-order-1", "email.receipt")
 	tail := `sqlc-order-2 refused: reserve mug for order sqlc-order-2
   again: effect 1 inserted=false

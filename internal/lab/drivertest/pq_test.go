@@ -5,8 +5,8 @@ import (
 
 	_ "github.com/lib/pq" // the "postgres" database/sql driver
 
-	"github.com/sidefx/sidefx/internal/lab/contract"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/sidefxtest/contract"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,13 +1,22 @@
 // Package contract is the outbox's contract as one table of cases that
-// every driver family passes: pgx and database/sql over pgx/stdlib (in
-// package outbox's tests), and database/sql over lib/pq (in
-// internal/lab/drivertest, a module of its own so that lib/pq stays out of the
-// main go.mod).
+// every driver family passes: pgx, and database/sql over pgx/stdlib (in
+// package outbox's tests) or over lib/pq (internal/lab/drivertest, a module
+// of its own so that lib/pq stays out of sidefx's go.mod).
 //
-// Each case gets a fresh database from internal/lab/pgtest, enqueues and
-// cancels through the family's handles, and checks what was written
-// through a pgx pool of its own, the observer. The caller's TestMain must
-// be pgtest.Main.
+// A service that runs sidefx on a database/sql wrapper of its own (sqlx, a
+// tracing *sql.DB, a driver of its choosing) proves it with Run:
+//
+//	func TestMain(m *testing.M) { sidefxtest.Main(m) }
+//
+//	func TestMyDriverKeepsTheContract(t *testing.T) {
+//		contract.Run(t, contract.SQL("mywrapper", "pgx"))
+//		// or a Family whose Open returns the wrapper's handles
+//	}
+//
+// Each case gets a fresh database (sidefxtest.URL), enqueues and cancels
+// through the family's handles, and checks what was written through a pgx
+// pool of its own, the observer. The caller's TestMain must be
+// sidefxtest.Main.
 package contract
 
 import (

@@ -15,8 +15,8 @@ import (
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/driver"
-	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
+	"github.com/sidefx/sidefx/sidefxtest"
 )
 
 // env is what a case gets: the family's handles on a fresh database, and
@@ -55,7 +55,7 @@ func Run(t *testing.T, f Family) {
 	for _, c := range clauses {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			url := pgtest.URL(t)
+			url := sidefxtest.URL(t)
 			ctx := context.Background()
 			obs, err := pgxpool.New(ctx, url)
 			if err != nil {
