@@ -1,0 +1,236 @@
+package dispatcher
+
+// This file holds the dispatcher's maintenance: heartbeats, the
+// unserved-kinds report, rescue and reaping.
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/store"
+)
+
+// maintain runs the rescuer and the reaper until ctx ends.
+func (d *Dispatcher) maintain(ctx context.Context) {
+	rescue := time.NewTicker(d.cfg.RescueInterval)
+	defer rescue.Stop()
+	beat := time.NewTicker(d.cfg.HeartbeatInterval)
+	defer beat.Stop()
+	d.heartbeat(ctx)
+	d.reportUnserved(ctx)
+	beats := 0
+	var reap <-chan time.Time
+	if d.cfg.Retention > 0 {
+		t := time.NewTicker(d.cfg.ReapInterval)
+		defer t.Stop()
+		reap = t.C
+	}
+	d.rescue(ctx) // a previous run may have died with effects fired
+	// Fresh statistics for the planner, in the background: on a table with
+	// millions of finished rows ANALYZE takes a second or more, and claims
+	// must not wait for it (they find their rows by primary key and the
+	// pending index whatever the statistics say).
+	if err := d.engine.Analyze(ctx); err != nil && ctx.Err() == nil {
+		d.log.Warn("could not analyze side_effects; claims are planned with the statistics there are", "err", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-rescue.C:
+			d.rescue(ctx)
+		case <-reap:
+			d.reap(ctx)
+		case <-d.beatNow:
+			d.heartbeat(ctx)
+		case <-beat.C:
+			d.heartbeat(ctx)
+			d.refreshPauses(ctx)
+			if beats++; beats%unservedEvery == 0 {
+				d.reportUnserved(ctx)
+			}
+		case <-d.pausesNow:
+			d.refreshPauses(ctx)
+		}
+	}
+}
+
+// unservedEvery is how many heartbeats apart the pending effects of kinds
+// nothing serves are logged.
+const unservedEvery = 6
+
+// heartbeat records in the registry that this dispatcher is alive and the
+// kinds it serves, so producers and operators can tell a kind nothing
+// serves.
+func (d *Dispatcher) heartbeat(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+	defer cancel()
+	b := d.beat()
+	if err := d.engine.Beat(hctx, b); err != nil && ctx.Err() == nil {
+		d.log.Warn("could not record this dispatcher's heartbeat; sidefx enqueue and status may not see its kinds as served", "err", err)
+	}
+	// Its own statement: a daemon role granted before schema 21 may lack
+	// sidefx_kinds, and its heartbeat must not fail for it.
+	if err := d.engine.RegisterKinds(hctx, b); err != nil && ctx.Err() == nil {
+		d.kindsWarn.Do(func() {
+			d.log.Warn("could not record the kinds this dispatcher serves in sidefx_kinds; producers may refuse them as unknown (grant the daemon's role deploy/postgres/daemon-role.sql's sidefx_kinds line)", "err", err)
+		})
+	}
+}
+
+// beat is this dispatcher's heartbeat: its kinds, what holds each kind's
+// effects back here (a paused provider, its calls in flight against its
+// limit, its failures in a row) and its attempts per effect, for sidefx
+// inspect.
+func (d *Dispatcher) beat() store.Beat {
+	b := store.Beat{Worker: d.cfg.WorkerID, Kinds: d.served, Interval: d.cfg.HeartbeatInterval}
+	now := d.now()
+	for _, kind := range b.Kinds {
+		g := d.byKind[kind]
+		if g == nil {
+			continue
+		}
+		kb := store.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit, MaxAttempts: d.cfg.Kinds[kind].MaxAttempts}
+		d.mu.Lock()
+		kb.InFlight = g.inflight
+		if g.pausedUntil.After(now) {
+			kb.PausedFor = g.pausedUntil.Sub(now)
+		}
+		d.mu.Unlock()
+		d.amu.Lock()
+		kb.Failures = g.failures
+		d.amu.Unlock()
+		b.Status = append(b.Status, kb)
+	}
+	return b
+}
+
+// retire removes this dispatcher from the registry at a clean stop.
+func (d *Dispatcher) retire() {
+	ctx, cancel := context.WithTimeout(context.Background(), d.dbTimeout())
+	defer cancel()
+	if err := d.engine.Retire(ctx, d.cfg.WorkerID); err != nil {
+		d.log.Warn("could not remove this dispatcher from the registry; it will read as dead after three heartbeats", "err", err)
+	}
+}
+
+// reportUnserved logs, at warn, the pending effects of kinds no live
+// dispatcher serves: they wait until one does. One line, however many
+// kinds producers wrote: their number, the effects, the oldest due time
+// and the first unservedSample kinds by name.
+func (d *Dispatcher) reportUnserved(ctx context.Context) {
+	uctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+	defer cancel()
+	un, err := d.store.UnservedPending(uctx)
+	if err != nil || len(un) == 0 {
+		return // the table statistics and status say it too; not worth a warning each minute
+	}
+	var pending int64
+	oldest := un[0].Oldest
+	sample := make([]string, 0, min(len(un), unservedSample))
+	for _, u := range un { // ordered by kind
+		pending += u.Pending
+		if u.Oldest.Before(oldest) {
+			oldest = u.Oldest
+		}
+		if len(sample) < unservedSample {
+			sample = append(sample, u.Kind)
+		}
+	}
+	d.log.Warn("pending effects of kinds no live dispatcher serves wait until one does",
+		"kinds", len(un), "pending", pending, "oldest_due", oldest, "e.g.", strings.Join(sample, ", "))
+}
+
+// unservedSample is how many unserved kinds reportUnserved names.
+const unservedSample = 5
+
+const maintenanceBatch = 1000
+
+// rescue moves this dispatcher's kinds' expired fired effects back to
+// pending or to uncertain, once across the replicas that serve them.
+func (d *Dispatcher) rescue(ctx context.Context) {
+	for ctx.Err() == nil {
+		var got []effects.Rescued
+		bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+		ran, err := d.engine.Exclusive(bctx, d.pool, d.rescueJob, func(s *store.Engine) error {
+			var err error
+			got, err = s.Rescue(bctx, d.policies, maintenanceBatch)
+			return err
+		})
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				d.failed(opRescue, err, slog.LevelError, "rescue failed")
+			}
+			return
+		}
+		d.succeeded(opRescue)
+		for _, r := range got {
+			d.log.Warn("lease expired: effect rescued", "effect_id", r.ID, "kind", r.Kind, "attempt", r.Attempt, "state", r.State)
+			d.cfg.Observer.Rescued(r)
+		}
+		if len(got) > 0 {
+			signal(d.wake)
+		}
+		if !ran || len(got) < maintenanceBatch {
+			return
+		}
+	}
+}
+
+// reap compacts terminal effects older than the retention into tombstones,
+// deletes the consumers' inbox records past their retention, and deletes
+// tombstones older than TombstoneRetention if it is set, in batches, once
+// across all replicas.
+func (d *Dispatcher) reap(ctx context.Context) {
+	type job struct {
+		name string
+		do   func(*store.Engine, context.Context) (int64, error)
+		done string
+	}
+	jobs := []job{{"reap", func(s *store.Engine, ctx context.Context) (int64, error) {
+		return s.Reap(ctx, d.cfg.Retention, maintenanceBatch)
+	}, "compacted finished effects past retention into tombstones"}}
+	jobs = append(jobs, job{"inbox", func(s *store.Engine, ctx context.Context) (int64, error) {
+		return s.TrimInbox(ctx, maintenanceBatch)
+	}, "deleted inbox records past their consumer's retention"},
+		job{"edge", func(s *store.Engine, ctx context.Context) (int64, error) {
+			return s.TrimEdge(ctx, maintenanceBatch)
+		}, "deleted the HTTP edge's idempotency keys past their retention"})
+	if d.cfg.TombstoneRetention > 0 {
+		jobs = append(jobs, job{"purge", func(s *store.Engine, ctx context.Context) (int64, error) {
+			return s.PurgeTombstones(ctx, d.cfg.TombstoneRetention, maintenanceBatch)
+		}, "deleted tombstones past their retention: their (source_id, kind) may be enqueued again"})
+	}
+	for _, j := range jobs {
+		for ctx.Err() == nil {
+			var n int64
+			bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+			ran, err := d.engine.Exclusive(bctx, d.pool, j.name, func(s *store.Engine) error {
+				var err error
+				n, err = j.do(s, bctx)
+				return err
+			})
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					d.failed(opReap, err, slog.LevelError, j.name+" failed")
+				}
+				return
+			}
+			d.succeeded(opReap)
+			if n > 0 {
+				d.log.Info(j.done, "rows", n, "retention", d.cfg.Retention, "tombstone_retention", d.cfg.TombstoneRetention)
+				if j.name == "reap" {
+					d.cfg.Observer.Reaped(n)
+				}
+			}
+			if !ran || n < maintenanceBatch {
+				break
+			}
+		}
+	}
+}
