@@ -7,8 +7,10 @@
 // it is in its life (State). Services and operators read and write effects
 // through a Store. The dispatcher's own statements (claim, outcomes, put
 // back, rescue, reap, heartbeats) live in its engine, an internal package
-// of this module; both read rows with this package's codec, so every
-// sidefx statement on the table is in one of these two places.
+// of this module; both read rows with one codec (internal/effectrow). Drift
+// and reconcile keep their runs' statements in their own stores, and read
+// side_effects there too; the edge reads the effect a route awaits through
+// a Store.
 //
 // # States
 //

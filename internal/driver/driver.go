@@ -17,8 +17,8 @@
 //     (*pgconn.PgError, *pq.Error), which tells the SQLSTATE: package
 //     effects translates both.
 //
-// The packages that take a caller's handle (outbox now, inbox and edge
-// later) turn it into a DB with Of.
+// The packages that take a caller's handle (outbox, inbox, edge and the
+// test kit) turn it into a DB with Of.
 package driver
 
 import (
