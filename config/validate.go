@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -607,6 +608,31 @@ func (c *Config) KeyWindow(kind string) (time.Duration, bool) {
 	}
 	w, _ := keyWindow(k.Provider, c.Providers[k.Provider])
 	return w, true
+}
+
+// AssumedKeyWindow is the key window assumed for a kind the configuration
+// does not name: Stripe's, the shortest common one (package admin assumes
+// it too, without a configuration).
+const AssumedKeyWindow = 24 * time.Hour
+
+// KeyWindowOf is the key window of kind's provider for an operator's
+// retry or refire (package admin's Config.KeyWindow): its provider's, or
+// AssumedKeyWindow for a kind the configuration does not name.
+func (c *Config) KeyWindowOf(kind string) time.Duration {
+	if w, ok := c.KeyWindow(kind); ok {
+		return w
+	}
+	return AssumedKeyWindow
+}
+
+// CheckKnownPayload checks payload as kind's provider would before it is
+// sent (package admin's Config.Check, for a superseding payload); a kind
+// the configuration does not name is not checked.
+func (c *Config) CheckKnownPayload(kind string, payload json.RawMessage) error {
+	if !c.HasKind(kind) {
+		return nil
+	}
+	return c.CheckPayload(kind, payload)
 }
 
 // keyWindow returns how long the provider p configures remembers a key,

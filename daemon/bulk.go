@@ -4,16 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/ops"
 )
 
 // newOps returns the operations API on store, with the key windows and the
 // payload checks of the configuration, when one is given.
-func newOps(io *IO, c *common, store *effects.Store) (*ops.Ops, error) {
+func newOps(io *IO, c *common, store *effects.Store) (*admin.Admin, error) {
 	cfg, err := c.loadConfig(io)
 	if err != nil {
 		return nil, err
@@ -23,21 +22,10 @@ func newOps(io *IO, c *common, store *effects.Store) (*ops.Ops, error) {
 
 // opsFor returns the operations API on store with cfg's key windows and
 // payload checks (none for a nil cfg), for the CLI and the console alike.
-func opsFor(cfg *config.Config, store *effects.Store) *ops.Ops {
-	o := &ops.Ops{Store: store}
+func opsFor(cfg *config.Config, store *effects.Store) *admin.Admin {
+	o := &admin.Admin{Store: store}
 	if cfg != nil {
-		o.KeyWindow = func(kind string) time.Duration {
-			if w, ok := cfg.KeyWindow(kind); ok {
-				return w
-			}
-			return assumedKeyWindow
-		}
-		o.Check = func(kind string, p json.RawMessage) error {
-			if !cfg.HasKind(kind) {
-				return nil
-			}
-			return cfg.CheckPayload(kind, p)
-		}
+		o.KeyWindow, o.Check = cfg.KeyWindowOf, cfg.CheckKnownPayload
 	}
 	return o
 }
@@ -52,7 +40,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 			"  sidefx bulk ACTION -h lists the flags.")
 		return nil
 	}
-	action, err := ops.ParseAction(args[0])
+	action, err := admin.ParseAction(args[0])
 	if err != nil {
 		return usageErr("bulk: %v", err)
 	}
@@ -63,7 +51,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	attempts := fs.Int("attempts", 0, "attempts granted (retry and supersede: 5, refire: 1)")
 	past := fs.Bool("past-key-window", false, "with retry and refire: send effects whose provider's key window has passed: each may be performed twice")
 	patch := fs.String("patch", "", "with supersede: a JSON merge patch (RFC 7396) applied to each payload")
-	max := fs.Int("max", ops.DefaultMax, "the most effects the action may touch: more matching is refused")
+	max := fs.Int("max", admin.DefaultMax, "the most effects the action may touch: more matching is refused")
 	yes := fs.Bool("yes", false, "do it (without: show what it would touch)")
 	op := addOpFlags(fs)
 	if err := parse(fs, args[1:]); err != nil {
@@ -72,9 +60,9 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErr("bulk %s takes a filter, not ids (%q): sidefx %s ID acts on one effect", action, fs.Args(), action)
 	}
-	r := ops.Request{Action: action, Attempts: *attempts, PastKeyWindow: *past, Actor: actor(op.actor), Note: op.note}
+	r := admin.Request{Action: action, Attempts: *attempts, PastKeyWindow: *past, Actor: actor(op.actor), Note: op.note}
 	switch {
-	case action == ops.Resolve:
+	case action == admin.Resolve:
 		to, err := effects.ParseState(*as)
 		if err != nil || (to != effects.Confirmed && to != effects.Failed) {
 			return usageErr("bulk resolve needs --as confirmed or --as failed")
@@ -84,7 +72,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 		return usageErr("--as is for resolve")
 	}
 	if *patch != "" {
-		if action != ops.Supersede {
+		if action != admin.Supersede {
 			return usageErr("--patch is for supersede")
 		}
 		if !json.Valid([]byte(*patch)) {

@@ -5,7 +5,7 @@
 // (migrate, enqueue, status, list, inspect, retry, resolve, cancel,
 // supersede, bulk, pause, resume, drift, reconcile, demo, version),
 // configured by sidefx.yaml (package config). The operators' actions, from
-// the commands and the console alike, go through internal/ops.
+// the commands and the console alike, go through admin.
 //
 // The sidefx binary is Main. A team with a provider sidefx does not build
 // in runs its own binary, the same program with its provider types

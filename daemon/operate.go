@@ -7,10 +7,9 @@ import (
 	"fmt"
 	goio "io"
 	"os"
-	"time"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/ops"
 )
 
 // opFlags are the flags of the operators' commands.
@@ -25,8 +24,8 @@ func addOpFlags(fs *flag.FlagSet) *opFlags {
 	return o
 }
 
-func (o *opFlags) action() effects.Action {
-	return effects.Action{Actor: actor(o.actor), Note: o.note}
+func (o *opFlags) action() effects.By {
+	return effects.By{Actor: actor(o.actor), Note: o.note}
 }
 
 // target opens the database and finds the effect the one argument names.
@@ -47,14 +46,10 @@ func target(ctx context.Context, io *IO, c *common, fs *flag.FlagSet) (*effects.
 	return store, e, pool.Close, nil
 }
 
-// assumedKeyWindow is the key window assumed for a kind the configuration
-// does not name (or without --config): Stripe's, the shortest common one.
-const assumedKeyWindow = 24 * time.Hour
-
 // act performs r on e through the operations API, the console's too: the
 // configuration's key windows and payload checks, the state rules, one
 // history entry with the operator's actor and note.
-func act(ctx context.Context, io *IO, c *common, store *effects.Store, e *effects.Effect, r ops.Request, op *opFlags) (*effects.Effect, error) {
+func act(ctx context.Context, io *IO, c *common, store *effects.Store, e *effects.Effect, r admin.Request, op *opFlags) (*effects.Effect, error) {
 	o, err := newOps(io, c, store)
 	if err != nil {
 		return nil, err
@@ -64,7 +59,7 @@ func act(ctx context.Context, io *IO, c *common, store *effects.Store, e *effect
 }
 
 // apply performs r on the effect the command's one argument names.
-func apply(ctx context.Context, io *IO, c *common, fs *flag.FlagSet, r ops.Request, op *opFlags) (*effects.Effect, error) {
+func apply(ctx context.Context, io *IO, c *common, fs *flag.FlagSet, r admin.Request, op *opFlags) (*effects.Effect, error) {
 	store, e, done, err := target(ctx, io, c, fs)
 	if err != nil {
 		return nil, err
@@ -94,7 +89,7 @@ func retryCmd(ctx context.Context, io *IO, args []string) error {
 	if *attempts < 1 {
 		return usageErr("--attempts %d: want 1 or more", *attempts)
 	}
-	e, err := apply(ctx, io, c, fs, ops.Request{Action: ops.Retry, Attempts: *attempts, PastKeyWindow: *past}, op)
+	e, err := apply(ctx, io, c, fs, admin.Request{Action: admin.Retry, Attempts: *attempts, PastKeyWindow: *past}, op)
 	if err != nil {
 		return err
 	}
@@ -120,7 +115,7 @@ func resolveCmd(ctx context.Context, io *IO, args []string) error {
 		if *attempts < 1 {
 			return usageErr("--attempts %d: want 1 or more", *attempts)
 		}
-		e, err := apply(ctx, io, c, fs, ops.Request{Action: ops.Refire, Attempts: *attempts, PastKeyWindow: *past}, op)
+		e, err := apply(ctx, io, c, fs, admin.Request{Action: admin.Refire, Attempts: *attempts, PastKeyWindow: *past}, op)
 		if err != nil {
 			return err
 		}
@@ -131,7 +126,7 @@ func resolveCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil || (to != effects.Confirmed && to != effects.Failed) {
 		return usageErr("--as %q: want confirmed or failed", *as)
 	}
-	e, err := apply(ctx, io, c, fs, ops.Request{Action: ops.Resolve, As: to, Ref: *ref}, op)
+	e, err := apply(ctx, io, c, fs, admin.Request{Action: admin.Resolve, As: to, Ref: *ref}, op)
 	if err != nil {
 		return err
 	}
@@ -160,13 +155,13 @@ func cancelCmd(ctx context.Context, io *IO, args []string) error {
 		if err != nil {
 			return err
 		}
-		if e, err = act(ctx, io, c, store, e, ops.Request{Action: ops.Cancel}, op); err != nil {
+		if e, err = act(ctx, io, c, store, e, admin.Request{Action: admin.Cancel}, op); err != nil {
 			return err
 		}
 		report(io, "cancelled", e)
 		return nil
 	}
-	e, err := apply(ctx, io, c, fs, ops.Request{Action: ops.Cancel}, op)
+	e, err := apply(ctx, io, c, fs, admin.Request{Action: admin.Cancel}, op)
 	if err != nil {
 		return err
 	}
@@ -227,7 +222,7 @@ func supersedeCmd(ctx context.Context, io *IO, args []string) error {
 		from.Revision = e.Revision
 	}
 	old := e.Key
-	e, err = act(ctx, io, c, store, e, ops.Request{Action: ops.Supersede, Payload: json.RawMessage(body), Attempts: *attempts, From: from}, op)
+	e, err = act(ctx, io, c, store, e, admin.Request{Action: admin.Supersede, Payload: json.RawMessage(body), Attempts: *attempts, From: from}, op)
 	if err != nil {
 		return err
 	}

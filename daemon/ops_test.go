@@ -745,7 +745,7 @@ func TestCLI_PauseResume(t *testing.T) {
 		t.Fatalf("status --json paused: %+v, %v", st.Paused, err)
 	}
 	c.ok("enqueue", "--any-kind", "--source", "o-1", "--kind", "email.receipt", "--payload", "{}")
-	if _, err := store.SetPause(context.Background(), effects.PauseKind, "email.receipt", true, effects.Action{Actor: "ops", Note: "template broken"}); err != nil {
+	if _, err := store.SetPause(context.Background(), effects.PauseKind, "email.receipt", true, effects.By{Actor: "ops", Note: "template broken"}); err != nil {
 		t.Fatal(err)
 	}
 	if out := c.ok("inspect", "--source", "o-1"); !strings.Contains(out, "its kind email.receipt is paused since") || !strings.Contains(out, "(template broken): sidefx resume --kind email.receipt") {

@@ -39,10 +39,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"pgregory.net/rapid"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/ops"
 	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/sendgrid"
@@ -801,7 +801,7 @@ func (w *world) pick(t *rapid.T) *modelEffect {
 	return w.effs[rapid.SampledFrom(w.order).Draw(t, "effect")]
 }
 
-var op = effects.Action{Actor: "model", Note: "checked"}
+var op = effects.By{Actor: "model", Note: "checked"}
 
 func (w *world) cancel(t *rapid.T) {
 	me := w.pick(t)
@@ -905,21 +905,21 @@ func (w *world) supersede(t *rapid.T) {
 }
 
 // bulk acts on every effect of a kind as an operator would from the CLI or
-// the console (internal/ops, one rule for both): retry, refire (forced past
+// the console (admin, one rule for both): retry, refire (forced past
 // the key window or not), cancel, or supersede by a merge patch.
 func (w *world) bulk(t *rapid.T) {
 	kind := rapid.SampledFrom(modelKinds).Draw(t, "kind")
-	action := rapid.SampledFrom([]ops.Action{ops.Retry, ops.Refire, ops.Cancel, ops.Supersede}).Draw(t, "action")
-	force := action == ops.Refire && rapid.Bool().Draw(t, "force")
-	r := ops.Request{Action: action, Attempts: 2, PastKeyWindow: force, Actor: "model", Note: "bulk"}
-	if action == ops.Supersede {
+	action := rapid.SampledFrom([]admin.Action{admin.Retry, admin.Refire, admin.Cancel, admin.Supersede}).Draw(t, "action")
+	force := action == admin.Refire && rapid.Bool().Draw(t, "force")
+	r := admin.Request{Action: action, Attempts: 2, PastKeyWindow: force, Actor: "model", Note: "bulk"}
+	if action == admin.Supersede {
 		w.events++
 		r.Patch = json.RawMessage(fmt.Sprintf(`{"subject": "receipt, corrected %d"}`, w.events))
 		if kind == kindCharge {
 			r.Patch = json.RawMessage(fmt.Sprintf(`{"amount": %d}`, 5000+w.events))
 		}
 	}
-	o := &ops.Ops{Store: w.store, KeyWindow: func(k string) time.Duration { return providers.KeyWindow(w.kinds[k].Provider) }}
+	o := &admin.Admin{Store: w.store, KeyWindow: func(k string) time.Duration { return providers.KeyWindow(w.kinds[k].Provider) }}
 	res, err := o.ApplyAll(w.ctx, r, effects.Filter{Kinds: []string{kind}}, 0)
 	if err != nil {
 		w.fatalf("bulk %s: %v", action, err)
@@ -931,11 +931,11 @@ func (w *world) bulk(t *rapid.T) {
 	for _, e := range res.Done {
 		me := byID[e.ID]
 		switch action {
-		case ops.Refire:
+		case admin.Refire:
 			me.refired, me.forced = true, me.forced || force
-		case ops.Cancel:
+		case admin.Cancel:
 			me.cancelled = true
-		case ops.Supersede:
+		case admin.Supersede:
 			me.key = e.Key
 			me.keys = append(me.keys, e.Key)
 		}

@@ -50,7 +50,7 @@ func TestDispatcher_HonoursPauses(t *testing.T) {
 			ctx := context.Background()
 			st, _ := effects.NewStore(pool, nil)
 			name := map[effects.PauseScope]string{effects.PauseKind: "mail.paused", effects.PauseProvider: "mailer"}[scope]
-			a := effects.Action{Actor: "ops@example", Note: "the provider's incident"}
+			a := effects.By{Actor: "ops@example", Note: "the provider's incident"}
 			if ok, err := st.SetPause(ctx, scope, name, true, a); err != nil || !ok {
 				t.Fatalf("pause: %v, %v", ok, err)
 			}
@@ -101,7 +101,7 @@ func TestDispatcher_AResumeBeforeTheListenerIsUpIsHeard(t *testing.T) {
 	pool := pgtest.DB(t)
 	ctx := context.Background()
 	st, _ := effects.NewStore(pool, nil)
-	a := effects.Action{Actor: "ops@example", Note: "incident"}
+	a := effects.By{Actor: "ops@example", Note: "incident"}
 	if _, err := st.SetPause(ctx, effects.PauseKind, "mail.paused", true, a); err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func TestDispatcher_ARefusalBeforeTheKeyKeepsTheEvidence(t *testing.T) {
 			if got := seen.last(); got != tc.want {
 				t.Fatalf("the observer heard the last attempt recorded %s, want %s", got, tc.want)
 			}
-			_, err = fx.Supersede(ctx, e.ID, e.Version(), json.RawMessage(`{"amount":2000,"currency":"usd","source":"tok_visa"}`), 1, effects.Action{Actor: "test", Note: "corrected"})
+			_, err = fx.Supersede(ctx, e.ID, e.Version(), json.RawMessage(`{"amount":2000,"currency":"usd","source":"tok_visa"}`), 1, effects.By{Actor: "test", Note: "corrected"})
 			var mpe *effects.MaybePerformedError
 			switch {
 			case tc.supplant && err != nil:

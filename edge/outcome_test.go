@@ -328,7 +328,7 @@ func TestEdge_StoredOutcomeFollowsTheEffect(t *testing.T) {
 			if err := pool.QueryRow(ctx, `SELECT id FROM side_effects WHERE kind = $1`, chargeKind).Scan(&id); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := store.Retry(ctx, id, 1, effects.RefireOptions{}, effects.Action{Actor: "ops@test", Note: "the customer topped up"}); err != nil {
+			if _, err := store.Retry(ctx, id, 1, effects.RefireOptions{}, effects.By{Actor: "ops@test", Note: "the customer topped up"}); err != nil {
 				t.Fatal(err)
 			}
 			if c, b, _ := post(); c != 409 {

@@ -14,14 +14,14 @@ import (
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
-// Action says who asks for an operator's transition, and why. Both are
+// By says who asks for an operator's transition, and why. Both are
 // recorded in the effect's history.
-type Action struct {
+type By struct {
 	Actor string // required: a person or a tool ("ops@host", "reconciler")
 	Note  string // why; up to 4096 characters
 }
 
-func (a Action) validate() error {
+func (a By) validate() error {
 	switch {
 	case strings.TrimSpace(a.Actor) == "":
 		return invalid("actor", "is empty: say who acts")
@@ -51,14 +51,14 @@ type Event struct {
 // transition moves effect id from one state to another with set applied,
 // recording the action in the history, in one statement. An effect in
 // another state is reported with a *StateError and left as it is.
-func (s *Store) transition(ctx context.Context, op string, id int64, from, to State, set string, ref string, a Action, args ...any) (*Effect, error) {
+func (s *Store) transition(ctx context.Context, op string, id int64, from, to State, set string, ref string, a By, args ...any) (*Effect, error) {
 	return s.guardedTransition(ctx, op, id, from, to, "", set, ref, a, args...)
 }
 
 // guardedTransition is transition with an extra condition on the effect
 // (guard, SQL); an effect in the right state that fails it is reported by
 // refusal.
-func (s *Store) guardedTransition(ctx context.Context, op string, id int64, from, to State, guard, set string, ref string, a Action, args ...any) (*Effect, error) {
+func (s *Store) guardedTransition(ctx context.Context, op string, id int64, from, to State, guard, set string, ref string, a By, args ...any) (*Effect, error) {
 	if err := a.validate(); err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ type RefireOptions struct {
 
 // sendAgain moves effect id from one state to pending, due now, with extra
 // more attempts, checking the key window first.
-func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, extra int, o RefireOptions, a Action) (*Effect, error) {
+func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, extra int, o RefireOptions, a By) (*Effect, error) {
 	if extra < 1 {
 		return nil, invalid("attempts", "must be at least 1")
 	}
@@ -164,7 +164,7 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, 
 // have been performed (an operator resolved it as failed, or a late answer
 // said it was performed) is refused past its provider's key window unless
 // o.PastKeyWindow.
-func (s *Store) Retry(ctx context.Context, id int64, extra int, o RefireOptions, a Action) (*Effect, error) {
+func (s *Store) Retry(ctx context.Context, id int64, extra int, o RefireOptions, a By) (*Effect, error) {
 	return s.sendAgain(ctx, "retry", id, Failed, extra, o, a)
 }
 
@@ -173,13 +173,13 @@ func (s *Store) Retry(ctx context.Context, id int64, extra int, o RefireOptions,
 // idempotency keys the refire may do it twice, and so may one at a provider
 // that honours keys once its key window has passed, which is refused unless
 // o.PastKeyWindow. The caller accepts that.
-func (s *Store) Refire(ctx context.Context, id int64, extra int, o RefireOptions, a Action) (*Effect, error) {
+func (s *Store) Refire(ctx context.Context, id int64, extra int, o RefireOptions, a By) (*Effect, error) {
 	return s.sendAgain(ctx, "refire", id, Uncertain, extra, o, a)
 }
 
 // Resolve settles an uncertain effect as confirmed (it happened; ref, if
 // given, is the provider's reference) or failed (it did not).
-func (s *Store) Resolve(ctx context.Context, id int64, to State, ref string, a Action) (*Effect, error) {
+func (s *Store) Resolve(ctx context.Context, id int64, to State, ref string, a By) (*Effect, error) {
 	switch to {
 	case Confirmed:
 		return s.transition(ctx, "resolve", id, Uncertain, Confirmed,
@@ -194,7 +194,7 @@ func (s *Store) Resolve(ctx context.Context, id int64, to State, ref string, a A
 // CancelByID moves the pending effect id to cancelled. Like Cancel, it
 // refuses an effect that may have been performed with a
 // *MaybePerformedError.
-func (s *Store) CancelByID(ctx context.Context, id int64, a Action) (*Effect, error) {
+func (s *Store) CancelByID(ctx context.Context, id int64, a By) (*Effect, error) {
 	return s.guardedTransition(ctx, "cancel", id, Pending, Cancelled, " AND "+neverPerformed, "", "", a)
 }
 

@@ -40,7 +40,7 @@ func TestStore_OperatorTransitionsAreGuardedAndRecorded(t *testing.T) {
 	unsure2 := settle(t, b, "k.unsure2", effects.Uncertain)
 	unsure3 := settle(t, b, "k.unsure3", effects.Uncertain)
 	pending, _ := b.store.GetBySource(b.ctx, "s", "k.pending")
-	ops := effects.Action{Actor: "ops@host", Note: "provider fixed"}
+	ops := effects.By{Actor: "ops@host", Note: "provider fixed"}
 
 	// Refusals: each leaves the effect as it was and names its state.
 	refusals := []struct {
@@ -75,7 +75,7 @@ func TestStore_OperatorTransitionsAreGuardedAndRecorded(t *testing.T) {
 	if _, err := b.store.Retry(b.ctx, 999999, 1, effects.RefireOptions{}, ops); !errors.Is(err, effects.ErrNotFound) {
 		t.Errorf("retry a missing effect: %v", err)
 	}
-	if _, err := b.store.Retry(b.ctx, failed.ID, 1, effects.RefireOptions{}, effects.Action{}); !errors.Is(err, effects.ErrInvalid) {
+	if _, err := b.store.Retry(b.ctx, failed.ID, 1, effects.RefireOptions{}, effects.By{}); !errors.Is(err, effects.ErrInvalid) {
 		t.Errorf("retry without an actor: %v", err)
 	}
 	if _, err := b.store.Resolve(b.ctx, unsure.ID, effects.Pending, "", ops); !errors.Is(err, effects.ErrInvalid) {
@@ -87,15 +87,15 @@ func TestStore_OperatorTransitionsAreGuardedAndRecorded(t *testing.T) {
 	if err != nil || e.State != effects.Pending || e.MaxAttempts != 4 || e.Attempts != 1 {
 		t.Fatalf("retry = %+v, %v", e, err)
 	}
-	e, err = b.store.Resolve(b.ctx, unsure.ID, effects.Confirmed, "pi_123", effects.Action{Actor: "ops@host", Note: "found in the dashboard"})
+	e, err = b.store.Resolve(b.ctx, unsure.ID, effects.Confirmed, "pi_123", effects.By{Actor: "ops@host", Note: "found in the dashboard"})
 	if err != nil || e.State != effects.Confirmed || e.ProviderRef != "pi_123" || e.ConfirmedAt.IsZero() {
 		t.Fatalf("resolve confirmed = %+v, %v", e, err)
 	}
-	e, err = b.store.Resolve(b.ctx, unsure2.ID, effects.Failed, "", effects.Action{Actor: "ops", Note: "never arrived"})
+	e, err = b.store.Resolve(b.ctx, unsure2.ID, effects.Failed, "", effects.By{Actor: "ops", Note: "never arrived"})
 	if err != nil || e.State != effects.Failed || !strings.Contains(e.LastError, "resolved as failed by ops: never arrived") {
 		t.Fatalf("resolve failed = %+v, %v", e, err)
 	}
-	e, err = b.store.Refire(b.ctx, unsure3.ID, 1, effects.RefireOptions{}, effects.Action{Actor: "ops", Note: "accepting a possible duplicate"})
+	e, err = b.store.Refire(b.ctx, unsure3.ID, 1, effects.RefireOptions{}, effects.By{Actor: "ops", Note: "accepting a possible duplicate"})
 	if err != nil || e.State != effects.Pending || e.MaxAttempts != 2 {
 		t.Fatalf("refire = %+v, %v", e, err)
 	}

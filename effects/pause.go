@@ -48,7 +48,7 @@ var ErrNotPaused = errors.New("not paused")
 // logging the action with a's actor and note and notifying the
 // dispatchers, in one transaction. Pausing what is paused already changes
 // nothing and reports false; resuming what is not is ErrNotPaused.
-func (s *Store) SetPause(ctx context.Context, scope PauseScope, name string, pause bool, a Action) (bool, error) {
+func (s *Store) SetPause(ctx context.Context, scope PauseScope, name string, pause bool, a By) (bool, error) {
 	switch {
 	case !scope.valid():
 		return false, invalid("scope", fmt.Sprintf("%q: want kind or provider", scope))

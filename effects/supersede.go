@@ -71,7 +71,7 @@ func ParsePayloadHash(s string) ([]byte, error) {
 //
 // The caller checks the payload against its provider first (sidefx
 // supersede does, with the daemon's configuration).
-func (s *Store) Supersede(ctx context.Context, id int64, from Version, payload json.RawMessage, extra int, a Action) (*Effect, error) {
+func (s *Store) Supersede(ctx context.Context, id int64, from Version, payload json.RawMessage, extra int, a By) (*Effect, error) {
 	const op = "supersede"
 	if err := a.validate(); err != nil {
 		return nil, err

@@ -24,7 +24,7 @@ func TestStore_SupersedeAnEffectThatDidNothing(t *testing.T) {
 	claim(t, b, "w", time.Minute, "charge")
 	complete(t, b, store.Outcome{ID: id, Attempt: 1, State: effects.Failed, Settles: true, ProviderRef: "ch_declined", Error: "card declined"})
 	before := get(t, b, id)
-	ops := effects.Action{Actor: "ops@host", Note: "customer gave another card"}
+	ops := effects.By{Actor: "ops@host", Note: "customer gave another card"}
 
 	e, err := b.store.Supersede(b.ctx, id, get(t, b, id).Version(), good, 3, ops)
 	if err != nil {
@@ -91,7 +91,7 @@ func TestStore_SupersedeAnEffectThatDidNothing(t *testing.T) {
 func TestStore_SupersedeRefusesWhatMayHaveBeenPerformed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ops := effects.Action{Actor: "ops", Note: "fix"}
+	ops := effects.By{Actor: "ops", Note: "fix"}
 	fix := json.RawMessage(`{"fixed": true}`)
 
 	lost := one(t, b, "lost", "k")
@@ -147,7 +147,7 @@ func TestStore_SupersedeRefusesWhatMayHaveBeenPerformed(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := b.store.Supersede(b.ctx, fresh, get(t, b, fresh).Version(), fix, 1, effects.Action{}); !errors.Is(err, effects.ErrInvalid) {
+	if _, err := b.store.Supersede(b.ctx, fresh, get(t, b, fresh).Version(), fix, 1, effects.By{}); !errors.Is(err, effects.ErrInvalid) {
 		t.Errorf("no actor: %v", err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `UPDATE sidefx_settings SET max_payload_bytes = 20`); err != nil {
@@ -184,7 +184,7 @@ func TestStore_DueAtOfScheduledEffects(t *testing.T) {
 	if e := get(t, b, res[2].ID); !e.DueAt.IsZero() {
 		t.Errorf("not_before in the past: DueAt %s, want none", e.DueAt)
 	}
-	e, err := b.store.Supersede(b.ctx, res[0].ID, get(t, b, res[0].ID).Version(), json.RawMessage(`{"v": 2}`), 1, effects.Action{Actor: "ops"})
+	e, err := b.store.Supersede(b.ctx, res[0].ID, get(t, b, res[0].ID).Version(), json.RawMessage(`{"v": 2}`), 1, effects.By{Actor: "ops"})
 	if err != nil || e.DueAt.IsZero() || e.DueAt.Before(e.CreatedAt) {
 		t.Fatalf("superseded: DueAt %s (created %s), %v", e.DueAt, e.CreatedAt, err)
 	}
@@ -202,7 +202,7 @@ func TestStore_SupersedeRefusesAnEffectChangedSinceItWasRead(t *testing.T) {
 	first, second := json.RawMessage(`{"amount": 1000, "source": "tok_visa"}`), json.RawMessage(`{"amount": 1000, "source": "tok_amex"}`)
 	id := insert(t, b, effects.NewEffect{SourceID: "o1", Kind: "charge", Payload: orig})[0].ID
 	read := get(t, b, id).Version()
-	ops := effects.Action{Actor: "ops", Note: "another card"}
+	ops := effects.By{Actor: "ops", Note: "another card"}
 
 	tx, err := b.pool.Begin(b.ctx)
 	if err != nil {

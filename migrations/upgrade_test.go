@@ -251,7 +251,7 @@ func TestUpgrade_FromEveryReleasedVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			for src, id := range maybe {
-				e, err := store.CancelByID(ctx, id, effects.Action{Actor: "ops@host", Note: "upgrade test"})
+				e, err := store.CancelByID(ctx, id, effects.By{Actor: "ops@host", Note: "upgrade test"})
 				if _, ok := errors.AsType[*effects.MaybePerformedError](err); !ok {
 					t.Errorf("cancel %s (%d) after the upgrade: %v (state %s); want a MaybePerformedError", src, id, err, stateOf(e))
 				}

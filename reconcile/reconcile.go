@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/robfig/cron/v3"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/schedule"
 	"github.com/sidefx/sidefx/internal/sqlname"
@@ -176,10 +177,14 @@ const (
 // Reconciler runs reconciliation on a schedule, once per tick across
 // replicas, and on demand.
 type Reconciler struct {
-	pool     *pgxpool.Pool
-	cfg      Config
-	schema   string
-	store    *effects.Store
+	pool   *pgxpool.Pool
+	cfg    Config
+	schema string
+	// admin is how the reconciler acts on effects, as operators do: the
+	// same guards, recorded in the same history. Its key window is 0: the
+	// reconciler refires only an attempt its provider reported absent,
+	// which no key could make a duplicate of.
+	admin    *admin.Admin
 	schedule cron.Schedule
 	log      *slog.Logger
 	mu       sync.Mutex // one run at a time in this process
@@ -221,7 +226,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Reconciler, error) {
 	if r.schedule, err = ParseSchedule(c.Schedule); err != nil {
 		return nil, fmt.Errorf("reconcile: schedule %q: %w", c.Schedule, err)
 	}
-	if r.store, err = effects.NewStore(pool, &effects.Config{Schema: schema}); err != nil {
+	if r.admin, err = admin.New(pool, &admin.Config{Schema: schema, KeyWindow: func(string) time.Duration { return 0 }}); err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
 	return r, nil
@@ -396,7 +401,7 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 		switch {
 		case ev.Verdict == providers.Found && ev.Succeeded:
 			note := fmt.Sprintf("the provider has it: %s %s (%s)", ev.Ref, ev.Status, ev.Source)
-			if _, err := r.store.Resolve(ctx, u.id, effects.Confirmed, ev.Ref, effects.Action{Actor: r.cfg.Actor, Note: note}); err != nil {
+			if _, err := r.admin.ApplyID(ctx, u.id, admin.Request{Action: admin.Resolve, As: effects.Confirmed, Ref: ev.Ref, Actor: r.cfg.Actor, Note: note}); err != nil {
 				f.Finding, f.Detail = Error, "settle: "+err.Error()
 			} else {
 				f.Finding, f.Ref, f.Detail = Settled, ev.Ref, note
@@ -408,7 +413,7 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 				// Only if no attempt was made since it was read: one
 				// made meanwhile (an operator's refire, a dispatcher's
 				// retry) may be on its way, and its absence is not known.
-				_, err := r.store.Refire(ctx, u.id, RefireAttempts, effects.RefireOptions{AtAttempt: u.attempts}, effects.Action{Actor: r.cfg.Actor, Note: note})
+				_, err := r.admin.ApplyID(ctx, u.id, admin.Request{Action: admin.Refire, Attempts: RefireAttempts, AtAttempt: u.attempts, Actor: r.cfg.Actor, Note: note})
 				switch {
 				case errors.Is(err, effects.ErrChanged):
 					continue // the next run looks again

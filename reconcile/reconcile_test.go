@@ -657,7 +657,7 @@ func TestReconcile_NoRefireOfAnEffectSentAgainDuringTheRun(t *testing.T) {
 	}
 	lk := &slowLooker{Fake: f}
 	lk.hook = func() {
-		if _, err := st.Refire(ctx, e.ID, 1, effects.RefireOptions{}, effects.Action{Actor: "ops", Note: "send it"}); err != nil {
+		if _, err := st.Refire(ctx, e.ID, 1, effects.RefireOptions{}, effects.By{Actor: "ops", Note: "send it"}); err != nil {
 			t.Error(err)
 			return
 		}

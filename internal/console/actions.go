@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/ops"
 )
 
 // note reads an action's note: required, it says why.
@@ -29,12 +29,12 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 		h.refuse(w, r, id, http.StatusNotFound, "no such effect")
 		return
 	}
-	action, err := ops.ParseAction(r.PathValue("action"))
+	action, err := admin.ParseAction(r.PathValue("action"))
 	if err != nil {
 		h.refuse(w, r, id, http.StatusNotFound, err.Error())
 		return
 	}
-	req := ops.Request{Action: action, Actor: id.Actor, Note: note(r), PastKeyWindow: r.PostFormValue("past_key_window") != "", Guard: h.keepHidden}
+	req := admin.Request{Action: action, Actor: id.Actor, Note: note(r), PastKeyWindow: r.PostFormValue("past_key_window") != "", Guard: h.keepHidden}
 	if req.Note == "" {
 		h.badRequest(w, r, id, noteRequired)
 		return
@@ -46,7 +46,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 	}
 	b := blotterOf(h.hider.hide(e.Payload).values)
 	switch action {
-	case ops.Resolve:
+	case admin.Resolve:
 		switch as := effects.State(r.PostFormValue("as")); as {
 		case effects.Confirmed:
 			req.As, req.Ref = as, strings.TrimSpace(r.PostFormValue("ref"))
@@ -56,7 +56,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 			h.badRequest(w, r, id, "resolve: as confirmed or as failed")
 			return
 		}
-	case ops.Supersede:
+	case admin.Supersede:
 		// The payload written replaces the one shown, or nothing: the
 		// form's version must be the effect's now, and the operations
 		// check that it still is when they replace it.
@@ -188,7 +188,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id *identity) {
 		h.badRequest(w, r, id, noteRequired)
 		return
 	}
-	changed, err := h.cfg.Store.SetPause(r.Context(), scope, name, op == "pause", effects.Action{Actor: id.Actor, Note: n})
+	changed, err := h.cfg.Store.SetPause(r.Context(), scope, name, op == "pause", effects.By{Actor: id.Actor, Note: n})
 	if err != nil {
 		h.fail(w, r, id, err)
 		return
@@ -203,7 +203,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id *identity) {
 
 // bulkReq is a bulk action as its form gives it.
 type bulkReq struct {
-	req    ops.Request
+	req    admin.Request
 	filter effects.Filter
 	form   filterForm // with absolute times
 	max    int
@@ -221,17 +221,17 @@ func (e *statusError) Error() string { return e.msg }
 
 // readBulk reads a bulk action from v (the preview's query, or the
 // confirmation's form): the action, its filter and its cap, which only an
-// admin raises above ops.DefaultMax.
+// admin raises above admin.DefaultMax.
 func (h *Handler) readBulk(v url.Values, id *identity) (bulkReq, error) {
 	var b bulkReq
-	action, err := ops.ParseAction(v.Get("action"))
+	action, err := admin.ParseAction(v.Get("action"))
 	if err != nil {
 		return b, &statusError{http.StatusBadRequest, err.Error()}
 	}
-	b.req = ops.Request{Action: action, Actor: id.Actor, Guard: h.keepHidden}
+	b.req = admin.Request{Action: action, Actor: id.Actor, Guard: h.keepHidden}
 	b.as, b.patch = v.Get("as"), strings.TrimSpace(v.Get("patch"))
 	switch {
-	case action == ops.Resolve:
+	case action == admin.Resolve:
 		if st := effects.State(b.as); st != effects.Confirmed && st != effects.Failed {
 			return b, &statusError{http.StatusBadRequest, "resolve: as confirmed or as failed"}
 		}
@@ -240,7 +240,7 @@ func (h *Handler) readBulk(v url.Values, id *identity) (bulkReq, error) {
 		b.as = ""
 	}
 	switch {
-	case action == ops.Supersede:
+	case action == admin.Supersede:
 		if b.patch == "" || !json.Valid([]byte(b.patch)) {
 			return b, &statusError{http.StatusBadRequest, "supersede in bulk takes a patch: a JSON merge patch (RFC 7396) of each payload"}
 		}
@@ -248,11 +248,11 @@ func (h *Handler) readBulk(v url.Values, id *identity) (bulkReq, error) {
 	case b.patch != "":
 		return b, &statusError{http.StatusBadRequest, "a patch is for supersede"}
 	}
-	if b.max, err = positiveInt(v.Get("max"), ops.DefaultMax); err != nil {
+	if b.max, err = positiveInt(v.Get("max"), admin.DefaultMax); err != nil {
 		return b, &statusError{http.StatusBadRequest, "cap: " + err.Error()}
 	}
-	if b.max > ops.DefaultMax && !id.Can(Admin) {
-		return b, &statusError{http.StatusForbidden, fmt.Sprintf("only an admin raises the cap above %d", ops.DefaultMax)}
+	if b.max > admin.DefaultMax && !id.Can(Admin) {
+		return b, &statusError{http.StatusForbidden, fmt.Sprintf("only an admin raises the cap above %d", admin.DefaultMax)}
 	}
 	ff := readFilter(v)
 	if b.filter, b.form, err = ff.filter(h.now()); err != nil {
@@ -262,7 +262,7 @@ func (h *Handler) readBulk(v url.Values, id *identity) (bulkReq, error) {
 }
 
 type bulkData struct {
-	Action        ops.Action
+	Action        admin.Action
 	As, Patch     string
 	Max, Default  int
 	Form          filterForm
@@ -289,7 +289,7 @@ func (h *Handler) bulkPreview(w http.ResponseWriter, r *http.Request, id *identi
 		h.fail(w, r, id, err)
 		return
 	}
-	d := bulkData{Action: b.req.Action, As: b.as, Patch: b.patch, Max: b.max, Default: ops.DefaultMax, Form: b.form, Count: p.Count,
+	d := bulkData{Action: b.req.Action, As: b.as, Patch: b.patch, Max: b.max, Default: admin.DefaultMax, Form: b.form, Count: p.Count,
 		Over: p.Count > int64(b.max), Nothing: p.Count == 0}
 	var states []string
 	for _, st := range p.Filter.States {
@@ -305,9 +305,9 @@ func (h *Handler) bulkPreview(w http.ResponseWriter, r *http.Request, id *identi
 }
 
 type doneData struct {
-	Action  ops.Action
+	Action  admin.Action
 	Done    []int64
-	Skipped []ops.Skip
+	Skipped []admin.Skip
 }
 
 // bulk performs a confirmed bulk action.
@@ -340,7 +340,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, id *identity) {
 		// A refusal may quote the payload (a provider's check): blot it.
 		if e, err := h.cfg.Store.Get(r.Context(), s.ID); err == nil {
 			values := h.hider.hide(e.Payload).values
-			if merged, err := ops.MergePatch(e.Payload, b.req.Patch); len(b.req.Patch) > 0 && err == nil {
+			if merged, err := admin.MergePatch(e.Payload, b.req.Patch); len(b.req.Patch) > 0 && err == nil {
 				values = append(values, h.hider.hide(merged).values...)
 			}
 			s.Reason = blotterOf(values).text(s.Reason)

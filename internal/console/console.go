@@ -1,6 +1,6 @@
 // Package console is sidefx's web console: the effects, the drift and
 // reconciliation runs and the pauses as server-rendered pages, and the
-// operators' actions as forms, each through internal/ops (the one
+// operators' actions as forms, each through admin (the one
 // operations API the CLI uses too) and recorded with the user who acted.
 //
 // Every request is authenticated: by a trusted proxy's headers (only from
@@ -27,8 +27,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/ops"
 )
 
 //go:embed templates/*.html
@@ -48,7 +48,7 @@ type Provider struct {
 type Config struct {
 	// Store and Ops are the effects and the operations on them.
 	Store *effects.Store
-	Ops   *ops.Ops
+	Ops   *admin.Admin
 	// DB and Schema hold the drift and reconciliation tables (the pool
 	// of the Store).
 	DB     effects.DB
@@ -266,7 +266,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id *identity, err
 	switch {
 	case errors.Is(err, effects.ErrNotFound):
 		status = http.StatusNotFound
-	case errors.Is(err, ops.ErrOverCap), errors.Is(err, effects.ErrWrongState), errors.Is(err, effects.ErrMaybePerformed),
+	case errors.Is(err, admin.ErrOverCap), errors.Is(err, effects.ErrWrongState), errors.Is(err, effects.ErrMaybePerformed),
 		errors.Is(err, effects.ErrPastKeyWindow), errors.Is(err, effects.ErrNotPaused), errors.Is(err, effects.ErrChanged):
 		status = http.StatusConflict
 	case errors.Is(err, effects.ErrInvalid):

@@ -23,10 +23,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/console"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/ops"
 	engine "github.com/sidefx/sidefx/internal/store"
 )
 
@@ -79,7 +79,7 @@ func newEnv(t *testing.T, edit func(*console.Config)) *env {
 		t.Fatal(err)
 	}
 	cfg := console.Config{
-		Store: e.store, Ops: &ops.Ops{Store: e.store}, DB: e.pool,
+		Store: e.store, Ops: &admin.Admin{Store: e.store}, DB: e.pool,
 		Providers:    map[string]console.Provider{"charge.create": {Name: "stripe", Type: "stripe"}, "email.receipt": {Name: "mail", Type: "sendgrid"}},
 		HiddenFields: []string{"personalizations.to.email", "customer_email"},
 		Auth:         console.Auth{Tokens: tokens},
@@ -450,13 +450,13 @@ func TestConsole_BulkPreviewConfirmAndCap(t *testing.T) {
 	for i := range 8 {
 		few = append(few, fmt.Sprintf("few-%02d", i))
 	}
-	for i := range ops.DefaultMax + 1 {
+	for i := range admin.DefaultMax + 1 {
 		many = append(many, fmt.Sprintf("many-%03d", i))
 	}
 	e.enqueue("email.receipt", `{"n":1}`, few...)
 	e.enqueue("charge.create", `{"amount":1}`, many...)
 	e.operate("email.receipt", 8, effects.Uncertain, "timeout")
-	e.operate("charge.create", ops.DefaultMax+1, effects.Uncertain, "timeout")
+	e.operate("charge.create", admin.DefaultMax+1, effects.Uncertain, "timeout")
 	op := e.login(console.Operator)
 
 	list := op.page("/effects?kind=email.receipt")
@@ -464,7 +464,7 @@ func TestConsole_BulkPreviewConfirmAndCap(t *testing.T) {
 		t.Fatalf("no bulk form on the list:\n%s", list)
 	}
 	preview := op.page("/bulk?action=resolve&as=failed&kind=email.receipt")
-	if !strings.Contains(preview, "<strong>8</strong> uncertain effects match") || !strings.Contains(preview, fmt.Sprintf("The cap is %d", ops.DefaultMax)) {
+	if !strings.Contains(preview, "<strong>8</strong> uncertain effects match") || !strings.Contains(preview, fmt.Sprintf("The cap is %d", admin.DefaultMax)) {
 		t.Fatalf("preview:\n%s", preview)
 	}
 	form := hiddenInputs(t, preview, "/bulk")
@@ -522,11 +522,11 @@ func TestConsole_BulkPreviewConfirmAndCap(t *testing.T) {
 	if n, _ := e.store.CountMatching(context.Background(), effects.Filter{States: []effects.State{effects.Confirmed}}); n != 0 {
 		t.Fatalf("refused bulk actions confirmed %d effects", n)
 	}
-	admin := e.login(console.Admin)
-	preview = admin.page("/bulk?action=resolve&as=confirmed&kind=charge.create&max=200")
+	boss := e.login(console.Admin)
+	preview = boss.page("/bulk?action=resolve&as=confirmed&kind=charge.create&max=200")
 	form = hiddenInputs(t, preview, "/bulk")
 	form.Set("note", "the dashboard shows them all paid")
-	if a := admin.bulk(form); a.status != http.StatusOK || !strings.Contains(a.body, fmt.Sprintf("%d done", ops.DefaultMax+1)) {
+	if a := boss.bulk(form); a.status != http.StatusOK || !strings.Contains(a.body, fmt.Sprintf("%d done", admin.DefaultMax+1)) {
 		t.Errorf("an admin with a raised cap: %d\n%s", a.status, a.body)
 	}
 }
@@ -635,7 +635,7 @@ func TestConsole_SupersedeRefusesAStalePage(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = e.store.Supersede(context.Background(), id, cur.Version(), json.RawMessage(`{"template_id":"d-cli","customer_email":"c@example.com"}`), 1, effects.Action{Actor: "cli", Note: "fix"})
+		_, err = e.store.Supersede(context.Background(), id, cur.Version(), json.RawMessage(`{"template_id":"d-cli","customer_email":"c@example.com"}`), 1, effects.By{Actor: "cli", Note: "fix"})
 		return err
 	}
 	meanwhile.Store(&other)
@@ -905,9 +905,9 @@ func TestConsole_PausesByRole(t *testing.T) {
 	if s := pause(op, token, "provider", "stripe", "pause"); s != http.StatusForbidden {
 		t.Errorf("an operator pausing a provider: %d, want 403", s)
 	}
-	admin := e.login(console.Admin)
-	atoken := csrf(t, admin.page("/"))
-	if s := pause(admin, atoken, "provider", "stripe", "pause"); s != http.StatusSeeOther {
+	boss := e.login(console.Admin)
+	atoken := csrf(t, boss.page("/"))
+	if s := pause(boss, atoken, "provider", "stripe", "pause"); s != http.StatusSeeOther {
 		t.Errorf("an admin pausing a provider: %d", s)
 	}
 	ps, _ := e.store.Pauses(context.Background())

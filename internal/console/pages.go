@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/ops"
 	"github.com/sidefx/sidefx/reconcile"
 )
 
@@ -176,14 +176,14 @@ type effectsData struct {
 	Rows    []effectRow
 	Total   int64
 	Next    string
-	Actions []ops.Action
+	Actions []admin.Action
 	Max     int
 }
 
 func (h *Handler) effectsPage(w http.ResponseWriter, r *http.Request, id *identity) {
 	q := r.URL.Query()
 	ff := readFilter(q)
-	d := effectsData{Form: ff, Actions: ops.Actions, Max: ops.DefaultMax}
+	d := effectsData{Form: ff, Actions: admin.Actions, Max: admin.DefaultMax}
 	p := h.newPage("Effects", id)
 	f, _, err := ff.filter(h.now())
 	if err != nil {
@@ -312,7 +312,7 @@ func (h *Handler) effectPage(w http.ResponseWriter, r *http.Request, id *identit
 	d.Supersede = (e.State == effects.Pending || e.State == effects.Failed) && !e.MaybePerformed() && live
 	d.Version = h.version(e)
 	p := h.newPage(fmt.Sprintf("Effect %d", e.ID), id)
-	if a, err := ops.ParseAction(r.URL.Query().Get("done")); err == nil {
+	if a, err := admin.ParseAction(r.URL.Query().Get("done")); err == nil {
 		p.Flash = fmt.Sprintf("Done: %s. The effect is %s now.", a, e.State)
 	}
 	p.D = d

@@ -757,7 +757,7 @@ func exercise(t *testing.T, b bundle) {
 	b.m.Reconciled(reconcile.Report{Finished: time.Now(), Findings: []reconcile.Finding{{Finding: reconcile.Settled, Kind: kindMail, Provider: "sendgrid"}}})
 	b.m.Event("sendgrid", metrics.EventStored, 2)
 	st, _ := effects.NewStore(b.pool, nil)
-	if _, err := st.SetPause(b.ctx, effects.PauseProvider, "sendgrid", true, effects.Action{Actor: "test", Note: "incident"}); err != nil {
+	if _, err := st.SetPause(b.ctx, effects.PauseProvider, "sendgrid", true, effects.By{Actor: "test", Note: "incident"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -1048,7 +1048,7 @@ func TestMetrics_Paused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	st, _ := effects.NewStore(b.pool, nil)
-	a := effects.Action{Actor: "ops", Note: "incident"}
+	a := effects.By{Actor: "ops", Note: "incident"}
 	if _, err := st.SetPause(b.ctx, effects.PauseKind, kindMail, true, a); err != nil {
 		t.Fatal(err)
 	}

@@ -602,7 +602,7 @@ func TestEngine_AnAnswerPastTheKeyWindowKeepsTheForgottenAttemptsEvidence(t *tes
 			if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET first_fired_at = first_fired_at - interval '25 hours', state = 'uncertain'`); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.store.Refire(b.ctx, e.ID, 1, effects.RefireOptions{KeyWindow: window, PastKeyWindow: true}, effects.Action{Actor: "op", Note: "sent again"}); err != nil {
+			if _, err := b.store.Refire(b.ctx, e.ID, 1, effects.RefireOptions{KeyWindow: window, PastKeyWindow: true}, effects.By{Actor: "op", Note: "sent again"}); err != nil {
 				t.Fatal(err)
 			}
 			e = claim(t, b, "w2", time.Minute, "charge.create")[0]

@@ -53,7 +53,7 @@ func TestEngine_EvidenceOfMaybePerformed(t *testing.T) {
 	}
 	for name, cancel := range map[string]func() error{
 		"by source": func() error { _, err := b.store.Cancel(b.ctx, "o1", "k.keyed"); return err },
-		"by id":     func() error { _, err := b.store.CancelByID(b.ctx, id, effects.Action{Actor: "ops"}); return err },
+		"by id":     func() error { _, err := b.store.CancelByID(b.ctx, id, effects.By{Actor: "ops"}); return err },
 	} {
 		err := cancel()
 		var mp *effects.MaybePerformedError
@@ -186,7 +186,7 @@ func TestEngine_LateAnswersAreNeverThrownAway(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	op := effects.Action{Actor: "ops", Note: "checked at the provider"}
+	op := effects.By{Actor: "ops", Note: "checked at the provider"}
 
 	// A newer attempt is in flight when the old one's "performed" arrives:
 	// confirmed with the old attempt's reference.
@@ -282,7 +282,7 @@ func TestEngine_RefirePastTheKeyWindowNeedsConsent(t *testing.T) {
 	id := one(t, b, "r", "k.keyed")
 	claim(t, b, "w", time.Minute, "k.keyed")
 	complete(t, b, store.Outcome{ID: id, Attempt: 1, State: effects.Uncertain, MaybePerformed: true, Error: "timeout"})
-	op := effects.Action{Actor: "ops", Note: "nothing at the provider"}
+	op := effects.By{Actor: "ops", Note: "nothing at the provider"}
 	inside := effects.RefireOptions{KeyWindow: 24 * time.Hour}
 
 	ageFirstFire(t, b, id, 25*time.Hour)

@@ -17,11 +17,11 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/console"
 	"github.com/sidefx/sidefx/internal/lab/browsertest"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/ops"
 	"github.com/sidefx/sidefx/internal/store"
 )
 
@@ -97,7 +97,7 @@ func newSite(t *testing.T) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := console.New(console.Config{Store: s.st, Ops: &ops.Ops{Store: s.st}, DB: s.pool,
+	h, err := console.New(console.Config{Store: s.st, Ops: &admin.Admin{Store: s.st}, DB: s.pool,
 		Providers:    map[string]console.Provider{"charge.create": {Name: "stripe", Type: "stripe"}, "email.receipt": {Name: "mail", Type: "sendgrid"}},
 		HiddenFields: []string{"personalizations.to.email"},
 		Auth:         console.Auth{Tokens: tokens}})

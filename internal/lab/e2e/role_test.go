@@ -295,7 +295,7 @@ func TestE2E_AnOperatorActsOnlyThroughTheGuards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	who := effects.Action{Actor: "ops@host", Note: "role test"}
+	who := effects.By{Actor: "ops@host", Note: "role test"}
 	one, err := store.GetBySource(ctx, "o-1", "charge.create")
 	if err != nil {
 		t.Fatalf("the operator reads an effect: %v", err)

@@ -274,7 +274,7 @@ func TestE2E_NoStatementDependsOnSearchPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := effects.Action{Actor: "searchpath test", Note: "look-alikes"}
+	a := effects.By{Actor: "searchpath test", Note: "look-alikes"}
 	get := func(source string) *effects.Effect {
 		e, err := st.GetBySource(ctx, source, kind)
 		if err != nil {

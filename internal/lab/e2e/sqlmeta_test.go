@@ -44,7 +44,7 @@ func TestE2E_SQLMetacharactersAreData(t *testing.T) {
 		}
 		// The same string through the operators' path: cancel with it as the
 		// actor and the note, then read the history.
-		if _, err := store.CancelByID(ctx, e.ID, effects.Action{Actor: s, Note: s}); err != nil {
+		if _, err := store.CancelByID(ctx, e.ID, effects.By{Actor: s, Note: s}); err != nil {
 			t.Fatalf("string %d: cancel: %v", i, err)
 		}
 		h, err := store.History(ctx, e.ID)

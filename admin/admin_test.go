@@ -1,4 +1,4 @@
-package ops_test
+package admin_test
 
 import (
 	"context"
@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/ops"
 	"github.com/sidefx/sidefx/internal/store"
 )
 
@@ -21,7 +23,12 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // (as the dispatcher would), returning the store.
 func setup(t *testing.T, kind string, n, k int, st effects.State) *effects.Store {
 	t.Helper()
-	pool := pgtest.DB(t)
+	return setupOn(t, pgtest.DB(t), kind, n, k, st)
+}
+
+// setupOn is setup on pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool, kind string, n, k int, st effects.State) *effects.Store {
+	t.Helper()
 	s, err := effects.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -57,21 +64,21 @@ func setup(t *testing.T, kind string, n, k int, st effects.State) *effects.Store
 func TestApplyAll_ResolvesWhatTheFilterMatchesWithOneHistoryEntryEach(t *testing.T) {
 	t.Parallel()
 	s := setup(t, "email.receipt", 10, 6, effects.Uncertain)
-	o := &ops.Ops{Store: s}
+	o := &admin.Admin{Store: s}
 	ctx := context.Background()
-	r := ops.Request{Action: ops.Resolve, As: effects.Confirmed, Actor: "ops@example", Note: "SendGrid's activity shows them sent"}
+	r := admin.Request{Action: admin.Resolve, As: effects.Confirmed, Actor: "ops@example", Note: "SendGrid's activity shows them sent"}
 	// No state in the filter: the action's (uncertain) is taken.
 	p, err := o.Preview(ctx, r, effects.Filter{Kinds: []string{"email.receipt"}})
 	if err != nil || p.Count != 6 || len(p.Sample) != 5 || p.Filter.States[0] != effects.Uncertain {
 		t.Fatalf("preview %+v, %v", p, err)
 	}
-	if _, err := o.ApplyAll(ctx, r, effects.Filter{Kinds: []string{"email.receipt"}}, 5); !errors.Is(err, ops.ErrOverCap) {
+	if _, err := o.ApplyAll(ctx, r, effects.Filter{Kinds: []string{"email.receipt"}}, 5); !errors.Is(err, admin.ErrOverCap) {
 		t.Fatalf("6 effects with a cap of 5: %v, want ErrOverCap", err)
 	}
 	if n, _ := s.CountMatching(ctx, effects.Filter{States: []effects.State{effects.Confirmed}}); n != 0 {
 		t.Fatalf("over the cap, %d were resolved anyway", n)
 	}
-	if _, err := o.ApplyAll(ctx, ops.Request{Action: ops.Resolve, As: effects.Confirmed, Actor: "ops@example"}, effects.Filter{}, 10); err == nil {
+	if _, err := o.ApplyAll(ctx, admin.Request{Action: admin.Resolve, As: effects.Confirmed, Actor: "ops@example"}, effects.Filter{}, 10); err == nil {
 		t.Fatal("a bulk action without a note was accepted")
 	}
 	res, err := o.ApplyAll(ctx, r, effects.Filter{Kinds: []string{"email.receipt"}}, 6)
@@ -92,7 +99,7 @@ func TestApplyAll_ResolvesWhatTheFilterMatchesWithOneHistoryEntryEach(t *testing
 func TestApplyAll_SupersedesWithAMergePatchAndSkipsWhatItRefuses(t *testing.T) {
 	t.Parallel()
 	s := setup(t, "email.receipt", 3, 3, effects.Failed)
-	o := &ops.Ops{Store: s, Check: func(kind string, p json.RawMessage) error {
+	o := &admin.Admin{Store: s, Check: func(kind string, p json.RawMessage) error {
 		var m map[string]any
 		_ = json.Unmarshal(p, &m)
 		if m["template"] == "bad" {
@@ -104,10 +111,10 @@ func TestApplyAll_SupersedesWithAMergePatchAndSkipsWhatItRefuses(t *testing.T) {
 	// One of them is retried by someone else first: pending now, it is
 	// superseded all the same (it did nothing).
 	list, _ := s.List(ctx, effects.Filter{States: []effects.State{effects.Failed}})
-	if _, err := s.Retry(ctx, list[0].ID, 1, effects.RefireOptions{}, effects.Action{Actor: "other", Note: "x"}); err != nil {
+	if _, err := s.Retry(ctx, list[0].ID, 1, effects.RefireOptions{}, effects.By{Actor: "other", Note: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	r := ops.Request{Action: ops.Supersede, Patch: json.RawMessage(`{"template":"new","keep":null}`), Actor: "ops", Note: "the template was renamed"}
+	r := admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"template":"new","keep":null}`), Actor: "ops", Note: "the template was renamed"}
 	res, err := o.ApplyAll(ctx, r, effects.Filter{States: []effects.State{effects.Failed, effects.Pending}}, 10)
 	if err != nil || len(res.Done) != 3 {
 		t.Fatalf("supersede: %d done %v skipped, %v", len(res.Done), res.Skipped, err)
@@ -118,7 +125,7 @@ func TestApplyAll_SupersedesWithAMergePatchAndSkipsWhatItRefuses(t *testing.T) {
 		}
 	}
 	// A patch the provider would refuse changes nothing.
-	bad := ops.Request{Action: ops.Supersede, Patch: json.RawMessage(`{"template":"bad"}`), Actor: "ops", Note: "oops"}
+	bad := admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"template":"bad"}`), Actor: "ops", Note: "oops"}
 	res, err = o.ApplyAll(ctx, bad, effects.Filter{States: []effects.State{effects.Pending}}, 10)
 	if err != nil || len(res.Done) != 0 || len(res.Skipped) != 3 {
 		t.Fatalf("a refused patch: %d done, %v skipped, %v", len(res.Done), res.Skipped, err)
@@ -127,12 +134,12 @@ func TestApplyAll_SupersedesWithAMergePatchAndSkipsWhatItRefuses(t *testing.T) {
 
 func TestMergePatch(t *testing.T) {
 	t.Parallel()
-	got, err := ops.MergePatch(json.RawMessage(`{"a":{"b":1,"c":2},"d":[1,2],"n":12345678901234567890}`), json.RawMessage(`{"a":{"b":null,"e":3},"d":[3]}`))
+	got, err := admin.MergePatch(json.RawMessage(`{"a":{"b":1,"c":2},"d":[1,2],"n":12345678901234567890}`), json.RawMessage(`{"a":{"b":null,"e":3},"d":[3]}`))
 	if err != nil || string(got) != `{"a":{"c":2,"e":3},"d":[3],"n":12345678901234567890}` {
 		t.Fatalf("merge: %s, %v", got, err)
 	}
 	for _, bad := range []string{`[1]`, `nope`, `{} {}`} {
-		if _, err := ops.MergePatch(json.RawMessage(`{}`), json.RawMessage(bad)); err == nil {
+		if _, err := admin.MergePatch(json.RawMessage(`{}`), json.RawMessage(bad)); err == nil {
 			t.Errorf("patch %s accepted", bad)
 		}
 	}
@@ -145,7 +152,7 @@ func TestMergePatch(t *testing.T) {
 func TestApply_SupersedeFromTheVersionRead(t *testing.T) {
 	t.Parallel()
 	s := setup(t, "charge", 1, 1, effects.Failed)
-	o := &ops.Ops{Store: s}
+	o := &admin.Admin{Store: s}
 	ctx := context.Background()
 	list, err := s.List(ctx, effects.Filter{})
 	if err != nil || len(list) != 1 {
@@ -155,7 +162,7 @@ func TestApply_SupersedeFromTheVersionRead(t *testing.T) {
 	errs := make(chan error, 2)
 	for _, p := range []string{`{"template":"a"}`, `{"template":"b"}`} {
 		go func() {
-			_, err := o.Apply(ctx, read, ops.Request{Action: ops.Supersede, Payload: json.RawMessage(p), Actor: "ops", Note: "fix"})
+			_, err := o.Apply(ctx, read, admin.Request{Action: admin.Supersede, Payload: json.RawMessage(p), Actor: "ops", Note: "fix"})
 			errs <- err
 		}()
 	}
@@ -179,7 +186,7 @@ func TestApply_SupersedeFromTheVersionRead(t *testing.T) {
 	}
 	// The current effect, but the version the operator saw earlier.
 	stale := read.Version()
-	_, err = o.Apply(ctx, now, ops.Request{Action: ops.Supersede, Payload: json.RawMessage(`{"template":"c"}`), From: &stale, Actor: "ops", Note: "fix"})
+	_, err = o.Apply(ctx, now, admin.Request{Action: admin.Supersede, Payload: json.RawMessage(`{"template":"c"}`), From: &stale, Actor: "ops", Note: "fix"})
 	if !errors.Is(err, effects.ErrChanged) {
 		t.Fatalf("from a stale version: %v, want ErrChanged", err)
 	}
@@ -201,7 +208,7 @@ func TestApplyAll_SupersedeSkipsAnEffectChangedSinceItWasPatched(t *testing.T) {
 		t.Fatalf("list: %d, %v", len(list), err)
 	}
 	calls, otherErr := 0, error(nil)
-	o := &ops.Ops{Store: s, Check: func(kind string, p json.RawMessage) error {
+	o := &admin.Admin{Store: s, Check: func(kind string, p json.RawMessage) error {
 		// While the first effect's patched payload is checked, another
 		// operator corrects that effect.
 		if calls++; calls == 1 {
@@ -209,11 +216,11 @@ func TestApplyAll_SupersedeSkipsAnEffectChangedSinceItWasPatched(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			_, otherErr = s.Supersede(ctx, e.ID, e.Version(), json.RawMessage(`{"template":"theirs"}`), 1, effects.Action{Actor: "other", Note: "mine"})
+			_, otherErr = s.Supersede(ctx, e.ID, e.Version(), json.RawMessage(`{"template":"theirs"}`), 1, effects.By{Actor: "other", Note: "mine"})
 		}
 		return nil
 	}}
-	r := ops.Request{Action: ops.Supersede, Patch: json.RawMessage(`{"template":"new"}`), Actor: "ops", Note: "the template was renamed"}
+	r := admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"template":"new"}`), Actor: "ops", Note: "the template was renamed"}
 	res, err := o.ApplyAll(ctx, r, effects.Filter{}, 10)
 	if otherErr != nil {
 		t.Fatalf("the other operator's supersede: %v", otherErr)
@@ -225,5 +232,62 @@ func TestApplyAll_SupersedeSkipsAnEffectChangedSinceItWasPatched(t *testing.T) {
 	e, err := s.Get(ctx, list[0].ID)
 	if err != nil || e.Revision != 1 || !strings.Contains(string(e.Payload), `"theirs"`) {
 		t.Fatalf("the effect corrected meanwhile: %s (revision %d), %v; want the other operator's payload", e.Payload, e.Revision, err)
+	}
+}
+
+// The public door: New on a pool or a *sql.DB, ApplyID on an id, a refire
+// guarded by the attempt it was decided from, and pauses, each recorded
+// with its actor and note.
+func TestNew_ApplyIDAndPauses(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	s := setupOn(t, pool, "charge.create", 3, 2, effects.Uncertain)
+	for name, db := range map[string]any{"pgx": pool, "database/sql": stdlib.OpenDBFromPool(pool)} {
+		t.Run(name, func(t *testing.T) {
+			a, err := admin.New(db, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, err := s.List(ctx, effects.Filter{States: []effects.State{effects.Uncertain}, Limit: 1})
+			if err != nil || len(list) != 1 {
+				t.Fatalf("an uncertain effect: %v %v", list, err)
+			}
+			e := list[0]
+			// Decided from an attempt it has moved past: refused, unchanged.
+			_, err = a.ApplyID(ctx, e.ID, admin.Request{Action: admin.Refire, AtAttempt: e.Attempts + 1, Actor: "ops@host", Note: "stale"})
+			if !errors.Is(err, effects.ErrChanged) {
+				t.Fatalf("a refire decided from another attempt: %v, want ErrChanged", err)
+			}
+			done, err := a.ApplyID(ctx, e.ID, admin.Request{Action: admin.Resolve, As: effects.Confirmed, Ref: "pi_1", Actor: "ops@host", Note: "found it"})
+			if err != nil || done.State != effects.Confirmed || done.ProviderRef != "pi_1" {
+				t.Fatalf("resolve by id: %+v %v", done, err)
+			}
+			if _, err := a.ApplyID(ctx, 1<<40, admin.Request{Action: admin.Cancel, Actor: "ops@host"}); !errors.Is(err, effects.ErrNotFound) {
+				t.Errorf("an id that is no effect: %v", err)
+			}
+		})
+	}
+	a, err := admin.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := a.Pause(ctx, effects.PauseProvider, "stripe", "ops@host", "incident 7"); err != nil || !changed {
+		t.Fatalf("pause: %v %v", changed, err)
+	}
+	if changed, err := a.Pause(ctx, effects.PauseProvider, "stripe", "ops@host", "again"); err != nil || changed {
+		t.Errorf("a second pause: changed %v, %v", changed, err)
+	}
+	ps, err := s.Pauses(ctx)
+	if err != nil || len(ps) != 1 || ps[0].Name != "stripe" || ps[0].Actor != "ops@host" || ps[0].Note != "incident 7" {
+		t.Fatalf("pauses: %+v %v", ps, err)
+	}
+	if _, err := a.Pause(ctx, effects.PauseKind, "x.y", "", "no actor"); err == nil {
+		t.Error("a pause without an actor was accepted")
+	}
+	if changed, err := a.Resume(ctx, effects.PauseProvider, "stripe", "ops@host", "over"); err != nil || !changed {
+		t.Fatalf("resume: %v %v", changed, err)
+	}
+	if _, err := admin.New(42, nil); err == nil {
+		t.Error("New on an int was accepted")
 	}
 }

@@ -1,8 +1,19 @@
-// Package ops is the operators' actions on effects, one API for the CLI
-// and the console, so that no rule lives twice: an action on one effect, a
-// bulk action over a filter (previewed, capped, confirmed, one history
-// entry per effect), and pauses.
-package ops
+// Package admin is the one way to act on effects, for people and for
+// programs: the sidefx CLI, the console, the reconciler and a service that
+// embeds the dispatcher all go through it, so that no rule lives twice. An
+// action on one effect (Apply), a bulk action over a filter (Preview, then
+// ApplyAll: capped, a note required, one history entry per effect), and
+// pauses of a kind or a provider (Pause, Resume).
+//
+//	a, err := admin.New(pool, &admin.Config{KeyWindow: cfg.KeyWindowOf})
+//	e, err := a.ApplyID(ctx, 42, admin.Request{Action: admin.Retry, Actor: "ops@host", Note: "card updated"})
+//
+// Every action is guarded by the state it expects and by what may have
+// been performed (see package effects: a cancel of an effect an attempt
+// may have reached is refused; a retry past the provider's key window
+// needs PastKeyWindow), and recorded in the effect's history with its
+// actor and note.
+package admin
 
 import (
 	"bytes"
@@ -14,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/driver"
 )
 
 // Action is an operator's action.
@@ -74,6 +86,10 @@ type Request struct {
 	// PastKeyWindow accepts sending an effect that may have been performed
 	// after its provider's key window (Retry, Refire).
 	PastKeyWindow bool
+	// AtAttempt, when positive, is the attempt count this request was
+	// decided from (Retry, Refire): it is refused, wrapping
+	// effects.ErrChanged, if the effect has made another attempt since.
+	AtAttempt int
 	// Payload is Supersede's new payload, on one effect; Patch, a JSON
 	// merge patch (RFC 7396) applied to each effect's payload, in bulk.
 	Payload json.RawMessage
@@ -94,8 +110,9 @@ type Request struct {
 	Actor, Note string
 }
 
-// Ops performs actions on the effects of a store.
-type Ops struct {
+// Admin performs actions on the effects of a store. Make one with New, or
+// with a Store of your own.
+type Admin struct {
 	Store *effects.Store
 	// KeyWindow returns the key window of a kind's provider, for Retry and
 	// Refire (nil: 24 hours, Stripe's, for every kind).
@@ -103,6 +120,60 @@ type Ops struct {
 	// Check, if set, checks a superseding payload as the kind's provider
 	// would before sending it.
 	Check func(kind string, payload json.RawMessage) error
+}
+
+// Config configures New.
+type Config struct {
+	// Schema holds side_effects. Default "public".
+	Schema string
+	// KeyWindow returns the key window of a kind's provider, for Retry and
+	// Refire (nil: 24 hours, Stripe's, for every kind). The daemon's
+	// configuration has it: config.Config.KeyWindowOf.
+	KeyWindow func(kind string) time.Duration
+	// Check, if set, checks a superseding payload as the kind's provider
+	// would before sending it.
+	Check func(kind string, payload json.RawMessage) error
+}
+
+// New returns an Admin acting on the effects of db: a *pgxpool.Pool,
+// *pgx.Conn or pgx.Tx, or a *sql.DB, *sql.Conn or *sql.Tx. cfg may be
+// nil.
+func New(db any, cfg *Config) (*Admin, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	d, err := driver.Of(db)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	store, err := effects.NewStore(d, &effects.Config{Schema: cfg.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	return &Admin{Store: store, KeyWindow: cfg.KeyWindow, Check: cfg.Check}, nil
+}
+
+// ApplyID performs r on the effect with this id, as it is now.
+func (o *Admin) ApplyID(ctx context.Context, id int64, r Request) (*effects.Effect, error) {
+	e, err := o.Store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return o.Apply(ctx, e, r)
+}
+
+// Pause stops the dispatchers from claiming the effects of a kind
+// (effects.PauseKind) or of a provider (effects.PauseProvider) named name,
+// at their next notification, without a restart; Resume lets them claim
+// again. Each is recorded with its actor and note (required), and reports
+// whether it changed anything (false: paused, or resumed, already).
+func (o *Admin) Pause(ctx context.Context, scope effects.PauseScope, name, actor, note string) (bool, error) {
+	return o.Store.SetPause(ctx, scope, name, true, effects.By{Actor: actor, Note: note})
+}
+
+// Resume lets the dispatchers claim what Pause stopped.
+func (o *Admin) Resume(ctx context.Context, scope effects.PauseScope, name, actor, note string) (bool, error) {
+	return o.Store.SetPause(ctx, scope, name, false, effects.By{Actor: actor, Note: note})
 }
 
 // DefaultMax is the cap of a bulk action: a filter matching more is
@@ -113,7 +184,7 @@ const DefaultMax = 100
 // effects than the cap.
 var ErrOverCap = errors.New("more effects match than the cap allows")
 
-func (o *Ops) keyWindow(kind string) time.Duration {
+func (o *Admin) keyWindow(kind string) time.Duration {
 	if o.KeyWindow == nil {
 		return 24 * time.Hour
 	}
@@ -121,9 +192,9 @@ func (o *Ops) keyWindow(kind string) time.Duration {
 }
 
 // Apply performs r on effect e, recording one history entry.
-func (o *Ops) Apply(ctx context.Context, e *effects.Effect, r Request) (*effects.Effect, error) {
-	a := effects.Action{Actor: r.Actor, Note: r.Note}
-	opts := effects.RefireOptions{KeyWindow: o.keyWindow(e.Kind), PastKeyWindow: r.PastKeyWindow}
+func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effects.Effect, error) {
+	a := effects.By{Actor: r.Actor, Note: r.Note}
+	opts := effects.RefireOptions{KeyWindow: o.keyWindow(e.Kind), PastKeyWindow: r.PastKeyWindow, AtAttempt: r.AtAttempt}
 	switch r.Action {
 	case Retry:
 		return o.Store.Retry(ctx, e.ID, attempts(r.Attempts, 5), opts, a)
@@ -194,7 +265,7 @@ func filter(a Action, f effects.Filter) effects.Filter {
 }
 
 // Preview counts the effects r would act on over f, with a sample.
-func (o *Ops) Preview(ctx context.Context, r Request, f effects.Filter) (Preview, error) {
+func (o *Admin) Preview(ctx context.Context, r Request, f effects.Filter) (Preview, error) {
 	f = filter(r.Action, f)
 	n, err := o.Store.CountMatching(ctx, f)
 	if err != nil {
@@ -229,7 +300,7 @@ type Skip struct {
 // effects (0: DefaultMax); a filter matching more is refused with
 // ErrOverCap before anything is done. A note is required. An effect the
 // action refuses (it changed state meanwhile…) is skipped, with why.
-func (o *Ops) ApplyAll(ctx context.Context, r Request, f effects.Filter, max int) (Result, error) {
+func (o *Admin) ApplyAll(ctx context.Context, r Request, f effects.Filter, max int) (Result, error) {
 	var res Result
 	if strings.TrimSpace(r.Note) == "" {
 		return res, errors.New("a bulk action needs a note: say why")
