@@ -119,6 +119,10 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	// Every command: a table, column or function of sidefx's missing says
+	// to run sidefx migrate (schemaProblem names the versions where a
+	// command can read them).
+	err = effects.ExplainSchema(err)
 	fmt.Fprintln(stderr, "sidefx:", err)
 	var ue *usageError
 	if errors.As(err, &ue) {

@@ -99,7 +99,11 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(io.Out, newDriftRunJSON(rep))
+		// The JSON on standard output, and the same exit status as text.
+		if err := writeJSON(io.Out, newDriftRunJSON(rep)); err != nil {
+			return err
+		}
+		return driftRunErr(rep)
 	}
 	for _, f := range rep.Findings {
 		printFinding(io.Out, f)
@@ -111,6 +115,12 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 	} else {
 		fmt.Fprintln(io.Out, "stuck: none")
 	}
+	return driftRunErr(rep)
+}
+
+// driftRunErr is how a drift run failed, if it did: rules refused, failed
+// or with a problem. Its exit status is the same in text and in JSON.
+func driftRunErr(rep drift.Report) error {
 	if rep.Errors() > 0 {
 		n, problems := 0, 0
 		for _, f := range rep.Findings {

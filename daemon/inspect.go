@@ -213,7 +213,11 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 	}
 	row("attempts", fmt.Sprintf("%d of %s", e.Attempts, maxA))
 	row("created", when(e.CreatedAt))
-	row("next attempt", when(e.NextAttemptAt))
+	if e.State == effects.Pending {
+		// Only a pending effect has a next attempt; the column keeps the
+		// last due time of the others.
+		row("next attempt", when(e.NextAttemptAt))
+	}
 	row("first fired", when(e.FirstFiredAt))
 	row("fired", when(e.FiredAt))
 	if e.State == effects.Fired {

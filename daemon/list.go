@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -131,6 +132,12 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(list) == 0 {
+		// A typo in --kind must not read as "nothing matches".
+		if err := checkKinds(ctx, c, io, store, f.Kinds); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		lim, err := c.limits(ctx, io, store)
 		if err != nil {
@@ -183,4 +190,34 @@ func clip(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// checkKinds refuses, naming the close ones, a kind of a filter that
+// matched nothing when no effect has that kind and neither the
+// configuration nor a dispatcher knows it: a typo, not an empty result.
+func checkKinds(ctx context.Context, c *common, io *IO, store *effects.Store, kinds []string) error {
+	if len(kinds) == 0 {
+		return nil
+	}
+	var known []string
+	for _, k := range kinds {
+		if known == nil {
+			var err error
+			if known, err = knownNames(ctx, c, io, store, effects.PauseKind); err != nil {
+				return err
+			}
+		}
+		if slices.Contains(known, k) {
+			continue
+		}
+		n, err := store.CountMatching(ctx, effects.Filter{Kinds: []string{k}})
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("kind %s: no effect has it, and neither the configuration nor a dispatcher knows it%s: check the spelling",
+				printable(k), closeOnes(k, known))
+		}
+	}
+	return nil
 }

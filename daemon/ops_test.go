@@ -583,6 +583,10 @@ func TestCLI_Version(t *testing.T) {
 	if _, err := pool.Exec(context.Background(), "CREATE SCHEMA bare"); err != nil {
 		t.Fatal(err)
 	}
+	// A test binary is never stamped: the version line says how to stamp one.
+	if s := c.ok("version"); Version() == "dev" && !strings.Contains(s, "go build -buildvcs=true ./cmd/sidefx") {
+		t.Errorf("version of an unstamped build does not say how to stamp one:\n%s", s)
+	}
 	if s := c.ok("version", "--schema", "bare"); !strings.Contains(s, "database: schema bare has no sidefx tables: run sidefx migrate") {
 		t.Fatalf("sidefx version on a bare schema:\n%s", s)
 	}
@@ -688,6 +692,10 @@ func TestCLI_Bulk(t *testing.T) {
 			t.Errorf("effect %d: %s, history %+v", id, e.State, h)
 		}
 	}
+	// A settled effect has no next attempt to show.
+	if out := c.ok("inspect", fmt.Sprint(ids[0])); strings.Contains(out, "next attempt") {
+		t.Errorf("inspect of a confirmed effect shows a next attempt:\n%s", out)
+	}
 	if out := c.ok("bulk", "cancel", "--source-prefix", "order-", "--note", "the orders were voided", "--yes"); !strings.Contains(out, "cancel: 1 done") {
 		t.Fatalf("bulk cancel:\n%s", out)
 	}
@@ -728,6 +736,20 @@ func TestCLI_PauseResume(t *testing.T) {
 	}
 	if err := c.refuse("pause", "--note", "x"); !strings.Contains(err.Error(), "--kind KIND or --provider NAME") {
 		t.Fatalf("pause of nothing: %v", err)
+	}
+	if err := c.refuse("pause", "--kind", "email.receipt", "--provider", "sendgrid", "--note", "x"); !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("pause of a kind and a provider at once: %v", err)
+	}
+	// A filter's kind typo is no empty result: list and bulk refuse it,
+	// naming the close ones; a known kind with nothing matching is one.
+	for _, args := range [][]string{{"list", "--kind", "email.reciept"}, {"list", "--kind", "email.reciept", "--json"},
+		{"bulk", "retry", "--kind", "email.reciept", "--note", "x"}} {
+		if err := c.refuse(args...); !strings.Contains(err.Error(), "kind email.reciept: no effect has it") || !strings.Contains(err.Error(), "did you mean email.receipt") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	if out := c.ok("list", "--kind", "email.receipt"); !strings.Contains(out, "no effects match") {
+		t.Errorf("list of a known kind without effects:\n%s", out)
 	}
 	if out := c.ok("pause", "--provider", "sendgrid", "--note", "SendGrid's incident 4711", "--actor", "ops@example"); !strings.Contains(out, "provider sendgrid paused") {
 		t.Fatalf("pause:\n%s", out)
@@ -879,6 +901,16 @@ func TestCLI_StatusSaysWhatIsPending(t *testing.T) {
 	if err := c.refuse("status", "--schema", "bare"); err == nil || err.Error() != "schema bare has no sidefx tables: run sidefx migrate" {
 		t.Errorf("status of a schema without sidefx's tables: %v", err)
 	}
+	// Every other command says so too, through the error sidefx prints
+	// (exitCode): none shows PostgreSQL's words alone.
+	for _, args := range [][]string{{"list"}, {"inspect", "1"}, {"drift", "list"}, {"reconcile", "list"}, {"enqueue", "--source", "a", "--kind", "b", "--payload", "{}"}} {
+		err := c.refuse(append(args, "--schema", "bare")...)
+		var printed bytes.Buffer
+		exitCode(err, &printed)
+		if !strings.Contains(printed.String(), "run sidefx migrate") {
+			t.Errorf("sidefx %s on a schema without sidefx's tables printed %q, which does not say to run sidefx migrate", strings.Join(args, " "), printed.String())
+		}
+	}
 	c.ok("migrate", "--schema", "partial")
 	if _, err := pool.Exec(ctx, `DROP TABLE partial.sidefx_dispatchers; DELETE FROM partial.sidefx_migrations WHERE version = 6`); err != nil {
 		t.Fatal(err)
@@ -951,6 +983,11 @@ func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
 	refire := operate(t, eng, "k.refire", effects.Uncertain)
 	super := operate(t, eng, "k.super", effects.Failed)
 	id := func(e *effects.Effect) string { return fmt.Sprint(e.ID) }
+	// A kind a dispatcher served, without effects: a bulk action over it
+	// matches nothing and is no typo.
+	if _, err := owner.Exec(ctx, `INSERT INTO sidefx_kinds (kind) VALUES ('k.none')`); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"status"},
 		{"status", "--json"},

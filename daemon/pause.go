@@ -30,7 +30,10 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if (*kind == "") == (*provider == "") || fs.NArg() > 0 {
+	switch {
+	case *kind != "" && *provider != "":
+		return usageErr("%s: give --kind KIND or --provider NAME, not both: a provider's %s covers every kind it serves, a kind's that kind alone", verb, verb)
+	case (*kind == "" && *provider == "") || fs.NArg() > 0:
 		return usageErr("%s: give --kind KIND or --provider NAME", verb)
 	}
 	if op.note == "" {

@@ -90,12 +90,16 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return writeJSON(io.Out, newReconcileRunJSON(rep))
-	}
 	counts := map[reconcile.FindingKind]int{}
 	for _, f := range rep.Findings {
 		counts[f.Finding]++
+	}
+	if *asJSON {
+		// The JSON on standard output, and the same exit status as text.
+		if err := writeJSON(io.Out, newReconcileRunJSON(rep)); err != nil {
+			return err
+		}
+		return reconcileRunErr(counts)
 	}
 	looked := 0
 	for _, n := range rep.Looked {
@@ -103,6 +107,12 @@ func reconcileCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	fmt.Fprintf(io.Out, "run %d: %d uncertain effects looked at; %s\n", rep.RunID, looked, countsLine(counts))
 	printFindings(io.Out, rep.Findings, len(rep.Findings))
+	return reconcileRunErr(counts)
+}
+
+// reconcileRunErr is how a reconciliation run failed, if it did: lookups
+// or listings that failed. Its exit status is the same in text and JSON.
+func reconcileRunErr(counts map[reconcile.FindingKind]int) error {
 	if n := counts[reconcile.Error]; n > 0 {
 		return fmt.Errorf("%d lookups or listings failed", n)
 	}

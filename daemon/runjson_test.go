@@ -135,9 +135,10 @@ drift:
 	}
 	var runs []string
 	for range 2 {
+		// The typo rule fails the run: exit 1, as in text, the JSON written.
 		out, _, err := c.run("", "drift", "run", "--config", cfg, "--json")
-		if err != nil {
-			t.Fatalf("drift run --json: %v\n%s", err, out)
+		if err == nil || err.Error() != "1 rules refused, 0 failed" {
+			t.Fatalf("drift run --json of a run with a failed rule: %v, want its failure\n%s", err, out)
 		}
 		runs = append(runs, out)
 	}
@@ -207,9 +208,10 @@ kinds:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The failing listing fails the run: exit 1, as in text, the JSON written.
 	out, _, err := c.run("", "reconcile", "run", "--config", cfg, "--json")
-	if err != nil {
-		t.Fatalf("reconcile run --json: %v\n%s", err, out)
+	if err == nil || err.Error() != "1 lookups or listings failed" {
+		t.Fatalf("reconcile run --json of a run with a failed listing: %v, want its failure\n%s", err, out)
 	}
 	if e, _ := store.Get(ctx, 1); e.State != effects.Confirmed || e.ProviderRef != "ch_settled" {
 		t.Errorf("the settled charge: %s %s", e.State, e.ProviderRef)

@@ -57,7 +57,7 @@ func versionCmd(ctx context.Context, io *IO, args []string) error {
 	if v == "dev" {
 		// go run, go test, or go build -buildvcs=false: neither a module
 		// version nor a commit was stamped. Say so rather than a bare "dev".
-		v = "dev, no version or commit stamped (go build in a clone stamps the commit)"
+		v = "dev, no version or commit stamped (go run and go test never stamp one; go build in a git clone does, unless -buildvcs=false, in GOFLAGS too: build with go build -buildvcs=true ./cmd/sidefx)"
 	}
 	fmt.Fprintf(io.Out, "sidefx %s (%s, %s/%s)\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(io.Out, "schema version %d (the migrations this build applies)\n", migrations.Latest())

@@ -184,6 +184,13 @@ func checkShape(ctx context.Context, db effects.DB, r Rule) error {
 	return nil
 }
 
+// pgMessageError is err written as pgMessage writes it, still wrapping err
+// (for errors.As and effects.ExplainSchema).
+type pgMessageError struct{ err error }
+
+func (e pgMessageError) Error() string { return pgMessage(e.err) }
+func (e pgMessageError) Unwrap() error { return e.err }
+
 func pgMessage(err error) string {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

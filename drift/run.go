@@ -99,7 +99,7 @@ func checkStuck(ctx context.Context, db effects.DB, schema string, pendingAfter 
 		WHERE state IN ('pending', 'fired', 'uncertain', 'failed')`, pendingAfter).
 		Scan(&s.PendingTooLong, &s.FiredPastLease, &s.Uncertain, &s.Failed)
 	if err != nil {
-		return Stuck{}, fmt.Errorf("drift stuck check: %s", pgMessage(err))
+		return Stuck{}, fmt.Errorf("drift stuck check: %w", pgMessageError{err})
 	}
 	return s, nil
 }

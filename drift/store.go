@@ -24,7 +24,7 @@ func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Re
 	stuck, _ := json.Marshal(rep.Stuck.Reasons())
 	if _, err := db.Exec(ctx, `UPDATE `+runsTable(schema)+` SET finished_at = now(), errors = $2, stuck = $3 WHERE id = $1`,
 		runID, rep.Errors(), stuck); err != nil {
-		return fmt.Errorf("save drift run: %s", pgMessage(err))
+		return fmt.Errorf("save drift run: %w", pgMessageError{err})
 	}
 	for _, f := range rep.Findings {
 		var errText pgtype.Text
@@ -83,7 +83,7 @@ func Recent(ctx context.Context, db effects.DB, schema string, limit int) ([]Run
 		LEFT JOIN `+findingsTable(schema)+` f ON f.run_id = r.id
 		ORDER BY r.id DESC, f.rule`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("recent drift runs: %s", pgMessage(err))
+		return nil, fmt.Errorf("recent drift runs: %w", pgMessageError{err})
 	}
 	defer rows.Close()
 	var out []RunRecord
@@ -119,7 +119,7 @@ func Recent(ctx context.Context, db effects.DB, schema string, limit int) ([]Run
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("recent drift runs: %s", pgMessage(err))
+		return nil, fmt.Errorf("recent drift runs: %w", pgMessageError{err})
 	}
 	return out, nil
 }

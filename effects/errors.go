@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -316,14 +317,13 @@ func translate(err error) error {
 		}
 		if json.Unmarshal([]byte(pe.detail), &d) == nil && d.Problem != "" {
 			if reason, ok := strings.CutPrefix(d.Problem, d.Field+" "); ok && d.Field != "" {
-				return &ValidationError{Index: d.Index, Field: d.Field, Reason: reason}
+				return &ValidationError{Index: d.Index, Field: d.Field, Reason: escapeQuoted(reason)}
 			}
 			return &ValidationError{Index: d.Index, Field: "effect", Reason: d.Problem}
 		}
 		return fmt.Errorf("%s: %w", pe.message, ErrInvalid)
 	case "42P01", "42883", "42703", "3F000": // undefined table, function, column, schema
-		if strings.Contains(pe.message, "sidefx") || strings.Contains(pe.message, "side_effect") ||
-			strings.Contains(pe.message, "enqueued_by") || strings.Contains(pe.message, "schema") {
+		if schemaMissing(pe) {
 			return &schemaError{err: err}
 		}
 	case codeOtherProducer:
@@ -364,6 +364,40 @@ func IsDataError(err error) bool {
 	return ok && len(pe.code) == 5 && (pe.code[:2] == "22" || pe.code[:2] == "23")
 }
 
+// ExplainSchema returns err saying to run sidefx migrate when err, from a
+// statement sidefx sent, is PostgreSQL refusing it for a table, column,
+// function or schema of sidefx's that does not exist (errors.Is
+// ErrSchemaMissing); any other error as it is. It is the one place that
+// says so for every command and API that does not translate its errors
+// through a Store.
+func ExplainSchema(err error) error {
+	if err == nil || errors.Is(err, ErrSchemaMissing) {
+		return err
+	}
+	pe, ok := pgErrorOf(err)
+	if !ok || !schemaMissing(pe) {
+		return err
+	}
+	return &explainedError{err: err}
+}
+
+// schemaMissing reports whether pe says that a table, function, column or
+// schema of sidefx's does not exist.
+func schemaMissing(pe pgError) bool {
+	switch pe.code {
+	case "42P01", "42883", "42703", "3F000": // undefined table, function, column, schema
+		return strings.Contains(pe.message, "sidefx") || strings.Contains(pe.message, "side_effect") ||
+			strings.Contains(pe.message, "enqueued_by") || strings.Contains(pe.message, "schema")
+	}
+	return false
+}
+
+// explainedError is ExplainSchema's: err's words, then what to do.
+type explainedError struct{ err error }
+
+func (e *explainedError) Error() string   { return e.err.Error() + ": " + ErrSchemaMissing.Error() }
+func (e *explainedError) Unwrap() []error { return []error{ErrSchemaMissing, e.err} }
+
 // schemaError is a statement refused because sidefx's schema is missing or
 // behind: the database's words, then what to do (errors.Is
 // ErrSchemaMissing).
@@ -375,3 +409,23 @@ func (e *schemaError) Error() string {
 }
 
 func (e *schemaError) Unwrap() []error { return []error{ErrSchemaMissing, e.err} }
+
+// quotedRE finds what the database quoted in a reason: 'text', a quote
+// inside doubled.
+var quotedRE = regexp.MustCompile(`'((?:[^']|'')*)'`)
+
+// escapeQuoted writes each quoted value of reason that holds anything but
+// printable ASCII as a Go string with its code points escaped: the NFC
+// and NFD spellings of "café" look the same on a screen, "caf\u00e9" and
+// "cafe\u0301" do not.
+func escapeQuoted(reason string) string {
+	return quotedRE.ReplaceAllStringFunc(reason, func(m string) string {
+		v := strings.ReplaceAll(m[1:len(m)-1], "''", "'")
+		for _, r := range v {
+			if r < 0x20 || r > 0x7e {
+				return strconv.QuoteToASCII(v)
+			}
+		}
+		return m
+	})
+}

@@ -70,7 +70,8 @@
 //   - Source ids are in Unicode NFC (schema 24): a new effect whose source
 //     id is not ("café" with a combining accent) is refused by the enqueue
 //     function with an *effects.ValidationError naming the NFC spelling,
-//     so that one id spelled two ways is never two effects. It is not
+//     so that from then on one id spelled two ways is not two effects (in
+//     a UTF8 database; see docs/enqueue.md for ids enqueued before). It is not
 //     normalized (another spelling derives another key): an effect that
 //     exists under a non-NFC spelling is still found, its replay a
 //     duplicate, its key unchanged. Normalize ids with

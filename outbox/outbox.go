@@ -255,8 +255,15 @@ func (o *Outbox) Enqueue(ctx context.Context, db any, e Effect) (Enqueued, error
 	}
 	res, err := o.insert(ctx, h, []effects.NewEffect{ne})
 	if err != nil {
+		// One effect, not a batch: no index to name (the wrapping's words
+		// were written with it, so the error is wrapped anew).
 		if uk, ok := errors.AsType[*effects.UnknownKindError](err); ok {
-			uk.Index = -1 // one effect, not a batch
+			uk.Index = -1
+			return Enqueued{}, fmt.Errorf("enqueue: %w", uk)
+		}
+		if ve, ok := errors.AsType[*effects.ValidationError](err); ok {
+			ve.Index = -1
+			return Enqueued{}, fmt.Errorf("enqueue: %w", ve)
 		}
 		return Enqueued{}, err
 	}
