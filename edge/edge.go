@@ -598,15 +598,9 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		rec.writeTo(w, nil) // the provisional answer, unstored
 		return
 	}
-	headers := map[string][]string{}
-	for _, h := range e.headers {
-		if v := rec.header.Values(h); len(v) > 0 {
-			headers[http.CanonicalHeaderKey(h)] = v
-		}
-	}
-	hj, _ := json.Marshal(headers)
+	hj := e.storedHeaders(rec)
 	if _, err := tx.Exec(ctx, `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now() WHERE scope = $1 AND key = $2`,
-		scope, key, rec.status, string(hj), rec.body.Bytes()); ended(err) {
+		scope, key, rec.status, hj, rec.body.Bytes()); ended(err) {
 		e.handlerEnded(ctx, w, r, route, scope, key, rec)
 		return
 	} else if err != nil {
@@ -618,6 +612,19 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	rec.writeTo(w, nil)
+}
+
+// storedHeaders is the JSON of the headers of rec that are stored with an
+// answer (Config.Headers), for the key's record.
+func (e *Edge) storedHeaders(rec *recorder) string {
+	headers := map[string][]string{}
+	for _, h := range e.headers {
+		if v := rec.header.Values(h); len(v) > 0 {
+			headers[http.CanonicalHeaderKey(h)] = v
+		}
+	}
+	hj, _ := json.Marshal(headers)
+	return string(hj)
 }
 
 // ended reports whether err says the request's transaction is over: the
@@ -633,15 +640,9 @@ func ended(err error) bool {
 // it instead of meeting a key in progress until it expires. If it rolled
 // back, nothing was committed, the key included: a retry executes.
 func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.Request, route, scope, key string, rec *recorder) {
-	headers := map[string][]string{}
-	for _, h := range e.headers {
-		if v := rec.header.Values(h); len(v) > 0 {
-			headers[http.CanonicalHeaderKey(h)] = v
-		}
-	}
-	hj, _ := json.Marshal(headers)
+	hj := e.storedHeaders(rec)
 	tag, err := e.db().Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now()
-		WHERE scope = $1 AND key = $2 AND status IS NULL`, scope, key, rec.status, string(hj), rec.body.Bytes())
+		WHERE scope = $1 AND key = $2 AND status IS NULL`, scope, key, rec.status, hj, rec.body.Bytes())
 	switch {
 	case err != nil:
 		e.fail(w, r, route, http.StatusInternalServerError, "Handler ended the transaction",
@@ -819,17 +820,11 @@ func (e *Edge) db() driver.DB {
 // work committed, made from eff: unless an answer is stored already that
 // was made from eff as it is, or later.
 func (e *Edge) storeAnswer(ctx context.Context, db driver.DB, scope, key string, rec *recorder, eff *effects.Effect) error {
-	headers := map[string][]string{}
-	for _, h := range e.headers {
-		if v := rec.header.Values(h); len(v) > 0 {
-			headers[http.CanonicalHeaderKey(h)] = v
-		}
-	}
-	hj, _ := json.Marshal(headers)
+	hj := e.storedHeaders(rec)
 	_, err := db.Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now(),
 			effect_id = $6, effect_updated_at = $7
 		WHERE scope = $1 AND key = $2 AND (status IS NULL OR effect_id <> $6 OR effect_updated_at < $7)`,
-		scope, key, rec.status, string(hj), rec.body.Bytes(), eff.ID, eff.UpdatedAt)
+		scope, key, rec.status, hj, rec.body.Bytes(), eff.ID, eff.UpdatedAt)
 	return err
 }
 
