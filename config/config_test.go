@@ -923,3 +923,21 @@ func TestDuration(t *testing.T) {
 		t.Errorf("String() = %q", got)
 	}
 }
+
+// A key set twice is reported once, alone: the mapping it is in was not
+// decoded, and what validation would say of it (no kinds, a provider
+// missing) follows from the repetition.
+func TestLoad_ARepeatedKeyIsTheOnlyProblem(t *testing.T) {
+	env := func(string) string { return "sk_test_x" }
+	for name, c := range map[string]struct{ yaml, want string }{
+		"a kind": {"database_url: postgres://x/y\nproviders:\n  stripe: {type: stripe, api_key_env: K}\nkinds:\n  charge.create: {provider: stripe, operation: charges.create}\n  charge.create: {provider: stripe, operation: charges.create}\n",
+			`line 6: kinds["charge.create"]: repeated: already set at line 5`},
+		"a provider": {"database_url: postgres://x/y\nproviders:\n  stripe: {type: stripe, api_key_env: K}\n  stripe: {type: stripe, api_key_env: K}\nkinds:\n  charge.create: {provider: stripe, operation: charges.create}\n",
+			`line 4: providers["stripe"]: repeated: already set at line 3`},
+	} {
+		_, err := config.Parse([]byte(c.yaml), env)
+		if err == nil || strings.TrimSpace(err.Error()) != c.want {
+			t.Errorf("%s repeated: %v, want only %q", name, err, c.want)
+		}
+	}
+}

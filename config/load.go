@@ -54,6 +54,15 @@ func parse(file string, data []byte, getenv func(string) string, types []Provide
 		}
 		return nil, joinErrors(decodeProblems)
 	}
+	// A key repeated in a mapping leaves that mapping undecoded (the YAML
+	// decoder stops there): whatever validation would say of it (no kinds,
+	// a provider missing) follows from the repetition, and is not said.
+	if slices.ContainsFunc(decodeProblems, func(p *FieldError) bool { return strings.HasPrefix(p.Problem, repeatedProblem) }) {
+		for _, p := range decodeProblems {
+			p.File = file
+		}
+		return nil, joinErrors(decodeProblems)
+	}
 	env := c.applyEnv(getenv)
 	c.fillDefaults()
 	warnings, problems := c.validate(env)
@@ -108,6 +117,9 @@ func (c *Config) applyEnv(getenv func(string) string) map[string]string {
 	}
 	return from
 }
+
+// repeatedProblem begins the problem of a key set twice in one mapping.
+const repeatedProblem = "repeated:"
 
 // decode reads data into c, rejecting unknown fields, and returns the
 // problems found and, for each field path in the file, the line it is on.
@@ -209,7 +221,7 @@ func decodeError(msg string, entries []entry) *FieldError {
 	}
 	if d := duplicateRE.FindStringSubmatch(p.Problem); d != nil {
 		key, _ := strconv.Unquote(d[1])
-		p.Problem = "repeated: already set at line " + d[2]
+		p.Problem = repeatedProblem + " already set at line " + d[2]
 		if e := find(entries, func(e entry) bool { return e.key != nil && e.key.Line == line && e.key.Value == key }); e != nil {
 			p.Path = e.path
 		}
