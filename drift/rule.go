@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/driver"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
@@ -139,13 +140,13 @@ func Validate(ctx context.Context, db DB, rules []Rule) map[string]error {
 func readOnly(ctx context.Context, db DB, r Rule, fn func(pgx.Tx) error) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("drift rule %q: begin its read-only transaction: %s", r.Name, pgMessage(err))
+		return fmt.Errorf("drift rule %q: begin its read-only transaction: %w", r.Name, driver.Brief(err))
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // nothing was written; a failed rollback ends the session
 	// A whole number of milliseconds, at least one (0 would mean none).
 	ms := max(r.timeout().Milliseconds(), 1)
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = %d", ms)); err != nil {
-		return fmt.Errorf("drift rule %q: begin its read-only transaction: %s", r.Name, pgMessage(err))
+		return fmt.Errorf("drift rule %q: begin its read-only transaction: %w", r.Name, driver.Brief(err))
 	}
 	return fn(tx)
 }
@@ -182,25 +183,6 @@ func checkShape(ctx context.Context, db effects.DB, r Rule) error {
 		return fmt.Errorf("%w %q: its sql returns a column of type oid %d, want text, varchar, uuid or an integer", ErrRule, r.Name, fields[0].DataTypeOID)
 	}
 	return nil
-}
-
-// pgMessageError is err written as pgMessage writes it, still wrapping err
-// (for errors.As and effects.ExplainSchema).
-type pgMessageError struct{ err error }
-
-func (e pgMessageError) Error() string { return pgMessage(e.err) }
-func (e pgMessageError) Unwrap() error { return e.err }
-
-func pgMessage(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		msg := pe.Message
-		if pe.Position > 0 {
-			msg += fmt.Sprintf(" (at character %d)", pe.Position)
-		}
-		return msg
-	}
-	return err.Error()
 }
 
 // Finding is what one rule's run found.
@@ -281,7 +263,7 @@ func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
 		windowStart := pgxInfinity()
 		var now time.Time
 		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-			return fmt.Errorf("drift rule %q: %s", r.Name, pgMessage(err))
+			return fmt.Errorf("drift rule %q: %w", r.Name, driver.Brief(err))
 		}
 		if r.Window > 0 {
 			windowStart = now.Add(-r.Window)

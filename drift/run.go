@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/driver"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
@@ -99,7 +100,7 @@ func checkStuck(ctx context.Context, db effects.DB, schema string, pendingAfter 
 		WHERE state IN ('pending', 'fired', 'uncertain', 'failed')`, pendingAfter).
 		Scan(&s.PendingTooLong, &s.FiredPastLease, &s.Uncertain, &s.Failed)
 	if err != nil {
-		return Stuck{}, fmt.Errorf("drift stuck check: %w", pgMessageError{err})
+		return Stuck{}, fmt.Errorf("drift stuck check: %w", driver.Brief(err))
 	}
 	return s, nil
 }

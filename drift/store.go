@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/driver"
 	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
@@ -24,7 +25,7 @@ func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Re
 	stuck, _ := json.Marshal(rep.Stuck.Reasons())
 	if _, err := db.Exec(ctx, `UPDATE `+runsTable(schema)+` SET finished_at = now(), errors = $2, stuck = $3 WHERE id = $1`,
 		runID, rep.Errors(), stuck); err != nil {
-		return fmt.Errorf("save drift run: %w", pgMessageError{err})
+		return fmt.Errorf("save drift run: %w", driver.Brief(err))
 	}
 	for _, f := range rep.Findings {
 		var errText pgtype.Text
@@ -39,7 +40,7 @@ func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Re
 		if _, err := db.Exec(ctx, `INSERT INTO `+findingsTable(schema)+`
 			(run_id, rule, kind, missing, extra, missing_ids, extra_ids, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 			runID, f.Rule, f.Kind, f.Missing, f.Extra, nonNil(f.MissingIDs), nonNil(f.ExtraIDs), errText); err != nil {
-			return fmt.Errorf("save drift finding of rule %q: %s", f.Rule, pgMessage(err))
+			return fmt.Errorf("save drift finding of rule %q: %w", f.Rule, driver.Brief(err))
 		}
 	}
 	return nil
@@ -83,7 +84,7 @@ func Recent(ctx context.Context, db effects.DB, schema string, limit int) ([]Run
 		LEFT JOIN `+findingsTable(schema)+` f ON f.run_id = r.id
 		ORDER BY r.id DESC, f.rule`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("recent drift runs: %w", pgMessageError{err})
+		return nil, fmt.Errorf("recent drift runs: %w", driver.Brief(err))
 	}
 	defer rows.Close()
 	var out []RunRecord
@@ -119,7 +120,7 @@ func Recent(ctx context.Context, db effects.DB, schema string, limit int) ([]Run
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("recent drift runs: %w", pgMessageError{err})
+		return nil, fmt.Errorf("recent drift runs: %w", driver.Brief(err))
 	}
 	return out, nil
 }

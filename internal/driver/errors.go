@@ -2,6 +2,7 @@ package driver
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -41,4 +42,30 @@ func PgErrorOf(err error) (PgError, bool) {
 		e.Detail, e.Constraint = field("Detail"), field("Constraint")
 	}
 	return e, true
+}
+
+// Brief returns err worded as the database's own message (and the
+// position it points at, if any), without the driver's decoration
+// ("ERROR: … (SQLSTATE …)"), still wrapping err for errors.Is and
+// errors.As: a message for people that loses nothing for programs.
+func Brief(err error) error {
+	if err == nil {
+		return nil
+	}
+	return briefError{err}
+}
+
+type briefError struct{ err error }
+
+func (e briefError) Unwrap() error { return e.err }
+
+func (e briefError) Error() string {
+	var pe *pgconn.PgError
+	if errors.As(e.err, &pe) {
+		if pe.Position > 0 {
+			return fmt.Sprintf("%s (at character %d)", pe.Message, pe.Position)
+		}
+		return pe.Message
+	}
+	return e.err.Error()
 }

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/robfig/cron/v3"
+	"github.com/sidefx/sidefx/internal/driver"
 )
 
 // Parse reads a 5-field cron spec ("*/5 * * * *") or a descriptor
@@ -112,7 +112,7 @@ func (j Job) Begin(ctx context.Context, tick time.Time) (runID int64, end func()
 		return 0, nil, false, nil
 	case err != nil:
 		end()
-		return 0, nil, false, fmt.Errorf("claim %s tick: %s", j.Name, pgMessage(err))
+		return 0, nil, false, fmt.Errorf("claim %s tick: %w", j.Name, driver.Brief(err))
 	}
 	return runID, end, true, nil
 }
@@ -122,17 +122,7 @@ func (j Job) Begin(ctx context.Context, tick time.Time) (runID int64, end func()
 func (j Job) Prune(ctx context.Context, before time.Time) (int64, error) {
 	tag, err := j.Pool.Exec(ctx, `DELETE FROM `+j.Runs+` WHERE started_at < $1`, before)
 	if err != nil {
-		return 0, fmt.Errorf("prune %s runs: %s", j.Name, pgMessage(err))
+		return 0, fmt.Errorf("prune %s runs: %w", j.Name, driver.Brief(err))
 	}
 	return tag.RowsAffected(), nil
-}
-
-// pgMessage is a database error's own message, without the driver's
-// decoration.
-func pgMessage(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Message
-	}
-	return err.Error()
 }
