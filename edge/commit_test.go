@@ -3,19 +3,24 @@ package edge_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/edge"
+	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/lab/syncbuf"
+	"github.com/sidefx/sidefx/outbox"
 )
 
 // rows counts what a request's work leaves: orders, effects and key
@@ -271,5 +276,83 @@ func clearRequests(t *testing.T, a *api) {
 	t.Helper()
 	if _, err := a.pool.Exec(context.Background(), `TRUNCATE orders, side_effects, sidefx_edge_keys CASCADE`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A handler that rolled the request's transaction back itself, and answers
+// late, never stores its answer under the key: a retry may have recorded
+// the key meanwhile (here, on a RequireOutcome route, with its answer
+// awaiting the effect), and the late answer is not that retry's. Retries
+// get the effect's outcome, not the rolled-back request's answer.
+func TestEdge_ALateAnswerOfARolledBackRequestIsNotStored(t *testing.T) {
+	pool := pgtest.DB(t)
+	e, err := edge.New(&edge.Config{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var calls atomic.Int32
+	inside, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := edge.Tx(r.Context())
+		if calls.Add(1) == 1 {
+			_ = tx.Rollback(r.Context()) // the middleware's to end
+			close(inside)
+			<-release
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprint(w, "stale: the answer of a rolled-back request")
+			return
+		}
+		if _, err := outbox.Enqueue(r.Context(), tx, outbox.Effect{SourceID: e.DomainID(r), Kind: chargeKind, Payload: map[string]int{"amount": 1}}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprint(w, "provisional")
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", e.RequireOutcome(h, edge.Outcome{Kind: chargeKind, Wait: 50 * time.Millisecond,
+		Answer: func(w http.ResponseWriter, eff *effects.Effect) { fmt.Fprint(w, "outcome: ", eff.State) }}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	post := func() (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{}`))
+		req.Header.Set(edge.HeaderKey, "k-late")
+		resp, err := (&http.Client{Timeout: 15 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	first := make(chan string, 1)
+	go func() { s, b := post(); first <- fmt.Sprint(s, " ", b) }()
+	<-inside
+	if s, b := post(); s != http.StatusAccepted || b != "provisional" {
+		t.Fatalf("the retry while the first request is in its handler: %d %s", s, b)
+	}
+	close(release)
+	if got := <-first; !strings.HasPrefix(got, "500 ") || !strings.Contains(got, "nothing was committed") {
+		t.Fatalf("the first request, rolled back by its handler: %s", got)
+	}
+	stop := startDispatcher(t, pool)
+	defer stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(15 * time.Second); ; <-tick.C {
+		s, b := post()
+		if strings.Contains(b, "stale") {
+			t.Fatalf("a retry got the rolled-back request's answer: %d %s", s, b)
+		}
+		if b == "outcome: confirmed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no outcome within 15s: %d %s", s, b)
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the handler ran %d times, want 2 (the rolled-back request and its retry)", n)
 	}
 }

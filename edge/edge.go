@@ -517,6 +517,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	// answer at once, never wait), then its record, inserted unless one
 	// that has not expired exists.
 	var locked, inserted bool
+	var created pgtype.Timestamptz // the record's, when this request inserted it
 	err = tx.QueryRow(ctx, `WITH l AS (SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($1 OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) $2, 0)) AS got),
 		ins AS (
 			INSERT INTO `+e.table+` AS k (scope, key, fingerprint, expires_at)
@@ -525,8 +526,8 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 				expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL, completed_at = NULL,
 				effect_id = NULL, effect_updated_at = NULL
 				WHERE k.expires_at < now()
-			RETURNING 1)
-		SELECT l.got, EXISTS (SELECT FROM ins) FROM l`, scope, key, fp[:], e.retention.Milliseconds()).Scan(&locked, &inserted)
+			RETURNING k.created_at)
+		SELECT l.got, EXISTS (SELECT FROM ins), (SELECT created_at FROM ins) FROM l`, scope, key, fp[:], e.retention.Milliseconds()).Scan(&locked, &inserted, &created)
 	if pe, ok := driver.PgErrorOf(err); ok && pe.Code == "42501" && strings.Contains(pe.Message, "row-level security") {
 		// Schema 28: the key's record is another producer's (another
 		// service, under another role, answers the same tenant, method
@@ -556,7 +557,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		// Not stored: the work rolls back with the key's record, and a
 		// retry executes.
 		if err := tx.rollback(context.WithoutCancel(ctx)); ended(err) {
-			e.handlerEnded(ctx, w, r, route, scope, key, rec)
+			e.handlerEnded(ctx, w, r, route, scope, key, created.Time, rec)
 			return
 		}
 		rec.writeTo(w, nil)
@@ -568,7 +569,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		// it, and answer 409, until it expires.
 		source := e.DomainID(r)
 		if _, err := e.effects.WithDB(tx).GetBySource(ctx, source, outcome.Kind); ended(err) {
-			e.handlerEnded(ctx, w, r, route, scope, key, rec)
+			e.handlerEnded(ctx, w, r, route, scope, key, created.Time, rec)
 			return
 		} else if errors.Is(err, effects.ErrNotFound) {
 			e.log.Error("a RequireOutcome handler answered without enqueuing the effect its route awaits; nothing was committed",
@@ -601,7 +602,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	hj := e.storedHeaders(rec)
 	if _, err := tx.Exec(ctx, `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now() WHERE scope = $1 AND key = $2`,
 		scope, key, rec.status, hj, rec.body.Bytes()); ended(err) {
-		e.handlerEnded(ctx, w, r, route, scope, key, rec)
+		e.handlerEnded(ctx, w, r, route, scope, key, created.Time, rec)
 		return
 	} else if err != nil {
 		e.fail(w, r, route, http.StatusInternalServerError, "Not committed", "the answer could not be recorded; nothing was committed", err)
@@ -639,10 +640,13 @@ func ended(err error) bool {
 // answer is stored now, in a statement of its own, so that retries replay
 // it instead of meeting a key in progress until it expires. If it rolled
 // back, nothing was committed, the key included: a retry executes.
-func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.Request, route, scope, key string, rec *recorder) {
+func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.Request, route, scope, key string, created time.Time, rec *recorder) {
 	hj := e.storedHeaders(rec)
+	// Only the record this request inserted (its created_at): if the
+	// handler rolled back, a retry may have recorded the key since, and
+	// its answer is not this one.
 	tag, err := e.db().Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now()
-		WHERE scope = $1 AND key = $2 AND status IS NULL`, scope, key, rec.status, hj, rec.body.Bytes())
+		WHERE scope = $1 AND key = $2 AND status IS NULL AND created_at = $6`, scope, key, rec.status, hj, rec.body.Bytes(), created)
 	switch {
 	case err != nil:
 		e.fail(w, r, route, http.StatusInternalServerError, "Handler ended the transaction",
@@ -651,6 +655,10 @@ func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.
 		e.log.Error("the handler committed the request's transaction itself: leave that to the middleware (edge.Commit or edge.Abort decide); its work committed and its answer is stored",
 			"method", r.Method, "route", route, "status", rec.status)
 		rec.writeTo(w, nil)
+	case r.Context().Err() != nil:
+		// database/sql rolls a transaction back when its context ends.
+		e.fail(w, r, route, http.StatusInternalServerError, "Request cancelled",
+			"the request was cancelled and its transaction rolled back; nothing was committed", context.Cause(r.Context()))
 	default:
 		e.fail(w, r, route, http.StatusInternalServerError, "Handler ended the transaction",
 			"the handler rolled back the request's transaction itself; nothing was committed", errors.New("the request's transaction was rolled back by its handler"))
@@ -823,7 +831,7 @@ func (e *Edge) storeAnswer(ctx context.Context, db driver.DB, scope, key string,
 	hj := e.storedHeaders(rec)
 	_, err := db.Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now(),
 			effect_id = $6, effect_updated_at = $7
-		WHERE scope = $1 AND key = $2 AND (status IS NULL OR effect_id <> $6 OR effect_updated_at < $7)`,
+		WHERE scope = $1 AND key = $2 AND (status IS NULL OR effect_id IS DISTINCT FROM $6 OR effect_updated_at < $7)`,
 		scope, key, rec.status, hj, rec.body.Bytes(), eff.ID, eff.UpdatedAt)
 	return err
 }

@@ -376,3 +376,58 @@ func TestUpgrade_ProducersOfOlderVersionsKeepEnqueuing(t *testing.T) {
 		t.Errorf("a daemon role of version 19 recording a kind after the upgrade: %v", err)
 	}
 }
+
+// Version 29: a daemon role of before, granted what daemon-role.sql said
+// then (SELECT and DELETE on the inbox and the edge's keys), can run the
+// reaper's locking delete afterwards; a role that could not delete gains
+// nothing.
+func TestUpgrade_TheReaperOfOlderDaemonsMayLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
+	const s = "zz_reaper"
+	if err := migrations.ApplyThese(ctx, owner, &migrations.Config{Schema: s}, released(t)[:28]); err != nil {
+		t.Fatal(err)
+	}
+	admin := pgtest.Admin(t)
+	var roles []string
+	for _, name := range []string{"zz_old_reaper", "zz_old_reader29"} {
+		role := name + "_" + fmt.Sprint(os.Getpid())
+		if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+role)
+			_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+		})
+		roles = append(roles, role)
+	}
+	if _, err := owner.Exec(ctx, `GRANT USAGE ON SCHEMA `+s+` TO `+roles[0]+`, `+roles[1]+`;
+		GRANT SELECT, DELETE ON `+s+`.sidefx_inbox, `+s+`.sidefx_edge_keys TO `+roles[0]+`;
+		GRANT SELECT ON `+s+`.sidefx_inbox, `+s+`.sidefx_edge_keys TO `+roles[1]); err != nil {
+		t.Fatal(err)
+	}
+	reap := func(role string) error {
+		_, err := pgtest.PoolAs(t, url, role).Exec(ctx, `DELETE FROM `+s+`.sidefx_inbox WHERE (consumer, message_id) IN (
+			SELECT consumer, message_id FROM `+s+`.sidefx_inbox WHERE expires_at < now() LIMIT 10 FOR UPDATE SKIP LOCKED)`)
+		return err
+	}
+	if err := reap(roles[0]); err == nil {
+		t.Fatal("the reaper's statement ran at version 28 without UPDATE: this test does not test the upgrade")
+	}
+	if err := migrations.Apply(ctx, owner, &migrations.Config{Schema: s}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reap(roles[0]); err != nil {
+		t.Errorf("the reaper of a daemon role of before, after the upgrade: %v", err)
+	}
+	var gained bool
+	if err := owner.QueryRow(ctx, `SELECT has_column_privilege($1, '`+s+`.sidefx_edge_keys', 'expires_at', 'UPDATE')`, roles[1]).Scan(&gained); err != nil || gained {
+		t.Errorf("a role that could not delete gained UPDATE: %v %v", gained, err)
+	}
+}

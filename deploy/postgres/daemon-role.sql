@@ -24,8 +24,10 @@ GRANT SELECT ON public.sidefx_migrations TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_dispatchers TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_drift_runs TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.sidefx_drift_findings TO sidefx_daemon;
-GRANT SELECT, DELETE ON public.sidefx_inbox TO sidefx_daemon;
-GRANT SELECT, DELETE ON public.sidefx_edge_keys TO sidefx_daemon;
+-- The reaper locks what it deletes (FOR UPDATE SKIP LOCKED: it never waits
+-- on a consumer's transaction), which needs UPDATE on a column (schema 29).
+GRANT SELECT, DELETE, UPDATE (expires_at) ON public.sidefx_inbox TO sidefx_daemon;
+GRANT SELECT, DELETE, UPDATE (expires_at) ON public.sidefx_edge_keys TO sidefx_daemon;
 GRANT SELECT, INSERT, DELETE ON public.sidefx_evidence TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_reconcile_runs TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.sidefx_reconcile_findings TO sidefx_daemon;

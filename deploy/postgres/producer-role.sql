@@ -41,7 +41,12 @@ GRANT SELECT ON public.sidefx_dispatchers TO sidefx_producer;
 -- delivery or a key that collides with another producer's record is
 -- refused (inbox.ErrOtherProducer; the edge answers 409), never taken for
 -- a redelivery or a replay. Give services distinct consumer names and
--- routes, or distinct schemas.
+-- routes, or distinct schemas. From version 29 no producer may change what
+-- a record is about (its consumer and message id, its key and request, or
+-- make it expire sooner), even one written before version 28.
+-- A role that may DELETE these records (the daemon), or that may read
+-- them without INSERT (an operator), sees every service's: never give a
+-- service GRANT ALL on them, pg_write_all_data or pg_read_all_data.
 -- and an edge route that awaits an effect's outcome (edge.RequireOutcome)
 -- reads that effect: GRANT SELECT ON public.side_effects, which shows every
 -- effect's payload. Give it only to a service you trust with them.
