@@ -143,7 +143,7 @@ func newFlags(name string, io *IO) (*flag.FlagSet, *common) {
 	fs.SetOutput(io.Err)
 	c := &common{}
 	fs.StringVar(&c.configPath, "config", "", "configuration `file` (YAML)")
-	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL `url` (default: the config's, or SIDEFX_DATABASE_URL)")
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL `url` (default: SIDEFX_DATABASE_URL, else the config's database_url)")
 	fs.StringVar(&c.schema, "schema", "", "schema holding side_effects (default: the config's, or public)")
 	return fs, c
 }

@@ -33,7 +33,7 @@ func enqueueCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("enqueue", io)
 	source := fs.String("source", "", "source id of the one effect to enqueue")
 	kind := fs.String("kind", "", "kind of the one effect to enqueue")
-	payload := fs.String("payload", "", "payload of the one effect, a JSON object")
+	payload := fs.String("payload", "", "payload of the one effect, a JSON object (with --config, checked as its kind's provider will send it; without, only when dispatched)")
 	from := fs.String("from", "", "read effects as JSON lines from `file` (- for standard input)")
 	batch := fs.Int("batch", 500, "effects per statement with --from")
 	quiet := fs.Bool("quiet", false, "with --from, report only bad lines and the totals")

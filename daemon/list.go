@@ -201,6 +201,9 @@ func checkKinds(ctx context.Context, c *common, io *IO, store *effects.Store, ki
 	}
 	var known []string
 	for _, k := range kinds {
+		if err := effects.ValidateKind(k); err != nil {
+			return usageErr("--kind: %v", err)
+		}
 		if known == nil {
 			var err error
 			if known, err = knownNames(ctx, c, io, store, effects.PauseKind); err != nil {

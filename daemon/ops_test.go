@@ -748,6 +748,12 @@ func TestCLI_PauseResume(t *testing.T) {
 			t.Errorf("%v: %v", args, err)
 		}
 	}
+	if err := c.refuse("list", "--kind", "Bad.Kind"); !strings.Contains(err.Error(), "is not lowercase words") {
+		t.Errorf("list of a kind no effect can have: %v", err)
+	}
+	if err := c.refuse("pause", "--kind", "NO.such", "--note", "x", "--any-name"); !strings.Contains(err.Error(), "is not lowercase words") {
+		t.Errorf("pause --any-name of a kind no effect can have: %v", err)
+	}
 	if out := c.ok("list", "--kind", "email.receipt"); !strings.Contains(out, "no effects match") {
 		t.Errorf("list of a known kind without effects:\n%s", out)
 	}

@@ -42,6 +42,9 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 	scope, name := effects.PauseKind, *kind
 	if *provider != "" {
 		scope, name = effects.PauseProvider, *provider
+	} else if err := effects.ValidateKind(name); err != nil {
+		// No effect can have it: --any-name does not make it one.
+		return usageErr("%s --kind: %v", verb, err)
 	}
 	pool, store, err := c.open(ctx, io)
 	if err != nil {

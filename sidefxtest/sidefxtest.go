@@ -35,7 +35,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,7 +102,7 @@ func EmptyURL(t testing.TB) string {
 // StripeMock starts Stripe's API mock, stripe-mock (SIDEFX_STRIPE_MOCK,
 // else where go install puts it, else on PATH; go install
 // github.com/stripe/stripe-mock@v0.203.0), for the test and returns its
-// base URL, for a stripe provider's api_base. It stops in t.Cleanup.
+// base URL, for a stripe provider's base_url (BaseURL in Go). It stops in t.Cleanup.
 func StripeMock(t testing.TB) string {
 	t.Helper()
 	return peers.StripeMock(t)
@@ -164,7 +166,9 @@ func Drain(t testing.TB, pool *pgxpool.Pool, kinds map[string]dispatcher.Kind) [
 	if len(kinds) == 0 {
 		t.Fatal("sidefxtest: Drain with no kinds")
 	}
-	d, err := dispatcher.New(pool, &dispatcher.Config{Kinds: kinds, ShutdownTimeout: 5 * time.Second})
+	// Its warnings and errors go to the test's log; its progress nowhere.
+	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := dispatcher.New(pool, &dispatcher.Config{Kinds: kinds, ShutdownTimeout: 5 * time.Second, Logger: log})
 	if err != nil {
 		t.Fatalf("sidefxtest: %v", err)
 	}
@@ -224,4 +228,13 @@ func Drain(t testing.TB, pool *pgxpool.Pool, kinds map[string]dispatcher.Kind) [
 		}
 		after = page[len(page)-1].ID
 	}
+}
+
+// testLog writes a logger's lines to a test's log.
+type testLog struct{ t testing.TB }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Helper()
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

@@ -112,7 +112,10 @@ func createOrder(e *edge.Edge) http.HandlerFunc {
 		}
 		res, err := outbox.EnqueueMany(ctx, tx, []outbox.Effect{
 			{SourceID: id, Kind: "charge.payment_intents.create",
-				Payload: map[string]any{"amount": o.AmountCents, "currency": o.Currency}},
+				Payload: map[string]any{"amount": o.AmountCents, "currency": o.Currency,
+					// Stripe's test card, charged at once: a PaymentIntent that
+					// is confirmed, not one left for the client to confirm.
+					"payment_method": "pm_card_visa", "confirm": true, "payment_method_types": []string{"card"}}},
 			{SourceID: id, Kind: "email.receipt", Payload: map[string]any{
 				"personalizations": []any{map[string]any{"to": []any{map[string]any{"email": o.Email}}}},
 				"from":             map[string]any{"email": "shop@example.com"},

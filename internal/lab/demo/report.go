@@ -138,6 +138,9 @@ func (d *demo) report() {
 		{"repeats absorbed by the provider's key", itoa(s.Stripe.Replays), "-", itoa(s.Webhook.Duplicates)},
 		{"429s injected (nothing done; retried)", itoa(s.Stripe.Unavailable), itoa(s.Mail.Unavailable), itoa(s.Webhook.Unavailable)},
 		{"answers lost (done; outcome unknown)", itoa(s.Stripe.LostAnswers), itoa(s.Mail.LostAnswers), itoa(s.Webhook.LostAnswers)},
+		// The rest of the requests: so that the column adds up.
+		{"cut short, nothing done (the kill, a refusal)", itoa(s.Stripe.Requests - s.Stripe.Created - s.Stripe.Replays - s.Stripe.Unavailable),
+			itoa(s.Mail.Requests - s.Mail.Accepted - s.Mail.Unavailable), itoa(s.Webhook.Requests - s.Webhook.Processed - s.Webhook.Duplicates - s.Webhook.Unavailable)},
 		{"confirmed", st(KindCharge, effects.Confirmed), st(KindReceipt, effects.Confirmed), st(KindWebhook, effects.Confirmed)},
 		{"uncertain (for an operator)", st(KindCharge, effects.Uncertain), st(KindReceipt, effects.Uncertain), st(KindWebhook, effects.Uncertain)},
 		{"failed", st(KindCharge, effects.Failed), st(KindReceipt, effects.Failed), st(KindWebhook, effects.Failed)},
