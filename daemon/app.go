@@ -102,7 +102,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-9s %s\n            %s\n", c.name, c.args, c.summary)
 	}
-	fmt.Fprintln(w, "\nEvery command takes --config FILE and --database-url URL (or SIDEFX_DATABASE_URL). sidefx COMMAND -h lists its flags.")
+	fmt.Fprintln(w, "\nEvery command takes --config FILE and --database-url URL, which wins over SIDEFX_DATABASE_URL, which wins over the file's database_url. sidefx COMMAND -h lists its flags.")
 	fmt.Fprintln(w, "The fields of list, inspect, status, drift and reconcile --json: \"JSON output\" in docs/operations.md.")
 }
 
@@ -179,7 +179,18 @@ func (c *common) loadConfig(io *IO) (*config.Config, error) {
 	if c.configPath == "" {
 		return nil, nil
 	}
-	cfg, err := config.Load(c.configPath, io.Getenv, io.providerTypes()...)
+	// The flag stands in for SIDEFX_DATABASE_URL, so that a file without
+	// database_url is not refused when the flag gives one.
+	getenv := io.Getenv
+	if c.databaseURL != "" {
+		getenv = func(name string) string {
+			if name == config.EnvDatabaseURL {
+				return c.databaseURL
+			}
+			return io.Getenv(name)
+		}
+	}
+	cfg, err := config.Load(c.configPath, getenv, io.providerTypes()...)
 	if err != nil {
 		return nil, fmt.Errorf("configuration %s:\n%w", c.configPath, err)
 	}

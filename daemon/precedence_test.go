@@ -13,6 +13,10 @@ func TestCLI_DatabasePrecedence(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("database_url: postgres://file/db\nschema: fromfile\nproviders:\n  hook: {type: webhook, url: \"https://example.com/h\", secret_env: HOOK_SECRET}\nkinds:\n  order.paid: {provider: hook}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	noURL := filepath.Join(t.TempDir(), "nourl.yaml")
+	if err := os.WriteFile(noURL, []byte("providers:\n  hook: {type: webhook, url: \"https://example.com/h\", secret_env: HOOK_SECRET}\nkinds:\n  order.paid: {provider: hook}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name                string
 		flagURL, env, path  string
@@ -24,6 +28,7 @@ func TestCLI_DatabasePrecedence(t *testing.T) {
 		{"flag over both", "postgres://flag/db", "postgres://env/db", cfg, "flagged", "postgres://flag/db", "flagged"},
 		{"flag without a file", "postgres://flag/db", "postgres://env/db", "", "", "postgres://flag/db", ""},
 		{"environment without a file", "", "postgres://env/db", "", "", "postgres://env/db", ""},
+		{"flag with a file without database_url", "postgres://flag/db", "", noURL, "", "postgres://flag/db", "public"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := map[string]string{"SIDEFX_DATABASE_URL": c.env, "HOOK_SECRET": "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ="}

@@ -48,9 +48,6 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	if c.databaseURL != "" {
-		cfg.DatabaseURL = c.databaseURL
-	}
 	if c.schema != "" {
 		cfg.Schema = c.schema
 	}
