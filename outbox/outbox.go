@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -255,20 +256,44 @@ func (o *Outbox) Enqueue(ctx context.Context, db any, e Effect) (Enqueued, error
 	}
 	res, err := o.insert(ctx, h, []effects.NewEffect{ne})
 	if err != nil {
-		// One effect, not a batch: no index to name (the wrapping's words
-		// were written with it, so the error is wrapped anew).
-		if uk, ok := errors.AsType[*effects.UnknownKindError](err); ok {
-			uk.Index = -1
-			return Enqueued{}, fmt.Errorf("enqueue: %w", uk)
-		}
-		if ve, ok := errors.AsType[*effects.ValidationError](err); ok {
-			ve.Index = -1
-			return Enqueued{}, fmt.Errorf("enqueue: %w", ve)
-		}
-		return Enqueued{}, err
+		return Enqueued{}, forOne(err)
 	}
 	return Enqueued(res[0]), nil
 }
+
+// forOne drops the batch position from an error of Enqueue: the enqueue
+// functions take a batch, and their errors say "index 0" or "effect 1 of
+// 1", which only EnqueueMany's caller can use. errors.Is and errors.As see
+// the same errors as before, with Index -1 (a single item).
+func forOne(err error) error {
+	msg := err.Error()
+	// A wrapping error's message was made with the position in it: the
+	// item's words are replaced in it as the item is changed.
+	if uk, ok := errors.AsType[*effects.UnknownKindError](err); ok && uk.Index >= 0 {
+		before := uk.Error()
+		uk.Index = -1
+		msg = strings.Replace(msg, before, uk.Error(), 1)
+	}
+	if ve, ok := errors.AsType[*effects.ValidationError](err); ok && ve.Index >= 0 {
+		before := ve.Error()
+		ve.Index = -1
+		msg = strings.Replace(msg, before, ve.Error(), 1)
+	}
+	msg = strings.Replace(msg, "effect 1 of 1: ", "", 1)
+	if msg == err.Error() {
+		return err
+	}
+	return &oneError{msg: msg, err: err}
+}
+
+// oneError is an error of Enqueue reworded without its batch position.
+type oneError struct {
+	msg string
+	err error
+}
+
+func (e *oneError) Error() string { return e.msg }
+func (e *oneError) Unwrap() error { return e.err }
 
 // insert enqueues items on h, the kinds checked by the database unless
 // AnyKind.
