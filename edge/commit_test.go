@@ -356,3 +356,128 @@ func TestEdge_ALateAnswerOfARolledBackRequestIsNotStored(t *testing.T) {
 		t.Errorf("the handler ran %d times, want 2 (the rolled-back request and its retry)", n)
 	}
 }
+
+// A handler that ends the request's transaction with SQL (ROLLBACK), which
+// the driver does not see, gets a 500, and its late answer is never stored
+// over the record of a retry that committed meanwhile.
+func TestEdge_AHandlerThatRollsBackInSQLStoresNothing(t *testing.T) {
+	pool := pgtest.DB(t)
+	e, err := edge.New(&edge.Config{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var calls atomic.Int32
+	inside, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := edge.Tx(r.Context())
+		if calls.Add(1) == 1 {
+			if _, err := tx.Exec(r.Context(), "ROLLBACK"); err != nil {
+				t.Error(err)
+			}
+			close(inside)
+			<-release
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, "stale: the answer of a rolled-back request")
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "fresh")
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", e.Require(h))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	first := make(chan string, 1)
+	go func() { s, b := postKey(t, srv.URL+"/orders", "k-sql", "{}"); first <- fmt.Sprint(s, " ", b) }()
+	<-inside
+	if s, b := postKey(t, srv.URL+"/orders", "k-sql", "{}"); s != http.StatusCreated || b != "fresh" {
+		t.Fatalf("the retry while the first request is in its handler: %d %s", s, b)
+	}
+	close(release)
+	if got := <-first; !strings.HasPrefix(got, "500 ") {
+		t.Errorf("the request whose handler rolled back in SQL: %s, want a 500", got)
+	}
+	if s, b := postKey(t, srv.URL+"/orders", "k-sql", "{}"); s != http.StatusCreated || b != "fresh" {
+		t.Errorf("a later retry: %d %s, want the retry's stored answer", s, b)
+	}
+}
+
+// A request that awaits its outcome past its key's expiry does not store
+// its outcome over the answer of the request that took the expired key
+// over.
+func TestEdge_ALateOutcomeIsNotStoredOverATakeOver(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	e, err := edge.New(&edge.Config{Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if string(body) == `{"bad":true}` {
+			edge.Commit(r.Context())
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			fmt.Fprint(w, "B: rejected")
+			return
+		}
+		if _, err := outbox.Enqueue(r.Context(), edge.Tx(r.Context()), outbox.Effect{SourceID: e.DomainID(r), Kind: chargeKind, Payload: map[string]int{"amount": 1}}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprint(w, "A: provisional")
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /charges", e.RequireOutcome(h, edge.Outcome{Kind: chargeKind, Wait: 10 * time.Second,
+		Answer: func(w http.ResponseWriter, eff *effects.Effect) { fmt.Fprint(w, "A's outcome: ", eff.State) }}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	first := make(chan string, 1)
+	go func() { s, b := postKey(t, srv.URL+"/charges", "k-late", `{}`); first <- fmt.Sprint(s, " ", b) }()
+	// A committed (its effect exists) and awaits its outcome: its key
+	// expires (as the tables' owner may make it).
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); ; <-tick.C {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM side_effects`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("request A never committed its effect")
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE sidefx_edge_keys SET expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if s, b := postKey(t, srv.URL+"/charges", "k-late", `{"bad":true}`); s != http.StatusUnprocessableEntity {
+		t.Fatalf("B, taking the expired key over: %d %s", s, b)
+	}
+	stop := startDispatcher(t, pool)
+	defer stop()
+	if got := <-first; !strings.Contains(got, "A's outcome: confirmed") {
+		t.Fatalf("A: %s", got)
+	}
+	if s, b := postKey(t, srv.URL+"/charges", "k-late", `{"bad":true}`); s != http.StatusUnprocessableEntity || b != "B: rejected" {
+		t.Errorf("B's retry: %d %s, want B's stored answer", s, b)
+	}
+}
+
+// postKey posts body to url with an Idempotency-Key.
+func postKey(t *testing.T, url, key, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set(edge.HeaderKey, key)
+	resp, err := (&http.Client{Timeout: 15 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}

@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
@@ -517,17 +518,20 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	// answer at once, never wait), then its record, inserted unless one
 	// that has not expired exists.
 	var locked, inserted bool
-	var created pgtype.Timestamptz // the record's, when this request inserted it
+	// This request's claim on the key's record: its answer is stored only
+	// where the record still holds it.
+	claim := make([]byte, 16)
+	_, _ = rand.Read(claim)
 	err = tx.QueryRow(ctx, `WITH l AS (SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($1 OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) $2, 0)) AS got),
 		ins AS (
-			INSERT INTO `+e.table+` AS k (scope, key, fingerprint, expires_at)
-			SELECT $1, $2, $3, now() + ($4 OPERATOR(pg_catalog.*) interval '1 millisecond') FROM l WHERE l.got
+			INSERT INTO `+e.table+` AS k (scope, key, fingerprint, expires_at, claim)
+			SELECT $1, $2, $3, now() + ($4 OPERATOR(pg_catalog.*) interval '1 millisecond'), $5 FROM l WHERE l.got
 			ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, created_at = now(),
 				expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL, completed_at = NULL,
-				effect_id = NULL, effect_updated_at = NULL
+				effect_id = NULL, effect_updated_at = NULL, claim = EXCLUDED.claim
 				WHERE k.expires_at < now()
-			RETURNING k.created_at)
-		SELECT l.got, EXISTS (SELECT FROM ins), (SELECT created_at FROM ins) FROM l`, scope, key, fp[:], e.retention.Milliseconds()).Scan(&locked, &inserted, &created)
+			RETURNING 1)
+		SELECT l.got, EXISTS (SELECT FROM ins) FROM l`, scope, key, fp[:], e.retention.Milliseconds(), claim).Scan(&locked, &inserted)
 	if pe, ok := driver.PgErrorOf(err); ok && pe.Code == "42501" && strings.Contains(pe.Message, "row-level security") {
 		// Schema 28: the key's record is another producer's (another
 		// service, under another role, answers the same tenant, method
@@ -557,7 +561,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		// Not stored: the work rolls back with the key's record, and a
 		// retry executes.
 		if err := tx.rollback(context.WithoutCancel(ctx)); ended(err) {
-			e.handlerEnded(ctx, w, r, route, scope, key, created.Time, rec)
+			e.handlerEnded(ctx, w, r, route, scope, key, claim, rec)
 			return
 		}
 		rec.writeTo(w, nil)
@@ -569,7 +573,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		// it, and answer 409, until it expires.
 		source := e.DomainID(r)
 		if _, err := e.effects.WithDB(tx).GetBySource(ctx, source, outcome.Kind); ended(err) {
-			e.handlerEnded(ctx, w, r, route, scope, key, created.Time, rec)
+			e.handlerEnded(ctx, w, r, route, scope, key, claim, rec)
 			return
 		} else if errors.Is(err, effects.ErrNotFound) {
 			e.log.Error("a RequireOutcome handler answered without enqueuing the effect its route awaits; nothing was committed",
@@ -589,7 +593,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		if final, eff := e.awaitOutcome(ctx, r, outcome); final != nil {
 			// If this fails, the first retry stores it: the answer is a
 			// function of the settled effect.
-			if err := e.storeAnswer(ctx, e.db(), scope, key, final, eff); err != nil {
+			if err := e.storeAnswer(ctx, e.db(), scope, key, final, eff, claim); err != nil {
 				e.log.Warn("the outcome's answer could not be stored; the first retry stores it",
 					"method", r.Method, "route", route, "domain_id", e.DomainID(r), "err", err)
 			}
@@ -600,9 +604,13 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	hj := e.storedHeaders(rec)
-	if _, err := tx.Exec(ctx, `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now() WHERE scope = $1 AND key = $2`,
-		scope, key, rec.status, hj, rec.body.Bytes()); ended(err) {
-		e.handlerEnded(ctx, w, r, route, scope, key, created.Time, rec)
+	if tag, err := tx.Exec(ctx, `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now() WHERE scope = $1 AND key = $2 AND claim = $6 AND status IS NULL`,
+		scope, key, rec.status, hj, rec.body.Bytes(), claim); ended(err) {
+		e.handlerEnded(ctx, w, r, route, scope, key, claim, rec)
+		return
+	} else if err == nil && tag.RowsAffected() != 1 {
+		e.fail(w, r, route, http.StatusInternalServerError, "Handler ended the transaction",
+			"the request's transaction was ended by its handler; nothing was committed", errors.New("the key's record is gone from the request's transaction"))
 		return
 	} else if err != nil {
 		e.fail(w, r, route, http.StatusInternalServerError, "Not committed", "the answer could not be recorded; nothing was committed", err)
@@ -640,13 +648,13 @@ func ended(err error) bool {
 // answer is stored now, in a statement of its own, so that retries replay
 // it instead of meeting a key in progress until it expires. If it rolled
 // back, nothing was committed, the key included: a retry executes.
-func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.Request, route, scope, key string, created time.Time, rec *recorder) {
+func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.Request, route, scope, key string, claim []byte, rec *recorder) {
 	hj := e.storedHeaders(rec)
-	// Only the record this request inserted (its created_at): if the
-	// handler rolled back, a retry may have recorded the key since, and
-	// its answer is not this one.
+	// Only the record this request wrote (its claim): if the handler
+	// rolled back, a retry may have recorded the key since, and its answer
+	// is not this one.
 	tag, err := e.db().Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now()
-		WHERE scope = $1 AND key = $2 AND status IS NULL AND created_at = $6`, scope, key, rec.status, hj, rec.body.Bytes(), created)
+		WHERE scope = $1 AND key = $2 AND status IS NULL AND claim = $6`, scope, key, rec.status, hj, rec.body.Bytes(), claim)
 	switch {
 	case err != nil:
 		e.fail(w, r, route, http.StatusInternalServerError, "Handler ended the transaction",
@@ -744,7 +752,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 // stores it with tx, the retry's transaction: its insert attempt holds the
 // key's row.
 func (e *Edge) replayOutcome(ctx context.Context, w http.ResponseWriter, tx tx, scope, key, route string, final *recorder, eff *effects.Effect) {
-	if e.storeAnswer(ctx, tx, scope, key, final, eff) == nil {
+	if e.storeAnswer(ctx, tx, scope, key, final, eff, nil) == nil {
 		_ = tx.commit(ctx) // if not stored, the next retry stores it
 	}
 	if e.obs != nil {
@@ -826,13 +834,16 @@ func (e *Edge) db() driver.DB {
 
 // storeAnswer stores, with db, rec, the final answer of a request whose
 // work committed, made from eff: unless an answer is stored already that
-// was made from eff as it is, or later.
-func (e *Edge) storeAnswer(ctx context.Context, db driver.DB, scope, key string, rec *recorder, eff *effects.Effect) error {
+// was made from eff as it is, or later, or the record is no longer the one
+// claim wrote (the key expired and another request took it over). A nil
+// claim: a retry's, whose transaction holds the record.
+func (e *Edge) storeAnswer(ctx context.Context, db driver.DB, scope, key string, rec *recorder, eff *effects.Effect, claim []byte) error {
 	hj := e.storedHeaders(rec)
 	_, err := db.Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now(),
 			effect_id = $6, effect_updated_at = $7
-		WHERE scope = $1 AND key = $2 AND (status IS NULL OR effect_id IS DISTINCT FROM $6 OR effect_updated_at < $7)`,
-		scope, key, rec.status, hj, rec.body.Bytes(), eff.ID, eff.UpdatedAt)
+		WHERE scope = $1 AND key = $2 AND ($8::bytea IS NULL OR claim = $8)
+			AND (status IS NULL OR effect_id IS DISTINCT FROM $6 OR effect_updated_at < $7)`,
+		scope, key, rec.status, hj, rec.body.Bytes(), eff.ID, eff.UpdatedAt, claim)
 	return err
 }
 
