@@ -3,13 +3,16 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/outbox"
 )
@@ -182,5 +185,67 @@ func TestEnqueue_SourceIDsAreInNFC(t *testing.T) {
 	r, err := outbox.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: nfd, Kind: "webhook.paid", Payload: map[string]int{}})
 	if err != nil || r.Inserted || r.Key != key {
 		t.Fatalf("the replay of an effect enqueued in NFD before: %+v, %v (key %s)", r, err, key)
+	}
+}
+
+// The errors of Enqueue, one effect, name no position in a batch ("index
+// 0", "effect 1 of 1"): the enqueue functions take a batch, and only
+// EnqueueMany's caller has one. EnqueueMany's errors keep the position.
+func TestEnqueue_OneEffectsErrorsNameNoPosition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	owner, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(owner.Close)
+	positions := regexp.MustCompile(`index \d|effect \d+ of \d+`)
+
+	// Refused by the enqueue function: a source id not in NFC.
+	nfd := outbox.Effect{SourceID: "order-cafe\u0301", Kind: "email.receipt", Payload: map[string]int{}}
+	_, err = outbox.Enqueue(ctx, owner, nfd)
+	if ve, ok := errors.AsType[*effects.ValidationError](err); !ok || ve.Index != -1 || positions.MatchString(err.Error()) {
+		t.Errorf("Enqueue of a source id not in NFC: %v", err)
+	}
+	ok := outbox.Effect{SourceID: "order-1", Kind: "email.receipt", Payload: map[string]int{}}
+	_, err = outbox.EnqueueMany(ctx, owner, []outbox.Effect{ok, nfd})
+	if ve, isVE := errors.AsType[*effects.ValidationError](err); !isVE || ve.Index != 1 || !strings.Contains(err.Error(), "at index 1") {
+		t.Errorf("EnqueueMany of a source id not in NFC, second: %v", err)
+	}
+
+	// Refused by the enqueue function: another producer's pair.
+	orders, _ := pgtest.Role(t, owner, url, "producer")
+	billing, _ := pgtest.Role(t, owner, url, "producer")
+	charge := outbox.Effect{SourceID: "order-1043", Kind: "card.charge", Payload: map[string]int{"amount": 4200}}
+	if _, err := outbox.Enqueue(ctx, billing, charge); err != nil {
+		t.Fatal(err)
+	}
+	_, err = outbox.Enqueue(ctx, orders, charge)
+	if !errors.Is(err, outbox.ErrOtherProducer) || positions.MatchString(err.Error()) ||
+		!strings.Contains(err.Error(), "source_id order-1043 kind card.charge was enqueued by another producer role") {
+		t.Errorf("Enqueue of another producer's pair: %v", err)
+	}
+	_, err = outbox.EnqueueMany(ctx, orders, []outbox.Effect{ok, charge})
+	if !errors.Is(err, outbox.ErrOtherProducer) || !strings.Contains(err.Error(), "effect 2 of 2") {
+		t.Errorf("EnqueueMany of another producer's pair, second: %v", err)
+	}
+
+	// Refused by the enqueue function: a kind no dispatcher has served.
+	eng, err := store.New(owner, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.RegisterKinds(ctx, store.Beat{Kinds: []string{"email.receipt"}}); err != nil {
+		t.Fatal(err)
+	}
+	typo := outbox.Effect{SourceID: "order-2", Kind: "email.reciept", Payload: map[string]int{}}
+	_, err = outbox.Enqueue(ctx, owner, typo)
+	if uk, isUK := errors.AsType[*effects.UnknownKindError](err); !isUK || uk.Index != -1 || positions.MatchString(err.Error()) {
+		t.Errorf("Enqueue of a kind no dispatcher served: %v", err)
+	}
+	_, err = outbox.EnqueueMany(ctx, owner, []outbox.Effect{ok, typo})
+	if uk, isUK := errors.AsType[*effects.UnknownKindError](err); !isUK || uk.Index != 1 || !strings.Contains(err.Error(), "at index 1") {
+		t.Errorf("EnqueueMany of a kind no dispatcher served, second: %v", err)
 	}
 }
