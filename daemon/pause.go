@@ -62,7 +62,13 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 				scope, printable(name), closeOnes(name, known))
 		}
 	}
-	changed, err := store.SetPause(ctx, scope, name, pause, op.action())
+	a := opsFor(nil, store)
+	set := a.Resume
+	if pause {
+		set = a.Pause
+	}
+	by := op.action()
+	changed, err := set(ctx, scope, name, by.Actor, by.Note)
 	switch {
 	case errors.Is(err, effects.ErrNotPaused):
 		var paused []string

@@ -188,7 +188,11 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, id *identity) {
 		h.badRequest(w, r, id, noteRequired)
 		return
 	}
-	changed, err := h.cfg.Store.SetPause(r.Context(), scope, name, op == "pause", effects.By{Actor: id.Actor, Note: n})
+	set := h.cfg.Ops.Resume
+	if op == "pause" {
+		set = h.cfg.Ops.Pause
+	}
+	changed, err := set(r.Context(), scope, name, id.Actor, n)
 	if err != nil {
 		h.fail(w, r, id, err)
 		return
