@@ -120,9 +120,9 @@ func TestE2E_InboxAndEdgeRecordsArePerProducer(t *testing.T) {
 	// A record of before schema 28 (no holder) can be taken over, but not
 	// renamed or made to expire sooner: its service would handle its
 	// message again (schema 29).
-	if _, err := owner.Exec(ctx, `ALTER TABLE sidefx_inbox DISABLE TRIGGER sidefx_inbox_recorded_by;
+	if _, err := owner.Exec(ctx, `ALTER TABLE sidefx_inbox DISABLE TRIGGER sidefx_inbox_rules;
 		UPDATE sidefx_inbox SET recorded_by = NULL WHERE message_id = 'm-1';
-		ALTER TABLE sidefx_inbox ENABLE TRIGGER sidefx_inbox_recorded_by`); err != nil {
+		ALTER TABLE sidefx_inbox ENABLE TRIGGER sidefx_inbox_rules`); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
@@ -137,6 +137,23 @@ func TestE2E_InboxAndEdgeRecordsArePerProducer(t *testing.T) {
 	}
 	if r, err := once(a, "billing", "m-1"); err != nil || r.First {
 		t.Fatalf("A's redelivery of its record of before schema 28: %+v %v, want a redelivery", r, err)
+	}
+	// The same for an edge key of before schema 28, not expired: neither
+	// its key, nor its request, nor its claim changes.
+	if _, err := owner.Exec(ctx, `ALTER TABLE sidefx_edge_keys DISABLE TRIGGER sidefx_edge_keys_rules;
+		UPDATE sidefx_edge_keys SET recorded_by = NULL;
+		ALTER TABLE sidefx_edge_keys ENABLE TRIGGER sidefx_edge_keys_rules`); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE sidefx_edge_keys SET key = 'moved-' || key WHERE recorded_by IS NULL`,
+		`UPDATE sidefx_edge_keys SET fingerprint = '\x00' WHERE recorded_by IS NULL`,
+		`UPDATE sidefx_edge_keys SET claim = '\x00' WHERE recorded_by IS NULL`,
+		`UPDATE sidefx_edge_keys SET expires_at = now() - interval '1 day' WHERE recorded_by IS NULL`,
+	} {
+		if _, err := b.Exec(ctx, q); err == nil || !strings.Contains(err.Error(), "never change") {
+			t.Errorf("B: %s: %v, want it refused", q, err)
+		}
 	}
 
 	// An operator reads every record; the reaper deletes every expired one.
