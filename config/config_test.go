@@ -267,7 +267,7 @@ func TestParse_Invalid(t *testing.T) {
 		{"bad log format", minimal, map[string]string{config.EnvLogFormat: "xml"},
 			[]string{`log.format (from SIDEFX_LOG_FORMAT): "xml" is not one of text, json`}},
 		{"missing database_url", mail + "kinds: {email.receipt: {provider: mail}}\n",
-			nil, []string{"database_url: required (or set SIDEFX_DATABASE_URL)"}},
+			nil, []string{"database_url: required (or set SIDEFX_DATABASE_URL, or give sidefx --database-url)"}},
 		{"bad schema", db + "schema: 1st\n" + mail + "kinds: {email.receipt: {provider: mail}}\n",
 			nil, []string{`line 2: schema: "1st" is not a plain identifier`}},
 		{"bad namespace", db + "namespace: \"prod env\"\n" + mail + "kinds: {email.receipt: {provider: mail}}\n",

@@ -155,7 +155,7 @@ func (v *checker) warn(path, format string, args ...any) {
 func (c *Config) validate(env map[string]string) (warnings []string, problems []*FieldError) {
 	v := &checker{env: env}
 	if strings.TrimSpace(c.DatabaseURL) == "" {
-		v.fail("database_url", "required (or set %s)", EnvDatabaseURL)
+		v.fail("database_url", "required (or set %s, or give sidefx --database-url)", EnvDatabaseURL)
 	}
 	if _, err := sqlname.Schema(c.Schema); err != nil {
 		v.fail("schema", "%s", strings.TrimPrefix(err.Error(), "schema "))

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -121,22 +122,29 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 // driftRunErr is how a drift run failed, if it did: rules refused, failed
 // or with a problem. Its exit status is the same in text and in JSON.
 func driftRunErr(rep drift.Report) error {
-	if rep.Errors() > 0 {
-		n, problems := 0, 0
-		for _, f := range rep.Findings {
-			if f.Refused {
-				n++
-			}
-			if f.Problem != "" {
-				problems++
-			}
-		}
-		if problems > 0 {
-			return fmt.Errorf("%d rules refused, %d failed, %d with a problem", n, rep.Errors()-n-problems, problems)
-		}
-		return fmt.Errorf("%d rules refused, %d failed", n, rep.Errors()-n)
+	if rep.Errors() == 0 {
+		return nil
 	}
-	return nil
+	refused, failed, problems := 0, 0, 0
+	for _, f := range rep.Findings {
+		switch {
+		case f.Refused:
+			refused++
+		case f.Problem != "":
+			problems++
+		case f.Err != nil:
+			failed++
+		}
+	}
+	msg := fmt.Sprintf("%d rules refused, %d failed", refused, failed)
+	if problems > 0 {
+		msg += fmt.Sprintf(", %d with a problem", problems)
+	}
+	if rep.StuckErr != nil {
+		// Not a rule: said apart.
+		msg += "; the stuck check failed"
+	}
+	return errors.New(msg)
 }
 
 func printFinding(w io.Writer, f drift.Finding) {
