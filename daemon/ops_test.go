@@ -964,12 +964,7 @@ func TestCLI_StatusIsBoundedHoweverManyKinds(t *testing.T) {
 func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	owner, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(owner.Close)
+	owner, url := pgtest.Owner(t)
 	_, role := pgtest.Role(t, owner, url, "operator")
 	u, err := neturl.Parse(url)
 	if err != nil {

@@ -306,31 +306,14 @@ func stateOf(e *effects.Effect) effects.State {
 func TestUpgrade_ProducersOfOlderVersionsKeepEnqueuing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	owner, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(owner.Close)
+	owner, url := pgtest.Owner(t)
 	const s = "zz_producers"
 	if err := migrations.ApplyThese(ctx, owner, &migrations.Config{Schema: s}, released(t)[:19]); err != nil {
 		t.Fatal(err)
 	}
-	admin := pgtest.Admin(t)
 	login := func(name, grants string) *pgxpool.Pool {
 		t.Helper()
-		role := name + "_" + strings.ReplaceAll(fmt.Sprint(os.Getpid()), "-", "") + "_" + fmt.Sprint(len(name))
-		if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+role)
-			_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
-		})
-		if _, err := owner.Exec(ctx, strings.ReplaceAll(grants, "ROLE", role)); err != nil {
-			t.Fatal(err)
-		}
-		return pgtest.PoolAs(t, url, role)
+		return pgtest.PoolAs(t, url, oldRole(t, owner, name, grants))
 	}
 	// What a producer needed before version 20, and a reader.
 	producer := login("zz_old_producer", `GRANT USAGE ON SCHEMA `+s+` TO ROLE;
@@ -384,33 +367,16 @@ func TestUpgrade_ProducersOfOlderVersionsKeepEnqueuing(t *testing.T) {
 func TestUpgrade_TheReaperOfOlderDaemonsMayLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	owner, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(owner.Close)
+	owner, url := pgtest.Owner(t)
 	const s = "zz_reaper"
 	if err := migrations.ApplyThese(ctx, owner, &migrations.Config{Schema: s}, released(t)[:28]); err != nil {
 		t.Fatal(err)
 	}
-	admin := pgtest.Admin(t)
-	var roles []string
-	for _, name := range []string{"zz_old_reaper", "zz_old_reader29"} {
-		role := name + "_" + fmt.Sprint(os.Getpid())
-		if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+role)
-			_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
-		})
-		roles = append(roles, role)
-	}
-	if _, err := owner.Exec(ctx, `GRANT USAGE ON SCHEMA `+s+` TO `+roles[0]+`, `+roles[1]+`;
-		GRANT SELECT, DELETE ON `+s+`.sidefx_inbox, `+s+`.sidefx_edge_keys TO `+roles[0]+`;
-		GRANT SELECT ON `+s+`.sidefx_inbox, `+s+`.sidefx_edge_keys TO `+roles[1]); err != nil {
-		t.Fatal(err)
+	roles := []string{
+		oldRole(t, owner, "zz_old_reaper", `GRANT USAGE ON SCHEMA `+s+` TO ROLE;
+			GRANT SELECT, DELETE ON `+s+`.sidefx_inbox, `+s+`.sidefx_edge_keys TO ROLE`),
+		oldRole(t, owner, "zz_old_reader29", `GRANT USAGE ON SCHEMA `+s+` TO ROLE;
+			GRANT SELECT ON `+s+`.sidefx_inbox, `+s+`.sidefx_edge_keys TO ROLE`),
 	}
 	reap := func(role string) error {
 		_, err := pgtest.PoolAs(t, url, role).Exec(ctx, `DELETE FROM `+s+`.sidefx_inbox WHERE (consumer, message_id) IN (
@@ -430,4 +396,25 @@ func TestUpgrade_TheReaperOfOlderDaemonsMayLock(t *testing.T) {
 	if err := owner.QueryRow(ctx, `SELECT has_column_privilege($1, '`+s+`.sidefx_edge_keys', 'expires_at', 'UPDATE')`, roles[1]).Scan(&gained); err != nil || gained {
 		t.Errorf("a role that could not delete gained UPDATE: %v %v", gained, err)
 	}
+}
+
+// oldRole creates a login role named after name, granted grants (ROLE in
+// them names it) as a role of an older version was, and dropped at the end
+// of the test.
+func oldRole(t *testing.T, owner *pgxpool.Pool, name, grants string) string {
+	t.Helper()
+	ctx := context.Background()
+	admin := pgtest.Admin(t)
+	role := name + "_" + strings.ReplaceAll(fmt.Sprint(os.Getpid()), "-", "") + "_" + fmt.Sprint(len(name))
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = owner.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+	})
+	if _, err := owner.Exec(ctx, strings.ReplaceAll(grants, "ROLE", role)); err != nil {
+		t.Fatal(err)
+	}
+	return role
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sidefx/sidefx/effects"
@@ -194,17 +193,12 @@ func TestEnqueue_SourceIDsAreInNFC(t *testing.T) {
 func TestEnqueue_OneEffectsErrorsNameNoPosition(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	owner, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(owner.Close)
+	owner, url := pgtest.Owner(t)
 	positions := regexp.MustCompile(`index \d|effect \d+ of \d+`)
 
 	// Refused by the enqueue function: a source id not in NFC.
 	nfd := outbox.Effect{SourceID: "order-cafe\u0301", Kind: "email.receipt", Payload: map[string]int{}}
-	_, err = outbox.Enqueue(ctx, owner, nfd)
+	_, err := outbox.Enqueue(ctx, owner, nfd)
 	if ve, ok := errors.AsType[*effects.ValidationError](err); !ok || ve.Index != -1 || positions.MatchString(err.Error()) {
 		t.Errorf("Enqueue of a source id not in NFC: %v", err)
 	}

@@ -346,12 +346,7 @@ func TestE2E_AnOperatorActsOnlyThroughTheGuards(t *testing.T) {
 func TestE2E_AnEffectIsItsProducers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.URL(t)
-	owner, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(owner.Close)
+	owner, url := pgtest.Owner(t)
 	orders, _ := pgtest.Role(t, owner, url, "producer")
 	billing, _ := pgtest.Role(t, owner, url, "producer")
 	charge := outbox.Effect{SourceID: "order-1043", Kind: "card.charge", Payload: map[string]int{"amount": 4200}}
@@ -364,7 +359,7 @@ func TestE2E_AnEffectIsItsProducers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// orders' real enqueue is refused, loudly, not taken as a duplicate.
-	_, err = outbox.Enqueue(ctx, orders, charge)
+	_, err := outbox.Enqueue(ctx, orders, charge)
 	if !errors.Is(err, outbox.ErrOtherProducer) || !strings.Contains(err.Error(), "source_id order-1043 kind card.charge was enqueued by another producer role") {
 		t.Fatalf("enqueue of a pair another producer took: %v", err)
 	}

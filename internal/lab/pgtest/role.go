@@ -40,6 +40,14 @@ func Roles(t testing.TB, names ...string) (owner *pgxpool.Pool, pools map[string
 	return owner, pools, roles
 }
 
+// Owner gives a test a new database (as URL does) and a pool on it as its
+// owner, closed at the end of the test, with the database's URL: for roles
+// made with Role on it.
+func Owner(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	return ownerPool(t)
+}
+
 func ownerPool(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
 	url := URL(t)
