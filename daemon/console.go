@@ -15,6 +15,7 @@ import (
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/console"
+	"github.com/sidefx/sidefx/providers"
 )
 
 // consoleHandler builds the web console the configuration describes (nil
@@ -22,7 +23,7 @@ import (
 // and console.tokens_env, the operations with the configuration's key
 // windows and payload checks. An error names the field, never a line of
 // the tokens.
-func consoleHandler(cfg *config.Config, getenv func(string) string, db effects.DB, store *effects.Store, log *slog.Logger) (*console.Handler, int, error) {
+func consoleHandler(cfg *config.Config, built map[string]providers.Provider, getenv func(string) string, db effects.DB, store *effects.Store, log *slog.Logger) (*console.Handler, int, error) {
 	cc := cfg.Console
 	if cc.Listen == "" {
 		return nil, 0, nil
@@ -61,14 +62,18 @@ func consoleHandler(cfg *config.Config, getenv func(string) string, db effects.D
 		}
 		proxies = append(proxies, prefix)
 	}
-	providers := map[string]console.Provider{}
+	byKind := map[string]console.Provider{}
 	for kind, k := range cfg.Kinds {
-		providers[kind] = console.Provider{Name: k.Provider, Type: cfg.Providers[k.Provider].Type}
+		p := console.Provider{Name: k.Provider}
+		if dl, ok := built[k.Provider].(providers.DashboardLinker); ok {
+			p.Link = dl.DashboardLink
+		}
+		byKind[kind] = p
 	}
 	warning := plainExposure(cc.Listen, len(proxies) > 0, cc.SecureCookie)
 	h, err := console.New(console.Config{
 		Store: store, Ops: opsFor(cfg, store), DB: db, Schema: store.Schema(),
-		Providers: providers, HiddenFields: cc.HiddenFields,
+		Providers: byKind, HiddenFields: cc.HiddenFields,
 		Auth:    console.Auth{Tokens: tokens, TrustedProxies: proxies, IdentityHeader: cc.IdentityHeader, RoleHeader: cc.RoleHeader, SecureCookie: cc.SecureCookie},
 		Log:     log.With("component", "console"),
 		Warning: warning,

@@ -126,7 +126,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	// The console, when console.listen is set, is built here (a tokens
 	// file that cannot be read stops the start) and served next to the
 	// HTTP endpoint, on its own address.
-	con, tokens, err := consoleHandler(cfg, io.Getenv, pool, store, log)
+	con, tokens, err := consoleHandler(cfg, rt.Providers, io.Getenv, pool, store, log)
 	if err != nil {
 		return err
 	}

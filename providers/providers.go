@@ -212,6 +212,14 @@ type Provider interface {
 	Call(ctx context.Context, c Call) Result
 }
 
+// DashboardLinker is implemented by a provider whose dashboard has a page
+// for an effect's reference (the console links to it): Stripe's payments.
+type DashboardLinker interface {
+	// DashboardLink returns the address of ref's page, or "" when the
+	// dashboard has none for it.
+	DashboardLink(ref string) string
+}
+
 // KeyWindower is implemented by a provider whose peer remembers an
 // idempotency key for a bounded time: a repeat of the key after that window
 // is a new request, and may perform the effect again.

@@ -41,7 +41,10 @@ var staticFS embed.FS
 // dashboard.
 type Provider struct {
 	Name string
-	Type string // config.TypeStripe, config.TypeSendGrid…
+	// Link returns the page of the provider's dashboard that shows an
+	// effect's reference, or "" (nil: none): the provider's
+	// providers.DashboardLinker.
+	Link func(ref string) string
 }
 
 // Config is what a console Handler works with.

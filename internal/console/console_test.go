@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidefx/sidefx/providers/stripe"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/admin"
@@ -80,7 +82,7 @@ func newEnv(t *testing.T, edit func(*console.Config)) *env {
 	}
 	cfg := console.Config{
 		Store: e.store, Ops: &admin.Admin{Store: e.store}, DB: e.pool,
-		Providers:    map[string]console.Provider{"charge.create": {Name: "stripe", Type: "stripe"}, "email.receipt": {Name: "mail", Type: "sendgrid"}},
+		Providers:    map[string]console.Provider{"charge.create": {Name: "stripe", Link: stripeLink}, "email.receipt": {Name: "mail"}},
 		HiddenFields: []string{"personalizations.to.email", "customer_email"},
 		Auth:         console.Auth{Tokens: tokens},
 	}
@@ -1088,3 +1090,7 @@ func TestConsole_ShowsItsWarningOnEveryPage(t *testing.T) {
 		t.Errorf("a console without a warning shows one:\n%s", body)
 	}
 }
+
+// stripeLink is the Stripe provider's dashboard link, as the daemon gives
+// it to the console.
+var stripeLink = (&stripe.Provider{}).DashboardLink

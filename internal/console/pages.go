@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sidefx/sidefx/admin"
-	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/reconcile"
@@ -287,12 +284,12 @@ func (h *Handler) effectPage(w http.ResponseWriter, r *http.Request, id *identit
 	if len(e.Outcome) > 0 {
 		d.Outcome = b.text(indent(e.Outcome))
 	}
-	d.Link = dashboardLink(d.Provider.Type, e.ProviderRef)
+	d.Link = d.Provider.link(e.ProviderRef)
 	for _, ev := range history {
 		d.History = append(d.History, historyRow{Event: ev, Note: b.text(ev.Note)})
 	}
 	for _, ev := range evidence {
-		row := evidenceRow{Stored: ev, Link: dashboardLink(h.providerType(ev.Provider), ev.Evidence.Ref)}
+		row := evidenceRow{Stored: ev, Link: h.provider(ev.Provider).link(ev.Evidence.Ref)}
 		if len(ev.Evidence.Detail) > 0 {
 			row.Detail = b.text(string(ev.Evidence.Detail))
 		}
@@ -343,23 +340,22 @@ func (h *Handler) whyPending(r *http.Request, e *effects.Effect) (string, error)
 	return why, nil
 }
 
-func (h *Handler) providerType(name string) string {
+// provider is the provider named name, as the configuration gave it.
+func (h *Handler) provider(name string) Provider {
 	for _, p := range h.cfg.Providers {
 		if p.Name == name {
-			return p.Type
+			return p
 		}
 	}
-	return ""
+	return Provider{Name: name}
 }
 
-// dashboardLink is the page of the provider's dashboard that shows ref,
-// where there is one: Stripe's payments (pi_…, ch_…). SendGrid has none
-// addressable by its message id.
-func dashboardLink(providerType, ref string) string {
-	if providerType == config.TypeStripe && (strings.HasPrefix(ref, "pi_") || strings.HasPrefix(ref, "ch_")) {
-		return "https://dashboard.stripe.com/payments/" + url.PathEscape(ref)
+// link is the page of p's dashboard that shows ref, where there is one.
+func (p Provider) link(ref string) string {
+	if p.Link == nil || ref == "" {
+		return ""
 	}
-	return ""
+	return p.Link(ref)
 }
 
 // indent indents a JSON document, or returns it as it is.

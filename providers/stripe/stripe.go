@@ -223,6 +223,15 @@ func (p *Provider) Livemode() (live, known bool) {
 // Name returns Config.Name, by default "stripe".
 func (p *Provider) Name() string { return p.name }
 
+// DashboardLink is the page of Stripe's dashboard that shows a payment
+// (pi_…, ch_…): providers.DashboardLinker, for the console.
+func (p *Provider) DashboardLink(ref string) string {
+	if strings.HasPrefix(ref, "pi_") || strings.HasPrefix(ref, "ch_") {
+		return "https://dashboard.stripe.com/payments/" + url.PathEscape(ref)
+	}
+	return ""
+}
+
 // Idempotent returns true: Stripe honours Idempotency-Key on every POST, so
 // a repeated call with the same key performs the effect at most once — for
 // as long as Stripe keeps the key (KeyWindow).

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidefx/sidefx/providers/stripe"
+
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -98,7 +100,7 @@ func newSite(t *testing.T) *site {
 		t.Fatal(err)
 	}
 	h, err := console.New(console.Config{Store: s.st, Ops: &admin.Admin{Store: s.st}, DB: s.pool,
-		Providers:    map[string]console.Provider{"charge.create": {Name: "stripe", Type: "stripe"}, "email.receipt": {Name: "mail", Type: "sendgrid"}},
+		Providers:    map[string]console.Provider{"charge.create": {Name: "stripe", Link: stripeLink}, "email.receipt": {Name: "mail"}},
 		HiddenFields: []string{"personalizations.to.email"},
 		Auth:         console.Auth{Tokens: tokens}})
 	if err != nil {
@@ -313,3 +315,7 @@ func TestBrowser_PagesFitDesktopAndPhone(t *testing.T) {
 		})
 	}
 }
+
+// stripeLink is the Stripe provider's dashboard link, as the daemon gives
+// it to the console.
+var stripeLink = (&stripe.Provider{}).DashboardLink
