@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -14,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidefx/sidefx/providers/stripe"
-
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/sidefx/sidefx/internal/lab/browsertest"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/providers/stripe"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -116,14 +118,38 @@ func newSite(t *testing.T) *site {
 // would, and waits for the page it lands on.
 func (s *site) signIn(t *testing.T, ctx context.Context, role console.Role) {
 	t.Helper()
+	open(t, ctx, s.url+"/login")
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(s.url+"/login"),
 		chromedp.SendKeys(`input[name="token"]`, s.tokens[role]),
 		chromedp.Submit(`input[name="token"]`),
 	); err != nil {
 		t.Fatalf("signing in as %s: %v", role, err)
 	}
 	waitFor(t, ctx, "the page after signing in as "+role.String(), `!location.pathname.endsWith("/login") && document.readyState === "complete" && document.querySelector("h1") !== null`)
+}
+
+// open navigates to url and waits, polling with waitFor, until the page
+// there has loaded with its heading. chromedp.Navigate waits for the
+// frame's load event itself, and could miss it: a clean clone's run waited
+// 120 s in it after a sign-in's redirect. The page it leaves is marked, so
+// that a navigation to the URL already shown waits for the new page.
+func open(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.sidefxLeft = true`)); err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		switch res, err := cdp.Call(ctx, tg, page.Navigate, page.NavigateParams{URL: url}); {
+		case err != nil:
+			return err
+		case res.ErrorText != "":
+			return errors.New(res.ErrorText)
+		}
+		return nil
+	})); err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	waitFor(t, ctx, url, `!window.sidefxLeft && location.href === `+fmt.Sprintf("%q", url)+` && document.readyState === "complete" && document.querySelector("h1") !== null`)
 }
 
 // waitFor waits until the JavaScript condition holds on the page, for at
@@ -187,9 +213,7 @@ func TestBrowser_AViewerCannotAct(t *testing.T) {
 	s.signIn(t, ctx, console.Viewer)
 	id := s.uncertain[0]
 	for _, page := range []string{"/", "/effects?state=uncertain", fmt.Sprintf("/effects/%d", id)} {
-		if err := chromedp.Do(ctx, chromedp.Navigate(s.url+page), chromedp.WaitVisible(`h1`)); err != nil {
-			t.Fatal(err)
-		}
+		open(t, ctx, s.url+page)
 		if n := count(t, ctx, `form[method="post"]:not([action="/logout"])`); n != 0 {
 			t.Errorf("%s shows a viewer %d action forms", page, n)
 		}
@@ -214,8 +238,8 @@ func TestBrowser_AnOperatorResolvesAnUncertainEffect(t *testing.T) {
 	s := newSite(t)
 	ctx := browsertest.Within(t, browsertest.Browser(t, 1280, 900), 2*time.Minute)
 	s.signIn(t, ctx, console.Operator)
+	open(t, ctx, s.url+"/effects")
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(s.url+"/effects"),
 		chromedp.SendKeys(`form.filter input[name="state"]`, "uncertain"),
 		chromedp.Click(`form.filter button`),
 	); err != nil {
@@ -261,9 +285,7 @@ func TestBrowser_AForgedPostIsRefused(t *testing.T) {
 	ctx := browsertest.Within(t, browsertest.Browser(t, 1280, 900), 2*time.Minute)
 	s.signIn(t, ctx, console.Operator)
 	id := s.uncertain[1]
-	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/effects/%d", s.url, id)), chromedp.WaitVisible(`h1`)); err != nil {
-		t.Fatal(err)
-	}
+	open(t, ctx, fmt.Sprintf("%s/effects/%d", s.url, id))
 	body := forge(t, ctx, fmt.Sprintf("/effects/%d/resolve", id), map[string]string{"as": "confirmed", "note": "forged"})
 	if !strings.Contains(strings.ToLower(body), "forbidden") && !strings.Contains(strings.ToLower(body), "csrf") {
 		t.Errorf("the forged post: the page says %q", body)
@@ -289,9 +311,7 @@ func TestBrowser_PagesFitDesktopAndPhone(t *testing.T) {
 			for _, p := range []struct{ name, path string }{
 				{"overview", "/"}, {"effects", "/effects?state=uncertain"}, {"effect", fmt.Sprintf("/effects/%d", s.uncertain[0])}, {"runs", "/runs"},
 			} {
-				if err := chromedp.Do(ctx, chromedp.Navigate(s.url+p.path), chromedp.WaitVisible(`h1`)); err != nil {
-					t.Fatal(err)
-				}
+				open(t, ctx, s.url+p.path)
 				overflow, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth - window.innerWidth`))
 				if err != nil {
 					t.Fatal(err)
