@@ -168,6 +168,15 @@ func (o *Admin) ApplyID(ctx context.Context, id int64, r Request) (*effects.Effe
 // again. Each is recorded with its actor and note (required), and reports
 // whether it changed anything (false: paused, or resumed, already).
 func (o *Admin) Pause(ctx context.Context, scope effects.PauseScope, name, actor, note string) (bool, error) {
+	if name != strings.TrimSpace(name) || name == "" {
+		return false, fmt.Errorf("admin: pause %s %q: a name with no space around it", scope, name)
+	}
+	if scope == effects.PauseKind {
+		// No effect can have another kind: pausing it would pause nothing.
+		if err := effects.ValidateKind(name); err != nil {
+			return false, fmt.Errorf("admin: pause: %w", err)
+		}
+	}
 	return o.Store.SetPause(ctx, scope, name, true, effects.By{Actor: actor, Note: note})
 }
 
@@ -193,6 +202,17 @@ func (o *Admin) keyWindow(kind string) time.Duration {
 
 // Apply performs r on effect e, recording one history entry.
 func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effects.Effect, error) {
+	if e == nil {
+		return nil, errors.New("admin: no effect to act on")
+	}
+	if r.AtAttempt != 0 && r.Action != Retry && r.Action != Refire {
+		// Never ignored in silence: only Retry and Refire honour it.
+		return nil, fmt.Errorf("admin: %s does not take AtAttempt (Retry and Refire do)", r.Action)
+	}
+	if v := e.Version(); r.From != nil && len(r.Patch) > 0 && (r.From.Revision != v.Revision || !bytes.Equal(r.From.PayloadHash, v.PayloadHash)) {
+		// A patch applies to e's payload: e must be the version From names.
+		return nil, &effects.ChangedError{ID: e.ID, Op: "supersede", From: *r.From, Now: e.Version()}
+	}
 	a := effects.By{Actor: r.Actor, Note: r.Note}
 	opts := effects.RefireOptions{KeyWindow: o.keyWindow(e.Kind), PastKeyWindow: r.PastKeyWindow, AtAttempt: r.AtAttempt}
 	switch r.Action {

@@ -291,3 +291,42 @@ func TestNew_ApplyIDAndPauses(t *testing.T) {
 		t.Error("New on an int was accepted")
 	}
 }
+
+// What the door refuses before any statement, from an outside review: no
+// effect; an AtAttempt an action would ignore; a patch whose From is not
+// the effect it patches; a pause of a name nothing can match.
+func TestApply_RefusesWhatItWouldGetWrong(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	s := setupOn(t, pool, "charge.create", 2, 1, effects.Uncertain)
+	a, err := admin.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Apply(ctx, nil, admin.Request{Action: admin.Cancel, Actor: "ops"}); err == nil {
+		t.Error("Apply on no effect was accepted")
+	}
+	list, err := s.List(ctx, effects.Filter{States: []effects.State{effects.Uncertain}})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("the uncertain effect: %v %v", list, err)
+	}
+	e := list[0]
+	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Resolve, As: effects.Failed, AtAttempt: e.Attempts, Actor: "ops", Note: "x"}); err == nil || !strings.Contains(err.Error(), "does not take AtAttempt") {
+		t.Errorf("Resolve with AtAttempt: %v, want it refused, not ignored", err)
+	}
+	other := effects.Version{Revision: e.Revision + 1, PayloadHash: []byte("not this one")}
+	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"keep":2}`), From: &other, Actor: "ops", Note: "x"}); !errors.Is(err, effects.ErrChanged) {
+		t.Errorf("a patch whose From is not the effect's version: %v, want ErrChanged", err)
+	}
+	if got, _ := s.Get(ctx, e.ID); got.State != effects.Uncertain {
+		t.Fatalf("a refused request changed the effect: %s", got.State)
+	}
+	for _, name := range []string{" charge.create", "charge.create\n", "Charge.Create", ""} {
+		if _, err := a.Pause(ctx, effects.PauseKind, name, "ops", "x"); err == nil {
+			t.Errorf("pause of kind %q was accepted", name)
+		}
+	}
+	if ps, _ := s.Pauses(ctx); len(ps) != 0 {
+		t.Errorf("refused pauses paused %+v", ps)
+	}
+}

@@ -207,6 +207,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Reconciler, error) {
 		if k.RefireWhenAbsentAfter < 0 || k.EventsWithin < 0 {
 			return nil, fmt.Errorf("reconcile: kind %q: refire_when_absent_after and events_within must not be negative", kind)
 		}
+		if k.RefireWhenAbsentAfter > 0 && k.Provider.Idempotent() {
+			// The reconciler refires with no key window: only for a
+			// provider without keys, as the configuration says too.
+			return nil, fmt.Errorf("reconcile: kind %q: refire_when_absent_after is for providers without idempotency keys; %s takes them: an absent effect is left to an operator", kind, k.Provider.Name())
+		}
 	}
 	if c.Window < 0 || c.Limit < 0 || c.Retention < 0 {
 		return nil, errors.New("reconcile: window, limit and retention must not be negative")

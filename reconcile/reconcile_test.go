@@ -819,3 +819,14 @@ func TestReconcile_EachTickTellsTheLatestRunOfAnyReplica(t *testing.T) {
 		}
 	}
 }
+
+// The reconciler refires with no key window, so refire_when_absent_after
+// is refused for a provider that takes keys, through the library as the
+// configuration refuses it.
+func TestNew_RefusesRefireForAProviderWithKeys(t *testing.T) {
+	keyed := providertest.New(providertest.Config{Name: "stripe", Idempotent: true})
+	_, err := reconcile.New(nil, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: keyed, RefireWhenAbsentAfter: time.Hour}}})
+	if err == nil || !strings.Contains(err.Error(), "providers without idempotency keys") {
+		t.Errorf("refire_when_absent_after on a provider with keys: %v", err)
+	}
+}
