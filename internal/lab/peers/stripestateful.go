@@ -83,18 +83,54 @@ func StripeStateful(t testing.TB) string {
 func StartStripeStateful(t testing.TB) *StripeStatefulServer {
 	t.Helper()
 	bin, args := stripeStatefulCommand(t)
-	addr := freeAddrs(t, 1)[0]
-	_, port, _ := net.SplitHostPort(addr)
-	p := start(t, "stripe-stateful-mock", bin, args, []string{"HOST=127.0.0.1", "PORT=" + port, "LOG_LEVEL=info"})
-	p.waitPort(t, addr, stripeStatefulStartTimeout)
-	s := &StripeStatefulServer{URL: "http://" + addr, p: p}
-	// Listening is not yet answering: ask for something.
-	ctx, cancel := context.WithTimeout(context.Background(), stripeStatefulStartTimeout)
-	defer cancel()
-	if _, err := s.Charges(ctx, StripeStatefulAPIKey); err != nil {
-		t.Fatalf("stripe-stateful-mock does not answer GET /v1/charges: %v\n%s", err, p.tail())
+	// A free port is free when picked, not when the server binds it:
+	// another test's process may take it between the two (a clean clone's
+	// run once connected "after 0s" to something else, then was refused).
+	// Ready means the server answers a request, checked by polling; a
+	// server that exits (its port taken) is started again on another.
+	for try := 1; ; try++ {
+		addr := freeAddrs(t, 1)[0]
+		_, port, _ := net.SplitHostPort(addr)
+		p := start(t, "stripe-stateful-mock", bin, args, []string{"HOST=127.0.0.1", "PORT=" + port, "LOG_LEVEL=info"})
+		s := &StripeStatefulServer{URL: "http://" + addr, p: p}
+		err := s.waitAnswering(stripeStatefulStartTimeout)
+		if err == nil {
+			return s
+		}
+		select {
+		case <-p.exited:
+			if try < 3 {
+				t.Logf("stripe-stateful-mock exited on %s (%v), trying another port", addr, p.waitErr)
+				continue
+			}
+		default:
+		}
+		t.Fatalf("stripe-stateful-mock does not answer GET /v1/charges on %s: %v\n%s", addr, err, p.tail())
 	}
-	return s
+}
+
+// waitAnswering polls GET /v1/charges until it answers, the server exits,
+// or timeout passes.
+func (s *StripeStatefulServer) waitAnswering(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := s.Charges(rctx, StripeStatefulAPIKey)
+		rcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.p.exited:
+			return fmt.Errorf("it exited: %v (last answer: %w)", s.p.waitErr, err)
+		case <-ctx.Done():
+			return err
+		case <-tick.C:
+		}
+	}
 }
 
 // Output returns everything the server has written so far.
