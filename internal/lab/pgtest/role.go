@@ -20,7 +20,7 @@ import (
 // The role is dropped at the end of the test.
 func DaemonRole(t testing.TB) (owner, daemon *pgxpool.Pool, role string) {
 	t.Helper()
-	owner, url := ownerPool(t)
+	owner, url := Owner(t)
 	daemon, role = Role(t, owner, url, "daemon")
 	return owner, daemon, role
 }
@@ -32,7 +32,7 @@ func DaemonRole(t testing.TB) (owner, daemon *pgxpool.Pool, role string) {
 // test.
 func Roles(t testing.TB, names ...string) (owner *pgxpool.Pool, pools map[string]*pgxpool.Pool, roles map[string]string) {
 	t.Helper()
-	owner, url := ownerPool(t)
+	owner, url := Owner(t)
 	pools, roles = map[string]*pgxpool.Pool{}, map[string]string{}
 	for _, n := range names {
 		pools[n], roles[n] = Role(t, owner, url, n)
@@ -44,11 +44,6 @@ func Roles(t testing.TB, names ...string) (owner *pgxpool.Pool, pools map[string
 // owner, closed at the end of the test, with the database's URL: for roles
 // made with Role on it.
 func Owner(t testing.TB) (*pgxpool.Pool, string) {
-	t.Helper()
-	return ownerPool(t)
-}
-
-func ownerPool(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
 	url := URL(t)
 	owner, err := pgxpool.New(context.Background(), url)
