@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/driver"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // Action is an operator's action.
@@ -113,7 +113,7 @@ type Request struct {
 // Admin performs actions on the effects of a store. Make one with New, or
 // with a Store of your own.
 type Admin struct {
-	Store *effects.Store
+	Store *engine.Store
 	// KeyWindow returns the key window of a kind's provider, for Retry and
 	// Refire (nil: 24 hours, Stripe's, for every kind).
 	KeyWindow func(kind string) time.Duration
@@ -142,11 +142,11 @@ func New(db any, cfg *Config) (*Admin, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	d, err := driver.Of(db)
+	d, err := engine.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
-	store, err := effects.NewStore(d, &effects.Config{Schema: cfg.Schema})
+	store, err := engine.NewStore(d, &engine.StoreConfig{Schema: cfg.Schema})
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}

@@ -13,27 +13,27 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // setup enqueues n effects of kind and brings the first k into state st
 // (as the dispatcher would), returning the store.
-func setup(t *testing.T, kind string, n, k int, st effects.State) *effects.Store {
+func setup(t *testing.T, kind string, n, k int, st effects.State) *engine.Store {
 	t.Helper()
 	return setupOn(t, pgtest.DB(t), kind, n, k, st)
 }
 
 // setupOn is setup on pool.
-func setupOn(t *testing.T, pool *pgxpool.Pool, kind string, n, k int, st effects.State) *effects.Store {
+func setupOn(t *testing.T, pool *pgxpool.Pool, kind string, n, k int, st effects.State) *engine.Store {
 	t.Helper()
-	s, err := effects.NewStore(pool, nil)
+	s, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := store.New(pool, "")
+	eng, err := engine.New(pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,13 +46,13 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, kind string, n, k int, st effects
 		t.Fatal(err)
 	}
 	if k > 0 {
-		got, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{kind}, Limit: k, Lease: time.Minute, Worker: "test"})
+		got, err := eng.Claim(ctx, engine.ClaimParams{Kinds: []string{kind}, Limit: k, Lease: time.Minute, Worker: "test"})
 		if err != nil || len(got) != k {
 			t.Fatalf("claim: %d, %v", len(got), err)
 		}
-		var outs []store.Outcome
+		var outs []engine.Outcome
 		for _, e := range got {
-			outs = append(outs, store.Outcome{ID: e.ID, Attempt: 1, State: st, Error: "provider down", MaybePerformed: st == effects.Uncertain})
+			outs = append(outs, engine.Outcome{ID: e.ID, Attempt: 1, State: st, Error: "provider down", MaybePerformed: st == effects.Uncertain})
 		}
 		if _, err := eng.Complete(ctx, outs); err != nil {
 			t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/sidefx/sidefx/internal/store"
 	"math"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sidefx/sidefx/internal/engine"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -315,13 +316,13 @@ var (
 )
 
 // floorScript is sidefx's own claim statement followed by its batched
-// outcome statement (store.Engine.DispatchSQL, so the floor runs exactly
+// outcome statement (engine.Engine.DispatchSQL, so the floor runs exactly
 // what the dispatcher runs), each committed on its own as the dispatcher
 // does, with no provider call between them. The claim hands the claimed ids
 // and attempts to the outcome statement through pgbench variables, as
 // arrays; the statements' parameters become pgbench expressions.
 func floorScript() (string, error) {
-	eng, err := store.New(nil, "")
+	eng, err := engine.New(nil, "")
 	if err != nil {
 		return "", err
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/providers/stripe"
 )
 
@@ -32,7 +32,7 @@ const (
 // Defaults that are the config's own; the others are the dispatcher's and
 // the providers' (dispatcher.DefaultWorkers, stripe.DefaultTimeout…).
 const (
-	DefaultSchema        = sqlname.DefaultSchema // "public"
+	DefaultSchema        = engine.DefaultSchema // "public"
 	DefaultListen        = "127.0.0.1:9464"
 	DefaultLogLevel      = "info"
 	DefaultLogFormat     = "text"

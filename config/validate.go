@@ -18,8 +18,8 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/schedule"
-	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/providers/httpapi"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
@@ -157,7 +157,7 @@ func (c *Config) validate(env map[string]string) (warnings []string, problems []
 	if strings.TrimSpace(c.DatabaseURL) == "" {
 		v.fail("database_url", "required (or set %s, or give sidefx --database-url)", EnvDatabaseURL)
 	}
-	if _, err := sqlname.Schema(c.Schema); err != nil {
+	if _, err := engine.CheckSchema(c.Schema); err != nil {
 		v.fail("schema", "%s", strings.TrimPrefix(err.Error(), "schema "))
 	}
 	if !namespaceRE.MatchString(c.Namespace) {

@@ -14,8 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/config"
-	"github.com/sidefx/sidefx/effects"
-	sqlerr "github.com/sidefx/sidefx/internal/driver"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/migrations"
 )
 
@@ -122,7 +121,7 @@ func exitCode(err error, stderr io.Writer) int {
 	// Every command: a table, column or function of sidefx's missing says
 	// to run sidefx migrate (schemaProblem names the versions where a
 	// command can read them).
-	err = effects.ExplainSchema(err)
+	err = engine.ExplainSchema(err)
 	fmt.Fprintln(stderr, "sidefx:", err)
 	var ue *usageError
 	if errors.As(err, &ue) {
@@ -223,7 +222,7 @@ func (c *common) database(io *IO) (url, schema string, err error) {
 }
 
 // open connects to the database and returns a pool and a store on it.
-func (c *common) open(ctx context.Context, io *IO) (*pgxpool.Pool, *effects.Store, error) {
+func (c *common) open(ctx context.Context, io *IO) (*pgxpool.Pool, *engine.Store, error) {
 	url, schema, err := c.database(io)
 	if err != nil {
 		return nil, nil, err
@@ -238,7 +237,7 @@ func (c *common) open(ctx context.Context, io *IO) (*pgxpool.Pool, *effects.Stor
 		pool.Close()
 		return nil, nil, fmt.Errorf("connect: %w", redactURL(err, url))
 	}
-	store, err := effects.NewStore(pool, &effects.Config{Schema: schema})
+	store, err := engine.NewStore(pool, &engine.StoreConfig{Schema: schema})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -252,7 +251,7 @@ func (c *common) open(ctx context.Context, io *IO) (*pgxpool.Pool, *effects.Stor
 // migrate", as sidefx run says, rather than PostgreSQL's words. Any other
 // error, or one the migration status does not explain, is returned as it is.
 func schemaProblem(ctx context.Context, pool *pgxpool.Pool, schema string, err error) error {
-	pe, ok := sqlerr.PgErrorOf(err)
+	pe, ok := engine.PgErrorOf(err)
 	if !ok || (pe.Code != "42P01" && pe.Code != "42703" && pe.Code != "42883") {
 		return err
 	}

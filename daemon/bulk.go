@@ -8,11 +8,12 @@ import (
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // newOps returns the operations API on store, with the key windows and the
 // payload checks of the configuration, when one is given.
-func newOps(io *IO, c *common, store *effects.Store) (*admin.Admin, error) {
+func newOps(io *IO, c *common, store *engine.Store) (*admin.Admin, error) {
 	cfg, err := c.loadConfig(io)
 	if err != nil {
 		return nil, err
@@ -22,7 +23,7 @@ func newOps(io *IO, c *common, store *effects.Store) (*admin.Admin, error) {
 
 // opsFor returns the operations API on store with cfg's key windows and
 // payload checks (none for a nil cfg), for the CLI and the console alike.
-func opsFor(cfg *config.Config, store *effects.Store) *admin.Admin {
+func opsFor(cfg *config.Config, store *engine.Store) *admin.Admin {
 	o := &admin.Admin{Store: store}
 	if cfg != nil {
 		o.KeyWindow, o.Check = cfg.KeyWindowOf, cfg.CheckKnownPayload

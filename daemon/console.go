@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/config"
-	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/console"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/providers"
 )
 
@@ -23,7 +23,7 @@ import (
 // and console.tokens_env, the operations with the configuration's key
 // windows and payload checks. An error names the field, never a line of
 // the tokens.
-func consoleHandler(cfg *config.Config, built map[string]providers.Provider, getenv func(string) string, db effects.DB, store *effects.Store, log *slog.Logger) (*console.Handler, int, error) {
+func consoleHandler(cfg *config.Config, built map[string]providers.Provider, getenv func(string) string, db engine.DB, store *engine.Store, log *slog.Logger) (*console.Handler, int, error) {
 	cc := cfg.Console
 	if cc.Listen == "" {
 		return nil, 0, nil

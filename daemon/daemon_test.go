@@ -21,6 +21,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/migrations"
 )
@@ -177,7 +178,7 @@ kinds:
 		t.Logf("kill %d after %d distinct deliveries", kill, rc.distinct())
 	}
 	final := start()
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	deadline := time.Now().Add(2 * time.Minute)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/metrics"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/reconcile"
@@ -24,7 +24,7 @@ const maxEventBody = 8 << 20
 // evidence for reconciliation (503 when the database fails, so that the
 // provider delivers again). Events without a sidefx key are not sidefx's,
 // and are counted and dropped.
-func eventsHandler(db effects.DB, schema string, sources map[string]providers.EventSource, count func(provider, result string, n int), log *slog.Logger) http.HandlerFunc {
+func eventsHandler(db engine.DB, schema string, sources map[string]providers.EventSource, count func(provider, result string, n int), log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("provider")
 		src, ok := sources[name]

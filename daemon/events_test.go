@@ -23,6 +23,7 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
@@ -167,7 +168,7 @@ func TestEvents_EndpointRefusesAnOldDelivery(t *testing.T) {
 }
 
 // eventsHandlerMux serves the events endpoint as the daemon does.
-func eventsHandlerMux(db effects.DB, sources map[string]providers.EventSource) http.Handler {
+func eventsHandlerMux(db engine.DB, sources map[string]providers.EventSource) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /events/{provider}", eventsHandler(db, "public", sources, func(string, string, int) {}, slog.New(slog.DiscardHandler)))
 	return mux

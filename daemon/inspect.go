@@ -12,6 +12,7 @@ import (
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/reconcile"
 )
 
@@ -163,7 +164,7 @@ func printEvidence(io *IO, ev []reconcile.Stored, provider string) {
 }
 
 // lookup finds an effect by id or by key.
-func lookup(ctx context.Context, store *effects.Store, ref string) (*effects.Effect, error) {
+func lookup(ctx context.Context, store *engine.Store, ref string) (*effects.Effect, error) {
 	if derive.Valid(ref) {
 		return store.GetByKey(ctx, ref)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/reconcile"
 )
 
@@ -25,7 +26,7 @@ type limits struct {
 
 // limits reads what the live dispatchers say of each kind, and loads
 // --config.
-func (c *common) limits(ctx context.Context, io *IO, store *effects.Store) (*limits, error) {
+func (c *common) limits(ctx context.Context, io *IO, store *engine.Store) (*limits, error) {
 	kinds, err := store.KindStatuses(ctx)
 	if err != nil {
 		return nil, err

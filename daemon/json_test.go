@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	engine "github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/reconcile"

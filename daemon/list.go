@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // filterFlags are the flags that select effects, shared by list and the
@@ -64,7 +65,7 @@ func (ff *filterFlags) filter(now time.Time) (effects.Filter, error) {
 
 // filterAt turns the flags into a filter on the database's clock, for
 // durations ago.
-func (ff *filterFlags) filterAt(ctx context.Context, store *effects.Store) (effects.Filter, error) {
+func (ff *filterFlags) filterAt(ctx context.Context, store *engine.Store) (effects.Filter, error) {
 	now, err := store.Now(ctx)
 	if err != nil {
 		return effects.Filter{}, err
@@ -195,7 +196,7 @@ func clip(s string, n int) string {
 // checkKinds refuses, naming the close ones, a kind of a filter that
 // matched nothing when no effect has that kind and neither the
 // configuration nor a dispatcher knows it: a typo, not an empty result.
-func checkKinds(ctx context.Context, c *common, io *IO, store *effects.Store, kinds []string) error {
+func checkKinds(ctx context.Context, c *common, io *IO, store *engine.Store, kinds []string) error {
 	if len(kinds) == 0 {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // opFlags are the flags of the operators' commands.
@@ -29,7 +30,7 @@ func (o *opFlags) action() effects.By {
 }
 
 // target opens the database and finds the effect the one argument names.
-func target(ctx context.Context, io *IO, c *common, fs *flag.FlagSet) (*effects.Store, *effects.Effect, func(), error) {
+func target(ctx context.Context, io *IO, c *common, fs *flag.FlagSet) (*engine.Store, *effects.Effect, func(), error) {
 	ref, err := oneArg(fs, "effect id or key")
 	if err != nil {
 		return nil, nil, nil, err
@@ -49,7 +50,7 @@ func target(ctx context.Context, io *IO, c *common, fs *flag.FlagSet) (*effects.
 // act performs r on e through the operations API, the console's too: the
 // configuration's key windows and payload checks, the state rules, one
 // history entry with the operator's actor and note.
-func act(ctx context.Context, io *IO, c *common, store *effects.Store, e *effects.Effect, r admin.Request, op *opFlags) (*effects.Effect, error) {
+func act(ctx context.Context, io *IO, c *common, store *engine.Store, e *effects.Effect, r admin.Request, op *opFlags) (*effects.Effect, error) {
 	o, err := newOps(io, c, store)
 	if err != nil {
 		return nil, err

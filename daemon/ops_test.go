@@ -22,8 +22,8 @@ import (
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	engine "github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/outbox"
 )
@@ -36,7 +36,7 @@ type cli struct {
 	eng *engine.Engine    // the dispatcher's statements, to bring effects into each state
 }
 
-func newCLI(t *testing.T) (*cli, *pgxpool.Pool, *effects.Store) {
+func newCLI(t *testing.T) (*cli, *pgxpool.Pool, *engine.Store) {
 	t.Helper()
 	url := pgtest.URL(t)
 	pool, err := pgxpool.New(context.Background(), url)
@@ -44,7 +44,7 @@ func newCLI(t *testing.T) (*cli, *pgxpool.Pool, *effects.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

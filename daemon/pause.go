@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 func pauseCmd(ctx context.Context, io *IO, args []string) error { return setPause(ctx, io, args, true) }
@@ -95,7 +96,7 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 // knownNames lists the kinds (or the providers) that the configuration, if
 // one was given, the dispatchers' record of kinds and the pending effects
 // know.
-func knownNames(ctx context.Context, c *common, io *IO, store *effects.Store, scope effects.PauseScope) ([]string, error) {
+func knownNames(ctx context.Context, c *common, io *IO, store *engine.Store, scope effects.PauseScope) ([]string, error) {
 	kinds, providers, err := store.KnownNames(ctx)
 	if err != nil {
 		return nil, err

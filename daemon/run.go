@@ -23,9 +23,8 @@ import (
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/dispatcher"
-	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/metrics"
-	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/internal/telemetry"
 	"github.com/sidefx/sidefx/migrations"
 )
@@ -119,7 +118,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		defer session.Close()
 		rt.Dispatcher.ListenPool = session
 	}
-	store, err := effects.NewStore(pool, &effects.Config{Schema: rt.Dispatcher.Schema})
+	store, err := engine.NewStore(pool, &engine.StoreConfig{Schema: rt.Dispatcher.Schema})
 	if err != nil {
 		return err
 	}
@@ -342,13 +341,13 @@ func checkNamespace(ctx context.Context, pool *pgxpool.Pool, schema, want string
 	if want == "" {
 		return nil
 	}
-	s, err := sqlname.Schema(schema)
+	s, err := engine.CheckSchema(schema)
 	if err != nil {
 		return err
 	}
 	const source, kind = "sidefx-namespace-check", "sidefx.check"
 	var key string
-	if err := pool.QueryRow(ctx, `SELECT `+sqlname.Quote(s)+`.sidefx_key($1::text, $2::text)`, source, kind).Scan(&key); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT `+engine.Quote(s)+`.sidefx_key($1::text, $2::text)`, source, kind).Scan(&key); err != nil {
 		return fmt.Errorf("check the database's key namespace: %w", err)
 	}
 	if key != derive.KeyNS(want, source, kind) {

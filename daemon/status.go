@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // statusKind is one kind's line of sidefx status --json.
@@ -184,7 +185,7 @@ func allStates(n map[effects.State]int64) map[effects.State]int64 {
 // it or a dispatcher served it before; else add it to a daemon's
 // configuration, or check its spelling, naming the close known kinds. It
 // reads the configuration and the registered kinds once, for every kind.
-func unservedAdvisor(ctx context.Context, c *common, io *IO, store *effects.Store) func(kind string) string {
+func unservedAdvisor(ctx context.Context, c *common, io *IO, store *engine.Store) func(kind string) string {
 	configured := map[string]bool{}
 	if cfg, err := c.loadConfig(io); err == nil && cfg != nil {
 		for k := range cfg.Kinds {

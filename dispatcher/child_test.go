@@ -20,6 +20,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/invariant"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/providers"
@@ -118,7 +119,7 @@ func openPool(t testing.TB, url string) *pgxpool.Pool {
 // finds in the database behind pool.
 func checkInvariants(t *testing.T, pool *pgxpool.Pool, exp invariant.Expect) {
 	t.Helper()
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +359,7 @@ func kindStates(t *testing.T, pool *pgxpool.Pool) map[string]map[effects.State]i
 // waitSettled waits until no effect is pending or fired.
 func waitSettled(t *testing.T, pool *pgxpool.Pool, timeout time.Duration) {
 	t.Helper()
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,7 +653,7 @@ func TestScenario_ReplicaPausedPastItsLease(t *testing.T) {
 	stoppedAt := time.Now()
 
 	// The others rescue what p0 holds once its leases expire.
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

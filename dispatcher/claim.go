@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // claimLoop claims and starts calls until ctx ends. The first loop (first)
@@ -197,7 +197,7 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		// progress, whose effects are not held yet.
 		d.claimMu.RLock()
 		cctx, cancel := context.WithTimeout(hardCtx, d.dbTimeout())
-		got, cerr := d.engine.Claim(cctx, store.ClaimParams{Kinds: kinds, Limit: n, Lease: d.cfg.Lease,
+		got, cerr := d.engine.Claim(cctx, engine.ClaimParams{Kinds: kinds, Limit: n, Lease: d.cfg.Lease,
 			Worker: d.cfg.WorkerID, KeyWindows: d.windows, Timeouts: d.margins})
 		cancel()
 		tried++

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // completer records outcomes in batches until outcomes is closed and
@@ -102,7 +102,7 @@ func (d *Dispatcher) abandon(batch []pending, err error) {
 
 // record writes one batch of outcomes and frees their slots.
 func (d *Dispatcher) record(ctx context.Context, batch []pending) error {
-	outs := make([]store.Outcome, len(batch))
+	outs := make([]engine.Outcome, len(batch))
 	for i, p := range batch {
 		outs[i] = p.out
 	}

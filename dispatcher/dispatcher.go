@@ -15,8 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
-	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // Dispatcher claims pending effects, calls their providers and records the
@@ -24,14 +23,14 @@ import (
 type Dispatcher struct {
 	tracer    trace.Tracer // a no-op one when Config.TracerProvider is nil
 	pool      *pgxpool.Pool
-	store     *effects.Store // reads: the effects no dispatcher serves
-	engine    *store.Engine
+	store     *engine.Store // reads: the effects no dispatcher serves
+	engine    *engine.Engine
 	cfg       Config
 	log       *slog.Logger
 	groups    []*group
 	byKind    map[string]*group
 	served    []string // the kinds served, in order: probed, registered, hashed for the rescue lock
-	policies  []store.RescuePolicy
+	policies  []engine.RescuePolicy
 	rescueJob string
 
 	// now is the clock of provider pauses, rate limits and the error log's
@@ -112,7 +111,7 @@ type group struct {
 
 // pending is an outcome waiting to be recorded.
 type pending struct {
-	out  store.Outcome
+	out  engine.Outcome
 	rec  Dispatch
 	g    *group
 	span trace.Span // ended when the outcome is recorded or given up
@@ -127,11 +126,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := effects.NewStore(pool, &effects.Config{Schema: c.Schema})
+	st, err := engine.NewStore(pool, &engine.StoreConfig{Schema: c.Schema})
 	if err != nil {
 		return nil, configErr("%v", err)
 	}
-	eng, err := store.New(pool, c.Schema)
+	eng, err := engine.New(pool, c.Schema)
 	if err != nil {
 		return nil, configErr("%v", err)
 	}
@@ -194,7 +193,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		g.kinds = append(g.kinds, kind)
 		d.byKind[kind] = g
 		d.windows[kind], d.margins[kind] = k.keyWindow(), c.Lease
-		d.policies = append(d.policies, store.RescuePolicy{
+		d.policies = append(d.policies, engine.RescuePolicy{
 			Kind:        kind,
 			Repeatable:  k.Provider.Idempotent() || k.AtLeastOnce,
 			MaxAttempts: k.MaxAttempts,

@@ -14,8 +14,8 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -35,7 +35,7 @@ func TestDispatcher_DrainsAndConfirmsEachOnce(t *testing.T) {
 			t.Fatalf("key %s performed %d times", k, n)
 		}
 	}
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	e, err := store.GetByKey(context.Background(), keys[7])
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestDispatcher_HonoursRetryAfterAndBackoff(t *testing.T) {
 		providertest.None,
 	)})
 	keys := enqueue(t, pool, "webhook.paid", "o", 1)
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	delays := map[int]time.Duration{} // by attempt; only the completer writes it
 	var readErr error
 	obs := &recorder{onRecorded: func(d dispatcher.Dispatch) {
@@ -196,7 +196,7 @@ func TestDispatcher_RetryAfterPausesTheProvider(t *testing.T) {
 	}
 	// The registry names the pause at once (not at the next heartbeat), so
 	// sidefx inspect says why stripe's due effects wait.
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		st, err := store.KindStatuses(context.Background())
 		r := st["refund.create"]
@@ -293,7 +293,7 @@ func TestDispatcher_MaxAttemptsEndsFailedWithLastError(t *testing.T) {
 		PollInterval: 10 * time.Millisecond,
 	})
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Failed: 3})
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	for _, k := range keys {
 		e, _ := store.GetByKey(context.Background(), k)
 		if e.Attempts != 3 || !strings.Contains(e.LastError, "attempt 3 of 3: retryable") || len(fake.Calls(k)) != 3 || fake.Performed(k) != 0 {
@@ -309,7 +309,7 @@ func TestDispatcher_RejectedFailsAtOnceWithTheAnswer(t *testing.T) {
 	keys := enqueue(t, pool, "charge.create", "o", 2)
 	start(t, pool, &dispatcher.Config{Kinds: kinds("charge.create", dispatcher.Kind{Provider: fake})})
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Failed: 2})
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	e, _ := store.GetByKey(context.Background(), keys[0])
 	if e.Attempts != 1 || !strings.Contains(e.LastError, "card_declined") || e.Outcome == nil {
 		t.Fatalf("rejected effect = %+v (outcome %s)", e, e.Outcome)
@@ -340,7 +340,7 @@ func TestDispatcher_NonIdempotentUnknownBecomesUncertain(t *testing.T) {
 		PollInterval: 20 * time.Millisecond,
 	})
 	waitStates(t, pool, 60*time.Second, map[effects.State]int{effects.Confirmed: 240, effects.Uncertain: 60})
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	for _, k := range keys {
 		e, _ := store.GetByKey(context.Background(), k)
 		if lost[k] {
@@ -451,8 +451,8 @@ func TestDispatcher_RescuesExpiredLeases(t *testing.T) {
 	enqueue(t, pool, "charge.create", "o", 5)
 	enqueue(t, pool, "email.receipt", "o", 5)
 	// A worker that died: it claimed everything and never answered.
-	eng, _ := store.New(pool, "")
-	dead, err := eng.Claim(context.Background(), store.ClaimParams{Kinds: []string{"charge.create", "email.receipt"}, Limit: 10, Lease: time.Second, Worker: "dead"})
+	eng, _ := engine.New(pool, "")
+	dead, err := eng.Claim(context.Background(), engine.ClaimParams{Kinds: []string{"charge.create", "email.receipt"}, Limit: 10, Lease: time.Second, Worker: "dead"})
 	if err != nil || len(dead) != 10 {
 		t.Fatalf("claim = %d, %v", len(dead), err)
 	}
@@ -622,7 +622,7 @@ func TestDispatcher_RefusedOutcomeDoesNotBlockTheBatch(t *testing.T) {
 		got := counts(t, pool)
 		return got[effects.Confirmed] == 49, fmt.Sprint(got)
 	})
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	poisoned, err := store.GetByKey(context.Background(), keys[0])
 	if err != nil || poisoned.State != effects.Fired {
 		t.Fatalf("the refused effect: %+v, %v; want it left fired for the rescue", poisoned, err)

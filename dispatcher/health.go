@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // ErrorClass sorts the errors of the dispatcher's database statements by
@@ -38,7 +37,7 @@ const (
 	// database set read-only.
 	ClassReadOnly ErrorClass = "read_only"
 	// ClassData: the server refused the data of a statement (classes 22 and
-	// 23, see effects.IsDataError).
+	// 23, see engine.IsDataError).
 	ClassData ErrorClass = "data"
 	// ClassTransient: everything else — a lost connection, a timeout, a
 	// server shutting down, a serialization failure — which the dispatcher
@@ -77,7 +76,7 @@ func Classify(err error) ErrorClass {
 		return ClassMismatch
 	case code == "25006":
 		return ClassReadOnly
-	case effects.IsDataError(err):
+	case engine.IsDataError(err):
 		return ClassData
 	}
 	return ClassTransient

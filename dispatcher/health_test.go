@@ -15,6 +15,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/metrics"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -122,7 +123,7 @@ func TestDispatcher_RefusedRecordIsSurfacedAndOutcomesKept(t *testing.T) {
 	t.Parallel()
 	owner, daemon, role := daemonRole(t)
 	ctx := context.Background()
-	store, err := effects.NewStore(owner, nil)
+	store, err := engine.NewStore(owner, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

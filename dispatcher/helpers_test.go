@@ -15,6 +15,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 )
@@ -59,7 +60,7 @@ func enqueue(t testing.TB, pool *pgxpool.Pool, kind, prefix string, n int) []str
 // counts returns the number of effects in each state.
 func counts(t testing.TB, pool *pgxpool.Pool) map[effects.State]int {
 	t.Helper()
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 // fails (the server restarting) counts as not yet.
 func waitStates(t testing.TB, pool *pgxpool.Pool, timeout time.Duration, want map[effects.State]int) {
 	t.Helper()
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/invariant"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/providers"
@@ -267,7 +268,7 @@ func TestDispatcher_PausedReplicaLateAnswersChangeNothing(t *testing.T) {
 	calls, obsA, obsB, release := pausedReplica(t, pool, "charge.create", s, fake, held)
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: n})
 
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	ctx := context.Background()
 	rescued := rescuedBy(t, calls, obsA, obsB)
 	before := map[int64]*effects.Effect{}
@@ -338,7 +339,7 @@ func TestDispatcher_PausedReplicaLateAnswerResolvesUncertain(t *testing.T) {
 
 	release()
 	late := lateOutcomes(t, obsA, held)
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	ctx := context.Background()
 	for i, c := range calls {
 		d := late[c.EffectID]

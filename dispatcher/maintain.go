@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // maintain runs the rescuer and the reaper until ctx ends.
@@ -85,15 +85,15 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 // effects back here (a paused provider, its calls in flight against its
 // limit, its failures in a row) and its attempts per effect, for sidefx
 // inspect.
-func (d *Dispatcher) beat() store.Beat {
-	b := store.Beat{Worker: d.cfg.WorkerID, Kinds: d.served, Interval: d.cfg.HeartbeatInterval}
+func (d *Dispatcher) beat() engine.Beat {
+	b := engine.Beat{Worker: d.cfg.WorkerID, Kinds: d.served, Interval: d.cfg.HeartbeatInterval}
 	now := d.now()
 	for _, kind := range b.Kinds {
 		g := d.byKind[kind]
 		if g == nil {
 			continue
 		}
-		kb := store.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit, MaxAttempts: d.cfg.Kinds[kind].MaxAttempts}
+		kb := engine.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit, MaxAttempts: d.cfg.Kinds[kind].MaxAttempts}
 		d.mu.Lock()
 		kb.InFlight = g.inflight
 		if g.pausedUntil.After(now) {
@@ -155,7 +155,7 @@ func (d *Dispatcher) rescue(ctx context.Context) {
 	for ctx.Err() == nil {
 		var got []effects.Rescued
 		bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-		ran, err := d.engine.Exclusive(bctx, d.pool, d.rescueJob, func(s *store.Engine) error {
+		ran, err := d.engine.Exclusive(bctx, d.pool, d.rescueJob, func(s *engine.Engine) error {
 			var err error
 			got, err = s.Rescue(bctx, d.policies, maintenanceBatch)
 			return err
@@ -188,20 +188,20 @@ func (d *Dispatcher) rescue(ctx context.Context) {
 func (d *Dispatcher) reap(ctx context.Context) {
 	type job struct {
 		name string
-		do   func(*store.Engine, context.Context) (int64, error)
+		do   func(*engine.Engine, context.Context) (int64, error)
 		done string
 	}
-	jobs := []job{{"reap", func(s *store.Engine, ctx context.Context) (int64, error) {
+	jobs := []job{{"reap", func(s *engine.Engine, ctx context.Context) (int64, error) {
 		return s.Reap(ctx, d.cfg.Retention, maintenanceBatch)
 	}, "compacted finished effects past retention into tombstones"}}
-	jobs = append(jobs, job{"inbox", func(s *store.Engine, ctx context.Context) (int64, error) {
+	jobs = append(jobs, job{"inbox", func(s *engine.Engine, ctx context.Context) (int64, error) {
 		return s.TrimInbox(ctx, maintenanceBatch)
 	}, "deleted inbox records past their consumer's retention"},
-		job{"edge", func(s *store.Engine, ctx context.Context) (int64, error) {
+		job{"edge", func(s *engine.Engine, ctx context.Context) (int64, error) {
 			return s.TrimEdge(ctx, maintenanceBatch)
 		}, "deleted the HTTP edge's idempotency keys past their retention"})
 	if d.cfg.TombstoneRetention > 0 {
-		jobs = append(jobs, job{"purge", func(s *store.Engine, ctx context.Context) (int64, error) {
+		jobs = append(jobs, job{"purge", func(s *engine.Engine, ctx context.Context) (int64, error) {
 			return s.PurgeTombstones(ctx, d.cfg.TombstoneRetention, maintenanceBatch)
 		}, "deleted tombstones past their retention: their (source_id, kind) may be enqueued again"})
 	}
@@ -209,7 +209,7 @@ func (d *Dispatcher) reap(ctx context.Context) {
 		for ctx.Err() == nil {
 			var n int64
 			bctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-			ran, err := d.engine.Exclusive(bctx, d.pool, j.name, func(s *store.Engine) error {
+			ran, err := d.engine.Exclusive(bctx, d.pool, j.name, func(s *engine.Engine) error {
 				var err error
 				n, err = j.do(s, bctx)
 				return err

@@ -42,8 +42,8 @@ import (
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
@@ -395,14 +395,14 @@ type modelEffect struct {
 type call struct {
 	e         *effects.Effect
 	claimedAt time.Time // on the model's clock
-	out       *store.Outcome
+	out       *engine.Outcome
 }
 
 type world struct {
 	ctx    context.Context
 	pool   *pgxpool.Pool
-	store  *effects.Store
-	eng    *store.Engine
+	store  *engine.Store
+	eng    *engine.Engine
 	model  *providerModel
 	kinds  map[string]dispatcher.Kind
 	effs   map[[2]string]*modelEffect
@@ -419,11 +419,11 @@ type world struct {
 
 func (w *world) fatalf(format string, args ...any) { w.tb.Fatalf(format, args...) }
 
-func (w *world) policies() []store.RescuePolicy {
-	var ps []store.RescuePolicy
+func (w *world) policies() []engine.RescuePolicy {
+	var ps []engine.RescuePolicy
 	for _, name := range modelKinds {
 		k := w.kinds[name]
-		ps = append(ps, store.RescuePolicy{Kind: name, Repeatable: k.Provider.Idempotent() || k.AtLeastOnce,
+		ps = append(ps, engine.RescuePolicy{Kind: name, Repeatable: k.Provider.Idempotent() || k.AtLeastOnce,
 			MaxAttempts: k.MaxAttempts, KeyWindow: providers.KeyWindow(k.Provider), Timeout: k.Timeout})
 	}
 	return ps
@@ -609,8 +609,8 @@ func (w *world) pause(t *rapid.T) {
 	}
 }
 
-func (w *world) claimParams(worker string, limit int) store.ClaimParams {
-	p := store.ClaimParams{Kinds: w.served(), Limit: limit, Lease: modelLease, Worker: worker,
+func (w *world) claimParams(worker string, limit int) engine.ClaimParams {
+	p := engine.ClaimParams{Kinds: w.served(), Limit: limit, Lease: modelLease, Worker: worker,
 		KeyWindows: map[string]time.Duration{}, Timeouts: map[string]time.Duration{}}
 	for name, k := range w.kinds {
 		p.KeyWindows[name], p.Timeouts[name] = providers.KeyWindow(k.Provider), modelLease
@@ -698,7 +698,7 @@ func (w *world) dispatch(t *rapid.T) {
 	if len(got) == 0 {
 		t.Skip("nothing to claim")
 	}
-	var outs []store.Outcome
+	var outs []engine.Outcome
 	for _, e := range got {
 		if e.State != effects.Fired {
 			continue
@@ -739,7 +739,7 @@ func (w *world) callOne(t *rapid.T, c *call) {
 
 func (w *world) record(t *rapid.T) {
 	i := w.busy(t, func(c *call) bool { return c.out != nil })
-	var outs []store.Outcome
+	var outs []engine.Outcome
 	var left []*call
 	for _, c := range w.work[i] {
 		if c.out != nil {
@@ -763,7 +763,7 @@ func (w *world) record(t *rapid.T) {
 			w.fatalf("record outcomes again: %v", err)
 		}
 		for _, o := range again {
-			if !slices.ContainsFunc(fenced, func(f store.Outcome) bool { return f.ID == o.ID && f.Attempt == o.Attempt }) {
+			if !slices.ContainsFunc(fenced, func(f engine.Outcome) bool { return f.ID == o.ID && f.Attempt == o.Attempt }) {
 				w.fatalf("effect %d attempt %d: recorded by the first write, fenced by the same write again", o.ID, o.Attempt)
 			}
 		}
@@ -1020,11 +1020,11 @@ func TestModel(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
 	ctx := context.Background()
-	fx, err := effects.NewStore(pool, nil)
+	fx, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := store.New(pool, "")
+	eng, err := engine.New(pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/lab/syncbuf"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -48,7 +49,7 @@ func TestDispatcher_HonoursPauses(t *testing.T) {
 		t.Run(string(scope), func(t *testing.T) {
 			pool := pgtest.DB(t)
 			ctx := context.Background()
-			st, _ := effects.NewStore(pool, nil)
+			st, _ := engine.NewStore(pool, nil)
 			name := map[effects.PauseScope]string{effects.PauseKind: "mail.paused", effects.PauseProvider: "mailer"}[scope]
 			a := effects.By{Actor: "ops@example", Note: "the provider's incident"}
 			if ok, err := st.SetPause(ctx, scope, name, true, a); err != nil || !ok {
@@ -100,7 +101,7 @@ func TestDispatcher_AResumeBeforeTheListenerIsUpIsHeard(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
 	ctx := context.Background()
-	st, _ := effects.NewStore(pool, nil)
+	st, _ := engine.NewStore(pool, nil)
 	a := effects.By{Actor: "ops@example", Note: "incident"}
 	if _, err := st.SetPause(ctx, effects.PauseKind, "mail.paused", true, a); err != nil {
 		t.Fatal(err)

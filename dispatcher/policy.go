@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/providers"
 )
 
@@ -29,8 +29,8 @@ func dueAt(e *effects.Effect) time.Time {
 }
 
 // decide turns a provider's answer into the effect's next state.
-func decide(e *effects.Effect, k Kind, res providers.Result) store.Outcome {
-	out := store.Outcome{ID: e.ID, Attempt: e.Attempts, ProviderRef: res.Ref, Detail: res.Detail,
+func decide(e *effects.Effect, k Kind, res providers.Result) engine.Outcome {
+	out := engine.Outcome{ID: e.ID, Attempt: e.Attempts, ProviderRef: res.Ref, Detail: res.Detail,
 		// Evidence: an unknown answer may have been performed, and an
 		// answer that proves an earlier request under the key reached the
 		// provider is evidence too; only a confirmation, or a refusal a

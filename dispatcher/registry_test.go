@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/dispatcher"
-	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/lab/syncbuf"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -23,7 +23,7 @@ func TestDispatcher_RegistersServedKinds(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
 	ctx := context.Background()
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

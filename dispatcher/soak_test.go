@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -89,7 +90,7 @@ func TestSoak(t *testing.T) {
 		kills++
 	}
 	final := start()
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	deadline := time.Now().Add(time.Hour)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/stripe"
@@ -104,7 +105,7 @@ func TestDispatcher_ARefusalBeforeTheKeyKeepsTheEvidence(t *testing.T) {
 			})
 			waitStates(t, pool, 30*time.Second, map[effects.State]int{tc.want: 1})
 			r.stop(t)
-			fx, _ := effects.NewStore(pool, nil)
+			fx, _ := engine.NewStore(pool, nil)
 			e, err := fx.GetByKey(ctx, res.Key)
 			if err != nil {
 				t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/providers"
 )
 
@@ -59,7 +59,7 @@ func (d *Dispatcher) startSpan(ctx context.Context, e *effects.Effect, g *group,
 }
 
 // answeredSpan records the provider's answer on span.
-func answeredSpan(span trace.Span, res providers.Result, out store.Outcome) {
+func answeredSpan(span trace.Span, res providers.Result, out engine.Outcome) {
 	if !span.IsRecording() {
 		return
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/robfig/cron/v3"
 
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/schedule"
-	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
 // Observer is told of every run this checker makes, for metrics.
@@ -82,7 +82,7 @@ func NewChecker(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Checker,
 		return nil, nil, errors.New("new drift checker: pool and config are required")
 	}
 	c := *cfg
-	schema, err := sqlname.Schema(c.Schema)
+	schema, err := engine.CheckSchema(c.Schema)
 	if err != nil {
 		return nil, nil, fmt.Errorf("new drift checker: %w", err)
 	}
@@ -235,8 +235,8 @@ func (c *Checker) logReport(rep Report) {
 }
 
 // job is the drift job's runs and lock, for package schedule.
-func (c *Checker) job() schedule.Job {
-	return schedule.Job{Name: "drift", Pool: c.pool, Runs: runsTable(c.schema), Lock: c.lockKey(), Runner: c.cfg.Runner}
+func (c *Checker) job() engine.Job {
+	return engine.Job{Name: "drift", Pool: c.pool, Runs: runsTable(c.schema), Lock: c.lockKey(), Runner: c.cfg.Runner}
 }
 
 func (c *Checker) lockKey() int64 {

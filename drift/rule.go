@@ -12,8 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/driver"
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // Rule says what should exist: every source id its SQL returns must have
@@ -70,7 +69,7 @@ func (r *Rule) timeout() time.Duration {
 // which each rule runs in a savepoint. Each rule runs in a read-only
 // transaction of its own, whatever its SQL calls.
 type DB interface {
-	effects.DB
+	engine.DB
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -140,13 +139,13 @@ func Validate(ctx context.Context, db DB, rules []Rule) map[string]error {
 func readOnly(ctx context.Context, db DB, r Rule, fn func(pgx.Tx) error) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("drift rule %q: begin its read-only transaction: %w", r.Name, driver.Brief(err))
+		return fmt.Errorf("drift rule %q: begin its read-only transaction: %w", r.Name, engine.Brief(err))
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // nothing was written; a failed rollback ends the session
 	// A whole number of milliseconds, at least one (0 would mean none).
 	ms := max(r.timeout().Milliseconds(), 1)
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = %d", ms)); err != nil {
-		return fmt.Errorf("drift rule %q: begin its read-only transaction: %w", r.Name, driver.Brief(err))
+		return fmt.Errorf("drift rule %q: begin its read-only transaction: %w", r.Name, engine.Brief(err))
 	}
 	return fn(tx)
 }
@@ -164,7 +163,7 @@ func (r *Rule) problem(q *query, err error) string {
 
 // checkShape runs the rule's SQL for no rows and checks its result is one
 // text-compatible column.
-func checkShape(ctx context.Context, db effects.DB, r Rule) error {
+func checkShape(ctx context.Context, db engine.DB, r Rule) error {
 	q := new(query).add(`WITH params AS (SELECT $1::timestamptz, $2::timestamptz)
 		SELECT * FROM (`).rule(r.bind(1, 2)).add(`) AS q LIMIT 0`)
 	rows, err := db.Query(ctx, q.String(), time.Now(), pgxInfinity())
@@ -219,7 +218,7 @@ func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
 	if sample == 0 {
 		sample = 100
 	}
-	t := sqlname.Quote(schema) + ".side_effects"
+	t := engine.Quote(schema) + ".side_effects"
 	// $1 due_before for missing, $2 window start, $3 kind, $4 now (every
 	// existing source, for extra), $5 grace, $6 sample.
 	// With CheckAtMost, a random sample of the due sources and of the
@@ -263,7 +262,7 @@ func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
 		windowStart := pgxInfinity()
 		var now time.Time
 		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-			return fmt.Errorf("drift rule %q: %w", r.Name, driver.Brief(err))
+			return fmt.Errorf("drift rule %q: %w", r.Name, engine.Brief(err))
 		}
 		if r.Window > 0 {
 			windowStart = now.Add(-r.Window)

@@ -6,9 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/driver"
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // Stuck counts effects that are not moving, across the whole table.
@@ -65,7 +63,7 @@ func Run(ctx context.Context, db DB, schema string, rules []Rule, pendingAfter t
 // run is Run, with the rules refused at start reported, not run.
 func run(ctx context.Context, db DB, schema string, rules []Rule, refused map[string]error, pendingAfter time.Duration) Report {
 	rep := Report{Started: time.Now()}
-	schema, err := sqlname.Schema(schema)
+	schema, err := engine.CheckSchema(schema)
 	if err != nil {
 		rep.StuckErr = err
 		return rep
@@ -86,7 +84,7 @@ func run(ctx context.Context, db DB, schema string, rules []Rule, refused map[st
 	return rep
 }
 
-func checkStuck(ctx context.Context, db effects.DB, schema string, pendingAfter time.Duration) (Stuck, error) {
+func checkStuck(ctx context.Context, db engine.DB, schema string, pendingAfter time.Duration) (Stuck, error) {
 	if pendingAfter <= 0 {
 		pendingAfter = time.Hour
 	}
@@ -96,11 +94,11 @@ func checkStuck(ctx context.Context, db effects.DB, schema string, pendingAfter 
 			count(*) FILTER (WHERE state = 'fired' AND lease_until < now()),
 			count(*) FILTER (WHERE state = 'uncertain'),
 			count(*) FILTER (WHERE state = 'failed')
-		FROM `+sqlname.Quote(schema)+`.side_effects
+		FROM `+engine.Quote(schema)+`.side_effects
 		WHERE state IN ('pending', 'fired', 'uncertain', 'failed')`, pendingAfter).
 		Scan(&s.PendingTooLong, &s.FiredPastLease, &s.Uncertain, &s.Failed)
 	if err != nil {
-		return Stuck{}, fmt.Errorf("drift stuck check: %w", driver.Brief(err))
+		return Stuck{}, fmt.Errorf("drift stuck check: %w", engine.Brief(err))
 	}
 	return s, nil
 }

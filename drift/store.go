@@ -10,22 +10,20 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/driver"
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // The drift tables are drift's own: this file holds all their SQL.
 
-func runsTable(schema string) string     { return sqlname.Quote(schema) + ".sidefx_drift_runs" }
-func findingsTable(schema string) string { return sqlname.Quote(schema) + ".sidefx_drift_findings" }
+func runsTable(schema string) string     { return engine.Quote(schema) + ".sidefx_drift_runs" }
+func findingsTable(schema string) string { return engine.Quote(schema) + ".sidefx_drift_findings" }
 
 // save stores a run's findings and finishes its record.
-func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Report) error {
+func save(ctx context.Context, db engine.DB, schema string, runID int64, rep Report) error {
 	stuck, _ := json.Marshal(rep.Stuck.Reasons())
 	if _, err := db.Exec(ctx, `UPDATE `+runsTable(schema)+` SET finished_at = now(), errors = $2, stuck = $3 WHERE id = $1`,
 		runID, rep.Errors(), stuck); err != nil {
-		return fmt.Errorf("save drift run: %w", driver.Brief(err))
+		return fmt.Errorf("save drift run: %w", engine.Brief(err))
 	}
 	for _, f := range rep.Findings {
 		var errText pgtype.Text
@@ -40,7 +38,7 @@ func save(ctx context.Context, db effects.DB, schema string, runID int64, rep Re
 		if _, err := db.Exec(ctx, `INSERT INTO `+findingsTable(schema)+`
 			(run_id, rule, kind, missing, extra, missing_ids, extra_ids, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 			runID, f.Rule, f.Kind, f.Missing, f.Extra, nonNil(f.MissingIDs), nonNil(f.ExtraIDs), errText); err != nil {
-			return fmt.Errorf("save drift finding of rule %q: %w", f.Rule, driver.Brief(err))
+			return fmt.Errorf("save drift finding of rule %q: %w", f.Rule, engine.Brief(err))
 		}
 	}
 	return nil
@@ -73,8 +71,8 @@ type RunRecord struct {
 }
 
 // Recent returns the last limit runs, newest first, with their findings.
-func Recent(ctx context.Context, db effects.DB, schema string, limit int) ([]RunRecord, error) {
-	schema, err := sqlname.Schema(schema)
+func Recent(ctx context.Context, db engine.DB, schema string, limit int) ([]RunRecord, error) {
+	schema, err := engine.CheckSchema(schema)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +82,7 @@ func Recent(ctx context.Context, db effects.DB, schema string, limit int) ([]Run
 		LEFT JOIN `+findingsTable(schema)+` f ON f.run_id = r.id
 		ORDER BY r.id DESC, f.rule`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("recent drift runs: %w", driver.Brief(err))
+		return nil, fmt.Errorf("recent drift runs: %w", engine.Brief(err))
 	}
 	defer rows.Close()
 	var out []RunRecord
@@ -120,7 +118,7 @@ func Recent(ctx context.Context, db effects.DB, schema string, limit int) ([]Run
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("recent drift runs: %w", driver.Brief(err))
+		return nil, fmt.Errorf("recent drift runs: %w", engine.Brief(err))
 	}
 	return out, nil
 }

@@ -18,13 +18,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/driver"
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/migrations"
 )
 
@@ -136,10 +134,10 @@ const (
 type Edge struct {
 	pool       *pgxpool.Pool
 	sqlDB      *sql.DB
-	effects    *effects.Store // reads an awaited effect
+	effects    *engine.Store // reads an awaited effect
 	outcomes   *outcomeListener
 	polls      [3]time.Duration // pollFirst, pollMax, pollMaxListening
-	table      string
+	keys       engine.EdgeKeys  // the statements on the key records
 	tenant     func(*http.Request) string
 	retention  time.Duration
 	headers    []string
@@ -162,7 +160,7 @@ func New(cfg *Config) (*Edge, error) {
 		return nil, errors.New("edge: give Config.Pool (pgx) or Config.DB (database/sql), one of them")
 	}
 	c := *cfg
-	schema, err := sqlname.Schema(c.Schema)
+	schema, err := engine.CheckSchema(c.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
@@ -172,7 +170,7 @@ func New(cfg *Config) (*Edge, error) {
 	if c.DomainIDScope != ScopeTenantKey && c.DomainIDScope != ScopeRoute {
 		return nil, fmt.Errorf("edge: unknown DomainIDScope %d", c.DomainIDScope)
 	}
-	e := &Edge{pool: c.Pool, sqlDB: c.DB, table: sqlname.Quote(schema) + ".sidefx_edge_keys", tenant: c.Tenant, retention: c.Retention,
+	e := &Edge{pool: c.Pool, sqlDB: c.DB, keys: engine.NewEdgeKeys(engine.Quote(schema)), tenant: c.Tenant, retention: c.Retention,
 		headers: c.StoreHeaders, store5xx: c.Store5xx, maxBody: c.MaxBody, retryAfter: c.RetryAfter, obs: c.Observer, scope: c.DomainIDScope}
 	if e.tenant == nil {
 		e.tenant = func(*http.Request) string { return "" }
@@ -194,11 +192,11 @@ func New(cfg *Config) (*Edge, error) {
 	if e.retryAfter == 0 {
 		e.retryAfter = DefaultRetryAfter
 	}
-	var db effects.DB = e.pool
+	var db engine.DB = e.pool
 	if e.sqlDB != nil {
-		db = driver.SQL(e.sqlDB)
+		db = engine.SQL(e.sqlDB)
 	}
-	if e.effects, err = effects.NewStore(db, &effects.Config{Schema: schema}); err != nil {
+	if e.effects, err = engine.NewStore(db, &engine.StoreConfig{Schema: schema}); err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
 	listen := c.ListenPool
@@ -213,7 +211,7 @@ func New(cfg *Config) (*Edge, error) {
 	if err := migrations.CheckCurrent(cctx, db, &migrations.Config{Schema: schema}); err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
-	e.outcomes = newOutcomeListener(listen, sqlname.OutcomeChannel(schema))
+	e.outcomes = newOutcomeListener(listen, engine.OutcomeChannel(schema))
 	e.polls = [3]time.Duration{pollFirst, pollMax, pollMaxListening}
 	return e, nil
 }
@@ -292,7 +290,7 @@ func (e *Edge) commits(status int, d *decision) bool {
 
 // tx is a request's transaction, on pgx or database/sql.
 type tx interface {
-	driver.DB
+	engine.DB
 	commit(ctx context.Context) error
 	rollback(ctx context.Context) error
 	handle() any // what Tx or SQLTx returns
@@ -305,7 +303,7 @@ func (t pgxTx) rollback(ctx context.Context) error { return t.Rollback(ctx) }
 func (t pgxTx) handle() any                        { return t.Tx }
 
 type sqlTx struct {
-	driver.DB
+	engine.DB
 	tx *sql.Tx
 }
 
@@ -319,7 +317,7 @@ func (e *Edge) begin(ctx context.Context) (tx, error) {
 		if err != nil {
 			return nil, err
 		}
-		return sqlTx{DB: driver.SQL(t), tx: t}, nil
+		return sqlTx{DB: engine.SQL(t), tx: t}, nil
 	}
 	t, err := e.pool.Begin(ctx)
 	if err != nil {
@@ -522,17 +520,8 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	// where the record still holds it.
 	claim := make([]byte, 16)
 	_, _ = rand.Read(claim)
-	err = tx.QueryRow(ctx, `WITH l AS (SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($1 OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) $2, 0)) AS got),
-		ins AS (
-			INSERT INTO `+e.table+` AS k (scope, key, fingerprint, expires_at, claim)
-			SELECT $1, $2, $3, now() + ($4 OPERATOR(pg_catalog.*) interval '1 millisecond'), $5 FROM l WHERE l.got
-			ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, created_at = now(),
-				expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL, completed_at = NULL,
-				effect_id = NULL, effect_updated_at = NULL, claim = EXCLUDED.claim
-				WHERE k.expires_at < now()
-			RETURNING 1)
-		SELECT l.got, EXISTS (SELECT FROM ins) FROM l`, scope, key, fp[:], e.retention.Milliseconds(), claim).Scan(&locked, &inserted)
-	if pe, ok := driver.PgErrorOf(err); ok && pe.Code == "42501" && strings.Contains(pe.Message, "row-level security") {
+	locked, inserted, err = e.keys.Take(ctx, tx, scope, key, fp[:], e.retention, claim)
+	if pe, ok := engine.PgErrorOf(err); ok && pe.Code == "42501" && strings.Contains(pe.Message, "row-level security") {
 		// Schema 28: the key's record is another producer's (another
 		// service, under another role, answers the same tenant, method
 		// and route). Neither replayed nor executed.
@@ -604,11 +593,10 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	hj := e.storedHeaders(rec)
-	if tag, err := tx.Exec(ctx, `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now() WHERE scope = $1 AND key = $2 AND claim = $6 AND status IS NULL`,
-		scope, key, rec.status, hj, rec.body.Bytes(), claim); ended(err) {
+	if n, err := e.keys.Answer(ctx, tx, scope, key, rec.status, hj, rec.body.Bytes(), claim); ended(err) {
 		e.handlerEnded(ctx, w, r, route, scope, key, claim, rec)
 		return
-	} else if err == nil && tag.RowsAffected() != 1 {
+	} else if err == nil && n != 1 {
 		e.fail(w, r, route, http.StatusInternalServerError, "Handler ended the transaction",
 			"the request's transaction was ended by its handler; nothing was committed", errors.New("the key's record is gone from the request's transaction"))
 		return
@@ -653,13 +641,12 @@ func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.
 	// Only the record this request wrote (its claim): if the handler
 	// rolled back, a retry may have recorded the key since, and its answer
 	// is not this one.
-	tag, err := e.db().Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now()
-		WHERE scope = $1 AND key = $2 AND status IS NULL AND claim = $6`, scope, key, rec.status, hj, rec.body.Bytes(), claim)
+	n, err := e.keys.Answer(context.WithoutCancel(ctx), e.db(), scope, key, rec.status, hj, rec.body.Bytes(), claim)
 	switch {
 	case err != nil:
 		e.fail(w, r, route, http.StatusInternalServerError, "Handler ended the transaction",
 			"the handler committed or rolled back the request's transaction itself, and its answer could not be stored; its work may be committed: retries answer 409 until the key expires", err)
-	case tag.RowsAffected() == 1:
+	case n == 1:
 		e.log.Error("the handler committed the request's transaction itself: leave that to the middleware (edge.Commit or edge.Abort decide); its work committed and its answer is stored",
 			"method", r.Method, "route", route, "status", rec.status)
 		rec.writeTo(w, nil)
@@ -676,15 +663,8 @@ func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.
 // stored answers a request whose key has a record: a replay, a mismatch,
 // or a conflict with a request whose answer is not known yet.
 func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Request, tx tx, scope, key, route string, fp []byte, outcome *Outcome) {
-	var stored, rawHeaders, body []byte
-	var status int32 // 0: the final answer is not known yet
-	// The effect the stored answer was made from, as it was then; NULL for
-	// the handler's own answer.
-	var effectID pgtype.Int8
-	var effectAt pgtype.Timestamptz
-	err := tx.QueryRow(ctx, `SELECT fingerprint, coalesce(status, 0), coalesce(headers::text, '{}'), coalesce(body, ''), effect_id, effect_updated_at
-		FROM `+e.table+` WHERE scope = $1 AND key = $2`, scope, key).
-		Scan(&stored, &status, &rawHeaders, &body, &effectID, &effectAt)
+	rc, err := e.keys.Read(ctx, tx, scope, key)
+	stored, status, rawHeaders, body := rc.Fingerprint, rc.Status, rc.Headers, rc.Body
 	var headers map[string][]string
 	if err == nil {
 		err = json.Unmarshal(rawHeaders, &headers)
@@ -704,7 +684,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		problem(w, http.StatusUnprocessableEntity, "Idempotency-Key reused",
 			"this Idempotency-Key was used for another request (method, path, query or body differ); use a new key for a new request", 0)
 		return
-	case status != 0 && outcome != nil && effectID.Valid:
+	case status != 0 && outcome != nil && rc.EffectID != 0:
 		// An answer made from the effect: replayed while the effect is as
 		// it was then, made again from the effect as it is now otherwise.
 		final, eff, err := e.outcomeAnswer(ctx, r, outcome)
@@ -714,7 +694,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		case err != nil:
 			e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the awaited effect could not be read", err)
 			return
-		case eff.ID != effectID.Int64 || !eff.UpdatedAt.Equal(effectAt.Time):
+		case eff.ID != rc.EffectID || !eff.UpdatedAt.Equal(rc.EffectUpdatedAt):
 			if final == nil {
 				e.conflict(w, route, "the effect of the request with this Idempotency-Key changed since its outcome was answered; its new outcome is not known yet")
 				return
@@ -824,10 +804,10 @@ func (e *Edge) awaitOutcome(ctx context.Context, r *http.Request, o *Outcome) (*
 // runs. Requests still waiting go on polling.
 func (e *Edge) Close() { e.outcomes.close() }
 
-// db returns the Edge's database as a driver.DB.
-func (e *Edge) db() driver.DB {
+// db returns the Edge's database as a engine.DB.
+func (e *Edge) db() engine.DB {
 	if e.sqlDB != nil {
-		return driver.SQL(e.sqlDB)
+		return engine.SQL(e.sqlDB)
 	}
 	return e.pool
 }
@@ -837,14 +817,9 @@ func (e *Edge) db() driver.DB {
 // was made from eff as it is, or later, or the record is no longer the one
 // claim wrote (the key expired and another request took it over). A nil
 // claim: a retry's, whose transaction holds the record.
-func (e *Edge) storeAnswer(ctx context.Context, db driver.DB, scope, key string, rec *recorder, eff *effects.Effect, claim []byte) error {
+func (e *Edge) storeAnswer(ctx context.Context, db engine.DB, scope, key string, rec *recorder, eff *effects.Effect, claim []byte) error {
 	hj := e.storedHeaders(rec)
-	_, err := db.Exec(context.WithoutCancel(ctx), `UPDATE `+e.table+` SET status = $3, headers = $4::text::jsonb, body = $5, completed_at = now(),
-			effect_id = $6, effect_updated_at = $7
-		WHERE scope = $1 AND key = $2 AND ($8::bytea IS NULL OR claim = $8)
-			AND (status IS NULL OR effect_id IS DISTINCT FROM $6 OR effect_updated_at < $7)`,
-		scope, key, rec.status, hj, rec.body.Bytes(), eff.ID, eff.UpdatedAt, claim)
-	return err
+	return e.keys.AnswerFrom(context.WithoutCancel(ctx), db, scope, key, rec.status, hj, rec.body.Bytes(), eff.ID, eff.UpdatedAt, claim)
 }
 
 func (e *Edge) conflict(w http.ResponseWriter, route, detail string) {
@@ -864,7 +839,7 @@ func (e *Edge) fail(w http.ResponseWriter, r *http.Request, route string, status
 	if id := e.DomainID(r); id != "" {
 		attrs = append(attrs, "domain_id", id)
 	}
-	if pe, ok := driver.PgErrorOf(err); ok && (pe.Code == "42P01" || pe.Code == "42703" || pe.Code == "42883") {
+	if pe, ok := engine.PgErrorOf(err); ok && (pe.Code == "42P01" || pe.Code == "42703" || pe.Code == "42883") {
 		err = fmt.Errorf("%w (the schema lacks sidefx's tables or some of its migrations: run sidefx migrate)", err)
 	}
 	e.log.Error(title+": "+detail, append(attrs, "err", err)...)

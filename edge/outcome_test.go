@@ -19,9 +19,9 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/lab/syncbuf"
-	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -320,7 +320,7 @@ func TestEdge_StoredOutcomeFollowsTheEffect(t *testing.T) {
 			}
 			stop()
 
-			store, err := effects.NewStore(pool, nil)
+			store, err := engine.NewStore(pool, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -341,7 +341,7 @@ func TestEdge_StoredOutcomeFollowsTheEffect(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Release()
-			if _, err := conn.Exec(ctx, `LISTEN `+sqlname.OutcomeChannel("public")); err != nil {
+			if _, err := conn.Exec(ctx, `LISTEN `+engine.OutcomeChannel("public")); err != nil {
 				t.Fatal(err)
 			}
 			startWith(t, pool, payments, true)

@@ -1,16 +1,15 @@
-// Package effects is the model of a side effect, and the API that services
-// and operators use on the side_effects table: enqueue, read, and the
-// guarded operator actions.
+// Package effects is the model of a side effect: Effect, State and its
+// transitions, what an operator's request says (By, RefireOptions,
+// Version), Filter, the registry's and pauses' records, and the errors
+// every API of sidefx returns. It holds no SQL and imports no database
+// driver.
 //
 // An Effect is one row: what caused it (SourceID), what it is (Kind), the
 // derived idempotency key sent to its provider (Key), its payload, and where
-// it is in its life (State). Services and operators read and write effects
-// through a Store. The dispatcher's own statements (claim, outcomes, put
-// back, rescue, reap, heartbeats) live in its engine, an internal package
-// of this module; both read rows with one codec (internal/effectrow). Drift
-// and reconcile keep their runs' statements in their own stores, and read
-// side_effects there too; the edge reads the effect a route awaits through
-// a Store.
+// it is in its life (State). Services enqueue effects with package outbox;
+// operators and embedders act on them with package admin; the statements
+// behind both, and the dispatcher's, live in sidefx's engine, an internal
+// package of this module that reads every row with one codec.
 //
 // # States
 //
@@ -70,7 +69,7 @@
 // # Supersession
 //
 // An operator may replace the payload of an effect that definitely did
-// nothing (pending or failed, no evidence, no flag) with Store.Supersede.
+// nothing (pending or failed, no evidence, no flag): admin's supersede.
 // The effect takes the new payload under derive.Revision(old key, n) for
 // its n-th revision (Effect.Revision) and goes back to pending; attempts
 // keep counting, so no answer to an old attempt passes for a new one. The
@@ -83,10 +82,11 @@
 //
 // # Errors
 //
-// Driver errors are translated here: callers branch on ErrNotFound,
-// ErrPayloadMismatch, ErrInvalid, ErrWrongState and ErrChanged with
-// errors.Is, and read the details from *PayloadMismatchError,
-// *ValidationError, *StateError and *ChangedError with errors.As. They never see pgx.ErrNoRows or a raw SQLSTATE from the
+// The engine translates the database's errors into these: callers branch
+// on ErrNotFound, ErrPayloadMismatch, ErrInvalid, ErrWrongState and
+// ErrChanged with errors.Is, and read the details from
+// *PayloadMismatchError, *ValidationError, *StateError and *ChangedError
+// with errors.As. They never see pgx.ErrNoRows or a raw SQLSTATE from the
 // sidefx functions.
 //
 // # Canonical payloads

@@ -158,13 +158,13 @@ var kindRE = regexp.MustCompile(`^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$`)
 func ValidateSourceID(id string) error {
 	switch {
 	case id == "":
-		return invalid("source_id", "is empty")
+		return Invalid("source_id", "is empty")
 	case !utf8.ValidString(id):
-		return invalid("source_id", fmt.Sprintf("%q is not valid UTF-8", id))
+		return Invalid("source_id", fmt.Sprintf("%q is not valid UTF-8", id))
 	case strings.IndexByte(id, 0) >= 0:
-		return invalid("source_id", fmt.Sprintf("%q holds a NUL byte", id))
+		return Invalid("source_id", fmt.Sprintf("%q holds a NUL byte", id))
 	case utf8.RuneCountInString(id) > MaxSourceIDLen:
-		return invalid("source_id", fmt.Sprintf("is %d characters, the limit is %d", utf8.RuneCountInString(id), MaxSourceIDLen))
+		return Invalid("source_id", fmt.Sprintf("is %d characters, the limit is %d", utf8.RuneCountInString(id), MaxSourceIDLen))
 	}
 	return nil
 }
@@ -179,7 +179,7 @@ func ValidateNotBefore(t, now time.Time) error {
 	}
 	latest := now.AddDate(1, 0, 0)
 	if t.Before(MinNotBefore) || t.After(latest) {
-		return invalid("not_before", fmt.Sprintf("is %s, want a time from %s to one year from now (%s)",
+		return Invalid("not_before", fmt.Sprintf("is %s, want a time from %s to one year from now (%s)",
 			t.Format(time.RFC3339Nano), MinNotBefore.Format(time.RFC3339), latest.UTC().Format(time.RFC3339)))
 	}
 	return nil
@@ -191,11 +191,11 @@ func ValidateNotBefore(t, now time.Time) error {
 func ValidateKind(kind string) error {
 	switch {
 	case kind == "":
-		return invalid("kind", "is empty")
+		return Invalid("kind", "is empty")
 	case len(kind) > MaxKindLen:
-		return invalid("kind", fmt.Sprintf("is %d characters, the limit is %d", len(kind), MaxKindLen))
+		return Invalid("kind", fmt.Sprintf("is %d characters, the limit is %d", len(kind), MaxKindLen))
 	case !kindRE.MatchString(kind):
-		return invalid("kind", fmt.Sprintf("%q is not lowercase words of [a-z0-9_-] joined by dots, starting with a letter", kind))
+		return Invalid("kind", fmt.Sprintf("%q is not lowercase words of [a-z0-9_-] joined by dots, starting with a letter", kind))
 	}
 	return nil
 }

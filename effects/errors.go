@@ -1,20 +1,11 @@
 package effects
 
 import (
-	"database/sql"
-	"database/sql/driver"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
-	sqlerr "github.com/sidefx/sidefx/internal/driver"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -179,7 +170,8 @@ type ValidationError struct {
 	Reason string
 }
 
-func invalid(field, reason string) *ValidationError {
+// Invalid returns a *ValidationError for field of no batch position.
+func Invalid(field, reason string) *ValidationError {
 	return &ValidationError{Index: -1, Field: field, Reason: reason}
 }
 
@@ -261,171 +253,3 @@ func orList(states []State) string {
 
 // Is makes errors.Is(err, ErrWrongState) hold.
 func (e *StateError) Is(target error) bool { return target == ErrWrongState }
-
-// SQLSTATEs raised by the sidefx SQL functions.
-const (
-	codePayloadMismatch = "SX001"
-	codeUnknownKind     = "SX002"
-	codeOtherProducer   = "SX003"
-	codeInvalid         = "22023"
-)
-
-// pgError is what sidefx reads of an error PostgreSQL raised, whichever
-// driver reported it (driver.PgErrorOf).
-type pgError struct {
-	code, message, detail, constraint string
-}
-
-func pgErrorOf(err error) (pgError, bool) {
-	pe, ok := sqlerr.PgErrorOf(err)
-	return pgError{pe.Code, pe.Message, pe.Detail, pe.Constraint}, ok
-}
-
-// translate turns driver errors into this package's errors, so callers never
-// see pgx.ErrNoRows or sql.ErrNoRows or parse SQLSTATEs, whether the
-// statement ran on pgx or on database/sql (pgx/stdlib, lib/pq). Other errors
-// pass through wrapped.
-func translate(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
-		return ErrNotFound
-	}
-	pe, ok := pgErrorOf(err)
-	if !ok {
-		return err
-	}
-	switch pe.code {
-	case codePayloadMismatch:
-		var d struct {
-			Index      int    `json:"index"`
-			SourceID   string `json:"source_id"`
-			Kind       string `json:"kind"`
-			StoredHash string `json:"stored_hash"`
-			NewHash    string `json:"new_hash"`
-		}
-		if json.Unmarshal([]byte(pe.detail), &d) == nil {
-			return &PayloadMismatchError{Index: d.Index, SourceID: d.SourceID, Kind: d.Kind, StoredHash: d.StoredHash, NewHash: d.NewHash}
-		}
-		return fmt.Errorf("%s: %w", pe.message, ErrPayloadMismatch)
-	case codeInvalid:
-		var d struct {
-			Index   int    `json:"index"`
-			Problem string `json:"problem"`
-			Field   string `json:"field"` // from schema version 17
-		}
-		if json.Unmarshal([]byte(pe.detail), &d) == nil && d.Problem != "" {
-			if reason, ok := strings.CutPrefix(d.Problem, d.Field+" "); ok && d.Field != "" {
-				return &ValidationError{Index: d.Index, Field: d.Field, Reason: escapeQuoted(reason)}
-			}
-			return &ValidationError{Index: d.Index, Field: "effect", Reason: d.Problem}
-		}
-		return fmt.Errorf("%s: %w", pe.message, ErrInvalid)
-	case "42P01", "42883", "42703", "3F000": // undefined table, function, column, schema
-		if schemaMissing(pe) {
-			return &schemaError{err: err}
-		}
-	case codeOtherProducer:
-		return fmt.Errorf("%s: %w", strings.TrimPrefix(pe.message, "sidefx: "), ErrOtherProducer)
-	case codeUnknownKind:
-		var d struct {
-			Index    int      `json:"index"`
-			Kind     string   `json:"kind"`
-			Known    []string `json:"known"`
-			KnownFor string   `json:"known_for"`
-		}
-		if json.Unmarshal([]byte(pe.detail), &d) == nil && d.Kind != "" {
-			return &UnknownKindError{Index: d.Index, Kind: d.Kind, Known: d.Known, Registered: true, KnownFor: d.KnownFor}
-		}
-		return fmt.Errorf("%s: %w", pe.message, ErrUnknownKind)
-	case "23514": // check_violation: the table's own guard
-		return fmt.Errorf("constraint %s: %w: %w", pe.constraint, ErrInvalid, err)
-	}
-	return err
-}
-
-// IsRetryable reports whether err is a transient database condition
-// (serialization failure, deadlock, lost connection) after which the same
-// operation may succeed.
-func IsRetryable(err error) bool {
-	if pe, ok := pgErrorOf(err); ok {
-		return pe.code == "40001" || pe.code == "40P01" || pe.code == "57P01" || pe.code == "57P02" || pe.code == "57P03"
-	}
-	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, driver.ErrBadConn)
-}
-
-// IsDataError reports whether err is PostgreSQL refusing the data of a
-// statement (SQLSTATE classes 22, data exception, and 23, integrity
-// constraint violation): the same statement will fail again, unlike after a
-// lost connection.
-func IsDataError(err error) bool {
-	pe, ok := pgErrorOf(err)
-	return ok && len(pe.code) == 5 && (pe.code[:2] == "22" || pe.code[:2] == "23")
-}
-
-// ExplainSchema returns err saying to run sidefx migrate when err, from a
-// statement sidefx sent, is PostgreSQL refusing it for a table, column,
-// function or schema of sidefx's that does not exist (errors.Is
-// ErrSchemaMissing); any other error as it is. It is the one place that
-// says so for every command and API that does not translate its errors
-// through a Store.
-func ExplainSchema(err error) error {
-	if err == nil || errors.Is(err, ErrSchemaMissing) {
-		return err
-	}
-	pe, ok := pgErrorOf(err)
-	if !ok || !schemaMissing(pe) {
-		return err
-	}
-	return &explainedError{err: err}
-}
-
-// schemaMissing reports whether pe says that a table, function, column or
-// schema of sidefx's does not exist.
-func schemaMissing(pe pgError) bool {
-	switch pe.code {
-	case "42P01", "42883", "42703", "3F000": // undefined table, function, column, schema
-		return strings.Contains(pe.message, "sidefx") || strings.Contains(pe.message, "side_effect") ||
-			strings.Contains(pe.message, "enqueued_by") || strings.Contains(pe.message, "schema")
-	}
-	return false
-}
-
-// explainedError is ExplainSchema's: err's words, then what to do.
-type explainedError struct{ err error }
-
-func (e *explainedError) Error() string   { return e.err.Error() + ": " + ErrSchemaMissing.Error() }
-func (e *explainedError) Unwrap() []error { return []error{ErrSchemaMissing, e.err} }
-
-// schemaError is a statement refused because sidefx's schema is missing or
-// behind: the database's words, then what to do (errors.Is
-// ErrSchemaMissing).
-type schemaError struct{ err error }
-
-func (e *schemaError) Error() string {
-	pe, _ := pgErrorOf(e.err)
-	return pe.message + ": " + ErrSchemaMissing.Error()
-}
-
-func (e *schemaError) Unwrap() []error { return []error{ErrSchemaMissing, e.err} }
-
-// quotedRE finds what the database quoted in a reason: 'text', a quote
-// inside doubled.
-var quotedRE = regexp.MustCompile(`'((?:[^']|'')*)'`)
-
-// escapeQuoted writes each quoted value of reason that holds anything but
-// printable ASCII as a Go string with its code points escaped: the NFC
-// and NFD spellings of "café" look the same on a screen, "caf\u00e9" and
-// "cafe\u0301" do not.
-func escapeQuoted(reason string) string {
-	return quotedRE.ReplaceAllStringFunc(reason, func(m string) string {
-		v := strings.ReplaceAll(m[1:len(m)-1], "''", "'")
-		for _, r := range v {
-			if r < 0x20 || r > 0x7e {
-				return strconv.QuoteToASCII(v)
-			}
-		}
-		return m
-	})
-}

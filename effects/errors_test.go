@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
 
@@ -63,7 +64,7 @@ func TestTranslate_AMissingSchemaSaysToMigrate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.DB(t)
-	store, err := effects.NewStore(pool, &effects.Config{Schema: "never_migrated"})
+	store, err := engine.NewStore(pool, &engine.StoreConfig{Schema: "never_migrated"})
 	if err != nil {
 		t.Fatal(err)
 	}

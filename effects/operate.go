@@ -1,17 +1,11 @@
 package effects
 
 import (
-	"context"
-	"errors"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
 // By says who asks for an operator's transition, and why. Both are
@@ -21,14 +15,16 @@ type By struct {
 	Note  string // why; up to 4096 characters
 }
 
-func (a By) validate() error {
+// Validate returns a *ValidationError unless a names an actor and both
+// fit what the history stores.
+func (a By) Validate() error {
 	switch {
 	case strings.TrimSpace(a.Actor) == "":
-		return invalid("actor", "is empty: say who acts")
+		return Invalid("actor", "is empty: say who acts")
 	case utf8.RuneCountInString(a.Actor) > 255 || !utf8.ValidString(a.Actor) || strings.IndexByte(a.Actor, 0) >= 0:
-		return invalid("actor", "must be valid UTF-8 without NUL, at most 255 characters")
+		return Invalid("actor", "must be valid UTF-8 without NUL, at most 255 characters")
 	case utf8.RuneCountInString(a.Note) > 4096 || !utf8.ValidString(a.Note) || strings.IndexByte(a.Note, 0) >= 0:
-		return invalid("note", "must be valid UTF-8 without NUL, at most 4096 characters")
+		return Invalid("note", "must be valid UTF-8 without NUL, at most 4096 characters")
 	}
 	return nil
 }
@@ -46,54 +42,6 @@ type Event struct {
 	// ones it set; other actions leave them empty.
 	OldKey, NewKey                 string
 	OldPayloadHash, NewPayloadHash []byte
-}
-
-// transition moves effect id from one state to another with set applied,
-// recording the action in the history, in one statement. An effect in
-// another state is reported with a *StateError and left as it is.
-func (s *Store) transition(ctx context.Context, op string, id int64, from, to State, set string, ref string, a By, args ...any) (*Effect, error) {
-	return s.guardedTransition(ctx, op, id, from, to, "", set, ref, a, args...)
-}
-
-// guardedTransition is transition with an extra condition on the effect
-// (guard, SQL); an effect in the right state that fails it is reported by
-// refusal.
-func (s *Store) guardedTransition(ctx context.Context, op string, id int64, from, to State, guard, set string, ref string, a By, args ...any) (*Effect, error) {
-	if err := a.validate(); err != nil {
-		return nil, err
-	}
-	if !CanTransition(from, to) {
-		return nil, fmt.Errorf("%s effect %d: %s → %s is not a transition", op, id, from, to)
-	}
-	t := s.q.table
-	events := sqlname.Quote(s.schema) + ".side_effect_events"
-	n := 7 // placeholders $1…$7 are taken below
-	for i := range args {
-		set = strings.ReplaceAll(set, fmt.Sprintf("$x%d", i+1), fmt.Sprintf("$%d", n+i+1))
-		guard = strings.ReplaceAll(guard, fmt.Sprintf("$x%d", i+1), fmt.Sprintf("$%d", n+i+1))
-	}
-	sql := `WITH upd AS (
-			UPDATE ` + t + ` SET state = $3, updated_at = now()` + set + `
-			WHERE id = $1 AND state = $2 AND reaped_at IS NULL` + guard + `
-			RETURNING *
-		), ev AS (
-			INSERT INTO ` + events + ` (effect_id, action, from_state, to_state, actor, note, provider_ref)
-			SELECT id, $4, $2, $3, $5, $6, $7 FROM upd
-		)
-		SELECT ` + columns + ` FROM upd`
-	all := append([]any{id, string(from), string(to), op, a.Actor, a.Note, pgtype.Text{String: ref, Valid: ref != ""}}, args...)
-	e, err := scanEffect(s.db.QueryRow(ctx, sql, all...))
-	if err == nil {
-		return e, nil
-	}
-	if err = translate(err); err != ErrNotFound {
-		return nil, fmt.Errorf("%s effect %d: %w", op, id, err)
-	}
-	cur, err := s.Get(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	return nil, refusal(op, cur, from)
 }
 
 // RefireOptions says what an operator accepts when an effect is sent again.
@@ -115,107 +63,29 @@ type RefireOptions struct {
 	AtAttempt int
 }
 
-// sendAgain moves effect id from one state to pending, due now, with extra
-// more attempts, checking the key window first.
-func (s *Store) sendAgain(ctx context.Context, op string, id int64, from State, extra int, o RefireOptions, a By) (*Effect, error) {
-	if extra < 1 {
-		return nil, invalid("attempts", "must be at least 1")
-	}
-	if o.KeyWindow < 0 {
-		return nil, invalid("key window", "must not be negative")
-	}
-	// Past the window, an effect that may have been performed is sent again
-	// only when the operator says so; its evidence stays, and its window
-	// starts again from now, as the provider, having forgotten the key, will
-	// take the next request as a new one, and an answer for the key then
-	// speaks only for the attempts from the next on (key_epoch).
-	guard := ` AND ($x2 OR $x3 = 0 OR pg_catalog.cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
-		OR now() < first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond'))
-		AND ($x4 = 0 OR attempts = $x4)`
-	set := `, next_attempt_at = now(), max_attempts = attempts + $x1,
-		first_fired_at = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
-			AND now() >= first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond') THEN now() ELSE first_fired_at END,
-		key_epoch = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
-			AND now() >= first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond') THEN attempts + 1 ELSE key_epoch END`
-	if o.PastKeyWindow {
-		a.Note = strings.TrimSpace(a.Note + " [sent again past the provider's key window: may be performed twice]")
-		if err := a.validate(); err != nil {
-			return nil, err
-		}
-	}
-	e, err := s.guardedTransition(ctx, op, id, from, Pending, guard, set, "", a, extra, o.PastKeyWindow, o.KeyWindow.Milliseconds(), o.AtAttempt)
-	var se *StateError
-	if errors.As(err, &se) && se.State == from && se.ReapedAt.IsZero() {
-		// The state was right: an attempt since, or the window, refused it.
-		cur, gerr := s.Get(ctx, id)
-		if gerr != nil {
-			return nil, fmt.Errorf("%s: %w", op, gerr)
-		}
-		if o.AtAttempt > 0 && cur.Attempts != o.AtAttempt {
-			return nil, fmt.Errorf("%s effect %d: %w: it was read after attempt %d and has made attempt %d since", op, id, ErrChanged, o.AtAttempt, cur.Attempts)
-		}
-		return nil, &PastKeyWindowError{ID: id, Op: op, FirstFiredAt: cur.FirstFiredAt, Window: o.KeyWindow}
-	}
-	return e, err
+// Version is the version of an effect an operator's correction was
+// computed from: its revision and payload hash as the operator read them.
+type Version struct {
+	Revision int
+	// PayloadHash is the SHA-256 of the canonical (jsonb) text of the
+	// payload, as Effect.PayloadHash holds it; sidefx inspect and the
+	// console show it in hex.
+	PayloadHash []byte
 }
 
-// Retry moves a failed effect back to pending, due now, with extra more
-// attempts than it has made. Its key is unchanged. A failed effect that may
-// have been performed (an operator resolved it as failed, or a late answer
-// said it was performed) is refused past its provider's key window unless
-// o.PastKeyWindow.
-func (s *Store) Retry(ctx context.Context, id int64, extra int, o RefireOptions, a By) (*Effect, error) {
-	return s.sendAgain(ctx, "retry", id, Failed, extra, o, a)
+// Version returns the version of e as it was read.
+func (e *Effect) Version() Version { return Version{Revision: e.Revision, PayloadHash: e.PayloadHash} }
+
+func (v Version) String() string {
+	return fmt.Sprintf("revision %d, payload hash %x", v.Revision, v.PayloadHash)
 }
 
-// Refire moves an uncertain effect back to pending, due now, with extra more
-// attempts. The effect may have happened already: at a provider without
-// idempotency keys the refire may do it twice, and so may one at a provider
-// that honours keys once its key window has passed, which is refused unless
-// o.PastKeyWindow. The caller accepts that.
-func (s *Store) Refire(ctx context.Context, id int64, extra int, o RefireOptions, a By) (*Effect, error) {
-	return s.sendAgain(ctx, "refire", id, Uncertain, extra, o, a)
-}
-
-// Resolve settles an uncertain effect as confirmed (it happened; ref, if
-// given, is the provider's reference) or failed (it did not).
-func (s *Store) Resolve(ctx context.Context, id int64, to State, ref string, a By) (*Effect, error) {
-	switch to {
-	case Confirmed:
-		return s.transition(ctx, "resolve", id, Uncertain, Confirmed,
-			`, confirmed_at = now(), provider_ref = coalesce($7, provider_ref)`, ref, a)
-	case Failed:
-		return s.transition(ctx, "resolve", id, Uncertain, Failed,
-			`, provider_ref = coalesce($7, provider_ref), last_error = 'resolved as failed by ' || $5 || ': ' || $6`, ref, a)
+// ParsePayloadHash reads a payload hash written in hex, as sidefx inspect
+// and the console show it.
+func ParsePayloadHash(s string) ([]byte, error) {
+	h, err := hex.DecodeString(s)
+	if err != nil || len(h) != 32 {
+		return nil, fmt.Errorf("%q is not a payload hash: want its SHA-256 in 64 hex digits", s)
 	}
-	return nil, invalid("as", fmt.Sprintf("%q: an uncertain effect resolves as confirmed or failed", to))
-}
-
-// CancelByID moves the pending effect id to cancelled. Like Cancel, it
-// refuses an effect that may have been performed with a
-// *MaybePerformedError.
-func (s *Store) CancelByID(ctx context.Context, id int64, a By) (*Effect, error) {
-	return s.guardedTransition(ctx, "cancel", id, Pending, Cancelled, " AND "+neverPerformed, "", "", a)
-}
-
-// History returns the operator actions on effect id, oldest first.
-func (s *Store) History(ctx context.Context, id int64) ([]Event, error) {
-	rows, err := s.db.Query(ctx, `SELECT id, effect_id, at, action, from_state, to_state, actor, note, coalesce(provider_ref, ''),
-			coalesce(old_key, ''), coalesce(new_key, ''), old_payload_hash, new_payload_hash
-		FROM `+sqlname.Quote(s.schema)+`.side_effect_events WHERE effect_id = $1 ORDER BY id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("history of effect %d: %w", id, translate(err))
-	}
-	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
-		var e Event
-		var from, to string
-		err := r.Scan(&e.ID, &e.EffectID, &e.At, &e.Action, &from, &to, &e.Actor, &e.Note, &e.ProviderRef,
-			&e.OldKey, &e.NewKey, &e.OldPayloadHash, &e.NewPayloadHash)
-		e.From, e.To = State(from), State(to)
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("history of effect %d: %w", id, translate(err))
-	}
-	return evs, nil
+	return h, nil
 }

@@ -1,15 +1,8 @@
 package effects
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
 // PauseScope says what a pause holds back: one kind, or every kind of a
@@ -36,85 +29,8 @@ type Pause struct {
 // schema's channel, for the dispatchers to read the pauses again at once.
 const PausesPayload = "sidefx:pauses"
 
-func (s *Store) pauses() string   { return sqlname.Quote(s.schema) + ".sidefx_pauses" }
-func (s *Store) pauseLog() string { return sqlname.Quote(s.schema) + ".sidefx_pause_log" }
-
-func (p PauseScope) valid() bool { return p == PauseKind || p == PauseProvider }
+// Valid reports whether p is one of the scopes.
+func (p PauseScope) Valid() bool { return p == PauseKind || p == PauseProvider }
 
 // ErrNotPaused is returned by Resume for what is not paused.
 var ErrNotPaused = errors.New("not paused")
-
-// SetPause pauses (pause true) or resumes the kind or provider name,
-// logging the action with a's actor and note and notifying the
-// dispatchers, in one transaction. Pausing what is paused already changes
-// nothing and reports false; resuming what is not is ErrNotPaused.
-func (s *Store) SetPause(ctx context.Context, scope PauseScope, name string, pause bool, a By) (bool, error) {
-	switch {
-	case !scope.valid():
-		return false, invalid("scope", fmt.Sprintf("%q: want kind or provider", scope))
-	case strings.TrimSpace(name) == "":
-		return false, invalid("name", "is empty: name the kind or the provider")
-	}
-	if err := a.validate(); err != nil {
-		return false, err
-	}
-	b, ok := s.db.(interface {
-		Begin(context.Context) (pgx.Tx, error)
-	})
-	if !ok {
-		return false, errors.New("pause: the store's database cannot begin a transaction")
-	}
-	tx, err := b.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("pause: %w", translate(err))
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // committed below
-	action := "pause"
-	var tag interface{ RowsAffected() int64 }
-	if pause {
-		tag, err = tx.Exec(ctx, `INSERT INTO `+s.pauses()+` (scope, name, actor, note) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
-			string(scope), name, a.Actor, a.Note)
-	} else {
-		action = "resume"
-		tag, err = tx.Exec(ctx, `DELETE FROM `+s.pauses()+` WHERE scope = $1 AND name = $2`, string(scope), name)
-	}
-	if err != nil {
-		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
-	}
-	if tag.RowsAffected() == 0 {
-		if !pause {
-			return false, fmt.Errorf("resume %s %s: %w", scope, name, ErrNotPaused)
-		}
-		return false, nil
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+s.pauseLog()+` (scope, name, action, actor, note) VALUES ($1, $2, $3, $4, $5)`,
-		string(scope), name, action, a.Actor, a.Note); err != nil {
-		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_catalog.pg_notify($1, $2)`, s.Channel(), PausesPayload); err != nil {
-		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
-	}
-	return true, nil
-}
-
-// Pauses lists what is paused, oldest first.
-func (s *Store) Pauses(ctx context.Context) ([]Pause, error) {
-	rows, err := s.db.Query(ctx, `SELECT scope, name, paused_at, actor, note FROM `+s.pauses()+` ORDER BY paused_at, scope, name`)
-	if err != nil {
-		return nil, fmt.Errorf("list pauses: %w", translate(err))
-	}
-	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Pause, error) {
-		var p Pause
-		var scope string
-		err := r.Scan(&scope, &p.Name, &p.PausedAt, &p.Actor, &p.Note)
-		p.Scope = PauseScope(scope)
-		return p, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list pauses: %w", translate(err))
-	}
-	return ps, nil
-}

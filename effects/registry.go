@@ -1,30 +1,15 @@
 package effects
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/sidefx/sidefx/internal/effectrow"
-	"github.com/sidefx/sidefx/internal/sqlname"
 )
-
-// The registry of live dispatchers (table sidefx_dispatchers): each writes
-// the kinds it serves at start and at every heartbeat, so producers and
-// operators can tell an effect of a kind nothing serves, which would wait
-// forever, from one waiting its turn.
 
 // LiveAfter is how many heartbeat intervals a dispatcher's row stays live
 // without a new heartbeat.
 const LiveAfter = 3
-
-func (s *Store) registry() string { return sqlname.Quote(s.schema) + ".sidefx_dispatchers" }
 
 // Dispatcher is one row of the registry.
 type Dispatcher struct {
@@ -33,38 +18,6 @@ type Dispatcher struct {
 	StartedAt   time.Time
 	HeartbeatAt time.Time
 	Live        bool // its last heartbeat is within LiveAfter intervals
-}
-
-// Dispatchers lists the registry, live dispatchers first.
-func (s *Store) Dispatchers(ctx context.Context) ([]Dispatcher, error) {
-	rows, err := s.db.Query(ctx, `SELECT worker_id, kinds, started_at, heartbeat_at,
-			heartbeat_at > now() - ($1 * interval_ms OPERATOR(pg_catalog.*) interval '1 millisecond')
-		FROM `+s.registry()+` ORDER BY 5 DESC, worker_id`, LiveAfter)
-	if err != nil {
-		return nil, fmt.Errorf("list dispatchers: %w", translate(err))
-	}
-	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatcher, error) {
-		var d Dispatcher
-		err := r.Scan(&d.WorkerID, &d.Kinds, &d.StartedAt, &d.HeartbeatAt, &d.Live)
-		return d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list dispatchers: %w", translate(err))
-	}
-	return ds, nil
-}
-
-// ServedKinds returns the kinds some live dispatcher serves.
-func (s *Store) ServedKinds(ctx context.Context) (map[string]bool, error) {
-	st, err := s.KindStatuses(ctx)
-	if err != nil {
-		return nil, err
-	}
-	served := make(map[string]bool, len(st))
-	for k := range st {
-		served[k] = true
-	}
-	return served, nil
 }
 
 // KindStatus is what the live dispatchers serving a kind last said of it.
@@ -86,94 +39,12 @@ type KindStatus struct {
 	MaxAttempts, MaxAttemptsUpTo int
 }
 
-// KindStatuses returns, for each kind a live dispatcher serves, what those
-// dispatchers said of it at their last heartbeat. A kind missing from the
-// map is served by none.
-func (s *Store) KindStatuses(ctx context.Context) (map[string]KindStatus, error) {
-	rows, err := s.db.Query(ctx, `SELECT k.kind, coalesce(d.kind_status -> k.kind, '{}'::jsonb)
-		FROM `+s.registry()+` d, pg_catalog.unnest(d.kinds) AS k(kind)
-		WHERE d.heartbeat_at > now() - ($1 * d.interval_ms OPERATOR(pg_catalog.*) interval '1 millisecond')`, LiveAfter)
-	if err != nil {
-		return nil, fmt.Errorf("kinds served: %w", translate(err))
-	}
-	out := map[string]KindStatus{}
-	_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
-		var kind string
-		var raw []byte
-		if err := r.Scan(&kind, &raw); err != nil {
-			return struct{}{}, err
-		}
-		var b effectrow.KindStatus
-		if err := json.Unmarshal(raw, &b); err != nil {
-			return struct{}{}, fmt.Errorf("kind_status of %s: %w", kind, err)
-		}
-		st := out[kind]
-		st.Dispatchers++
-		if b.Provider != "" {
-			st.Provider = b.Provider
-		}
-		if !b.PausedUntil.IsZero() {
-			st.Paused++
-			if b.PausedUntil.After(st.PausedUntil) {
-				st.PausedUntil = b.PausedUntil
-			}
-		}
-		st.InFlight += b.InFlight
-		st.Limit += b.Limit
-		st.Failures = max(st.Failures, b.Failures)
-		if b.MaxAttempts > 0 {
-			if st.MaxAttempts == 0 || b.MaxAttempts < st.MaxAttempts {
-				st.MaxAttempts = b.MaxAttempts
-			}
-			st.MaxAttemptsUpTo = max(st.MaxAttemptsUpTo, b.MaxAttempts)
-		}
-		out[kind] = st
-		return struct{}{}, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("kinds served: %w", translate(err))
-	}
-	return out, nil
-}
-
 // Unserved is the pending effects of one kind no live dispatcher serves.
 type Unserved struct {
 	Kind    string
 	Pending int64
 	// Oldest is when the oldest of them came due.
 	Oldest time.Time
-}
-
-// UnservedPending returns, by kind, the pending effects of kinds no live
-// dispatcher serves: they wait forever until one does.
-func (s *Store) UnservedPending(ctx context.Context) ([]Unserved, error) {
-	served, err := s.ServedKinds(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.db.Query(ctx, `SELECT kind, count(*), min(next_attempt_at) FROM `+s.q.table+`
-		WHERE state = 'pending' AND NOT (kind = ANY($1::text[])) GROUP BY kind ORDER BY kind`, slices.Sorted(maps.Keys(served)))
-	if err != nil {
-		return nil, fmt.Errorf("unserved effects: %w", translate(err))
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unserved, error) {
-		var u Unserved
-		err := r.Scan(&u.Kind, &u.Pending, &u.Oldest)
-		return u, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("unserved effects: %w", translate(err))
-	}
-	return out, nil
-}
-
-// Now returns the database's clock, which due times and leases are on.
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
-	var now time.Time
-	if err := s.db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return time.Time{}, fmt.Errorf("database clock: %w", translate(err))
-	}
-	return now, nil
 }
 
 // WhyPending says why the pending effect e has not been claimed yet, as of
@@ -215,36 +86,6 @@ func WhyPending(e *Effect, now time.Time, kinds map[string]KindStatus) string {
 			at, waited, provider, st.InFlight, st.Limit, failing)
 	}
 	return fmt.Sprintf("due since %s (%s ago), waiting for a claim: its dispatchers are busy, or about to claim it%s", at, waited, failing)
-}
-
-// KnownNames returns the kinds and the providers the database knows of:
-// those dispatchers recorded in sidefx_kinds (schema 21), whenever they
-// served them, and the kinds of pending effects. Operators' commands check
-// a name against them before acting on it (a typo pauses nothing).
-func (s *Store) KnownNames(ctx context.Context) (kinds, providers map[string]bool, err error) {
-	q := sqlname.Quote(s.schema)
-	rows, err := s.db.Query(ctx, `SELECT kind, provider FROM `+q+`.sidefx_kinds
-		UNION SELECT DISTINCT kind, NULL FROM `+q+`.side_effects WHERE state = 'pending'`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("known kinds and providers: %w", translate(err))
-	}
-	kinds, providers = map[string]bool{}, map[string]bool{}
-	_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
-		var k string
-		var p *string
-		if err := r.Scan(&k, &p); err != nil {
-			return struct{}{}, err
-		}
-		kinds[k] = true
-		if p != nil {
-			providers[*p] = true
-		}
-		return struct{}{}, nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("known kinds and providers: %w", translate(err))
-	}
-	return kinds, providers, nil
 }
 
 // Closest returns up to n of names nearest to name by edit distance, the
@@ -294,18 +135,4 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
-}
-
-// RegisteredKinds returns the kinds dispatchers have recorded in
-// sidefx_kinds (schema 21), whenever they served them, sorted.
-func (s *Store) RegisteredKinds(ctx context.Context) ([]string, error) {
-	rows, err := s.db.Query(ctx, `SELECT kind FROM `+sqlname.Quote(s.schema)+`.sidefx_kinds ORDER BY kind`)
-	if err != nil {
-		return nil, fmt.Errorf("registered kinds: %w", translate(err))
-	}
-	kinds, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("registered kinds: %w", translate(err))
-	}
-	return kinds, nil
 }

@@ -15,8 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sidefx/sidefx/internal/driver"
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // DefaultRetention is how long a message's record is kept by default:
@@ -126,7 +125,7 @@ func New(cfg *Config) (*Inbox, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	schema, err := sqlname.Schema(c.Schema)
+	schema, err := engine.CheckSchema(c.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
@@ -136,7 +135,7 @@ func New(cfg *Config) (*Inbox, error) {
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
-	return &Inbox{q: sqlname.Quote(schema), schema: schema, retention: c.Retention, obs: c.Observer}, nil
+	return &Inbox{q: engine.Quote(schema), schema: schema, retention: c.Retention, obs: c.Observer}, nil
 }
 
 var defaultInbox, _ = New(nil)
@@ -178,10 +177,7 @@ func (in *Inbox) Once(ctx context.Context, tx any, m Message) (Receipt, error) {
 	}
 	sum := sha256.Sum256(m.Payload)
 	r := Receipt{Consumer: m.Consumer, ID: m.ID, schema: in.q}
-	var result []byte
-	var deliveries int32
-	err = db.QueryRow(ctx, `SELECT first, received_at, deliveries, result FROM `+in.q+`.sidefx_inbox_once($1, $2, $3, ($4 OPERATOR(pg_catalog.*) interval '1 millisecond'))`,
-		m.Consumer, m.ID, sum[:], in.retention.Milliseconds()).Scan(&r.First, &r.ReceivedAt, &deliveries, &result)
+	d, err := engine.InboxOnce(ctx, db, in.q, m.Consumer, m.ID, sum[:], in.retention)
 	if err != nil {
 		err = translate(err, m)
 		if errors.Is(err, ErrPayloadMismatch) && in.obs != nil {
@@ -189,9 +185,9 @@ func (in *Inbox) Once(ctx context.Context, tx any, m Message) (Receipt, error) {
 		}
 		return Receipt{}, err
 	}
-	r.Deliveries = int(deliveries)
-	if len(result) > 0 {
-		r.Result = result
+	r.First, r.ReceivedAt, r.Deliveries = d.First, d.ReceivedAt, d.Deliveries
+	if len(d.Result) > 0 {
+		r.Result = d.Result
 	}
 	if in.obs != nil {
 		in.obs.Delivered(m.Consumer, r.First)
@@ -227,8 +223,8 @@ func (r Receipt) Record(ctx context.Context, tx any, result any) error {
 	if err != nil {
 		return err
 	}
-	var found bool
-	if err := db.QueryRow(ctx, `SELECT `+r.schema+`.sidefx_inbox_record($1, $2, $3::text::jsonb)`, r.Consumer, r.ID, string(raw)).Scan(&found); err != nil {
+	found, err := engine.InboxRecord(ctx, db, r.schema, r.Consumer, r.ID, raw)
+	if err != nil {
 		return fmt.Errorf("inbox: record the result of consumer %s message %s: %w", r.Consumer, r.ID, err)
 	}
 	if !found {
@@ -237,15 +233,15 @@ func (r Receipt) Record(ctx context.Context, tx any, result any) error {
 	return nil
 }
 
-// inTransaction returns tx as a driver.DB, refusing the handles that are
+// inTransaction returns tx as a engine.DB, refusing the handles that are
 // not a transaction: outside one, the record would commit apart from the
 // work it guards.
-func inTransaction(op string, tx any) (driver.DB, error) {
+func inTransaction(op string, tx any) (engine.DB, error) {
 	switch tx.(type) {
 	case *pgxpool.Pool, *pgx.Conn, *sql.DB, *sql.Conn:
 		return nil, fmt.Errorf("%w: %s needs the consumer's transaction (a pgx.Tx or *sql.Tx), not a %T: outside it, the record would commit apart from the work it guards", ErrInvalid, op, tx)
 	}
-	db, err := driver.Of(tx)
+	db, err := engine.Of(tx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, op, err)
 	}
@@ -254,7 +250,7 @@ func inTransaction(op string, tx any) (driver.DB, error) {
 
 // translate turns the SQL functions' errors into the package's.
 func translate(err error, m Message) error {
-	pe, ok := driver.PgErrorOf(err)
+	pe, ok := engine.PgErrorOf(err)
 	if !ok {
 		return fmt.Errorf("inbox: consumer %s message %s: %w", m.Consumer, m.ID, err)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sidefx/sidefx/inbox"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -379,7 +379,7 @@ func TestOnce_RedeliveryExtendsTheRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := store.New(pool, "")
+	eng, err := engine.New(pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 //go:embed *.sql
@@ -158,11 +158,11 @@ func apply(ctx context.Context, db Beginner, cfg *Config, ms []Migration) error 
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	schema, err := sqlname.Schema(cfg.Schema)
+	schema, err := engine.CheckSchema(cfg.Schema)
 	if err != nil {
 		return fmt.Errorf("apply migrations: %w", err)
 	}
-	q := sqlname.Quote(schema)
+	q := engine.Quote(schema)
 
 	tx, err := beginReadCommitted(ctx, db)
 	if err != nil {
@@ -269,7 +269,7 @@ func Status(ctx context.Context, db Beginner, cfg *Config) (applied, missing []i
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	schema, err := sqlname.Schema(cfg.Schema)
+	schema, err := engine.CheckSchema(cfg.Schema)
 	if err != nil {
 		return nil, nil, fmt.Errorf("migration status: %w", err)
 	}
@@ -283,11 +283,11 @@ func Status(ctx context.Context, db Beginner, cfg *Config) (applied, missing []i
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", sqlname.Quote(schema)+".sidefx_migrations").Scan(&exists); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", engine.Quote(schema)+".sidefx_migrations").Scan(&exists); err != nil {
 		return nil, nil, fmt.Errorf("migration status: %w", err)
 	}
 	if exists {
-		if applied, err = appliedVersions(ctx, tx, sqlname.Quote(schema)); err != nil {
+		if applied, err = appliedVersions(ctx, tx, engine.Quote(schema)); err != nil {
 			return nil, nil, fmt.Errorf("migration status: %w", err)
 		}
 	}
@@ -334,8 +334,8 @@ func setNamespace(ctx context.Context, tx pgx.Tx, q, ns string) error {
 // render fills a migration's placeholders for schema.
 func render(sql, schema string) string {
 	return strings.NewReplacer(
-		"{{schema}}", sqlname.Quote(schema),
-		"{{channel}}", sqlname.Channel(schema),
+		"{{schema}}", engine.Quote(schema),
+		"{{channel}}", engine.Channel(schema),
 	).Replace(sql)
 }
 
@@ -378,7 +378,7 @@ func CheckCurrent(ctx context.Context, db Querier, cfg *Config) error {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	schema, err := sqlname.Schema(cfg.Schema)
+	schema, err := engine.CheckSchema(cfg.Schema)
 	if err != nil {
 		return fmt.Errorf("migration status: %w", err)
 	}
@@ -388,7 +388,7 @@ func CheckCurrent(ctx context.Context, db Querier, cfg *Config) error {
 	}
 	var exists, readable bool
 	if err := db.QueryRow(ctx, `SELECT c.oid IS NOT NULL, c.oid IS NOT NULL AND pg_catalog.has_table_privilege(c.oid, 'SELECT')
-		FROM (SELECT pg_catalog.to_regclass($1) AS oid) c`, sqlname.Quote(schema)+".sidefx_migrations").Scan(&exists, &readable); err != nil {
+		FROM (SELECT pg_catalog.to_regclass($1) AS oid) c`, engine.Quote(schema)+".sidefx_migrations").Scan(&exists, &readable); err != nil {
 		return fmt.Errorf("migration status: %w", err)
 	}
 	var applied []int
@@ -397,7 +397,7 @@ func CheckCurrent(ctx context.Context, db Querier, cfg *Config) error {
 	case !readable:
 		return nil
 	default:
-		if err := db.QueryRow(ctx, "SELECT coalesce(pg_catalog.array_agg(version ORDER BY version), '{}') FROM "+sqlname.Quote(schema)+".sidefx_migrations").
+		if err := db.QueryRow(ctx, "SELECT coalesce(pg_catalog.array_agg(version ORDER BY version), '{}') FROM "+engine.Quote(schema)+".sidefx_migrations").
 			Scan(&applied); err != nil {
 			return fmt.Errorf("migration status: read applied versions: %w", err)
 		}

@@ -19,9 +19,8 @@ import (
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/driver"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/migrations"
 )
 
@@ -242,7 +241,7 @@ func TestCheckCurrent(t *testing.T) {
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	err = migrations.CheckCurrent(ctx, driver.SQL(db), nil)
+	err = migrations.CheckCurrent(ctx, engine.SQL(db), nil)
 	behind, ok = errors.AsType[*migrations.SchemaBehindError](err)
 	if want := fmt.Sprintf("schema public lacks migrations [%d]: run sidefx migrate", latest); !ok || err.Error() != want || len(behind.Applied) != latest-1 {
 		t.Fatalf("a schema one version behind, through database/sql: %v, want %s", err, want)
@@ -460,7 +459,7 @@ func TestApply_17SetsAsideTimesTheEngineCannotRead(t *testing.T) {
 		       ('ok', 'b.good', 'k4', '{}', sha256('{}'), now(), NULL, 'pending')`); err != nil {
 		t.Fatal(err)
 	}
-	st, err := effects.NewStore(pool, nil)
+	st, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,11 +491,11 @@ func TestApply_17SetsAsideTimesTheEngineCannotRead(t *testing.T) {
 	if _, err := st.Stats(ctx); err != nil {
 		t.Errorf("table statistics after version 17: %v", err)
 	}
-	eng, err := store.New(pool, "")
+	eng, err := engine.New(pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"a.bad", "b.good"}, Limit: 10, Lease: time.Minute, Worker: "w"})
+	got, err := eng.Claim(ctx, engine.ClaimParams{Kinds: []string{"a.bad", "b.good"}, Limit: 10, Lease: time.Minute, Worker: "w"})
 	if err != nil || len(got) != 1 || got[0].SourceID != "ok" {
 		t.Fatalf("claim after version 17: %d effects, %v; want the one of b.good", len(got), err)
 	}

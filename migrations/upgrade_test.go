@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/outbox"
@@ -246,7 +247,7 @@ func TestUpgrade_FromEveryReleasedVersion(t *testing.T) {
 			}
 			// Evidence kept, or given to what an older daemon left maybe
 			// performed: none of it can be cancelled.
-			store, err := effects.NewStore(pool, &effects.Config{Schema: s})
+			store, err := engine.NewStore(pool, &engine.StoreConfig{Schema: s})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -36,7 +36,6 @@ var forbiddenPackages = map[string]string{
 	"github.com/sidefx/sidefx/internal/metrics": "Prometheus code",
 	"github.com/sidefx/sidefx/config":           "the daemon's configuration",
 	"github.com/sidefx/sidefx/daemon":           "the daemon",
-	"github.com/sidefx/sidefx/internal/store":   "the dispatcher's engine",
 	"github.com/sidefx/sidefx/internal/lab/":    "test and demo kit",
 	"testing":                                   "test-only code",
 }
@@ -49,8 +48,8 @@ var forbiddenPackages = map[string]string{
 func TestOutbox_CompilesNoProviderMetricsOrTestCode(t *testing.T) {
 	t.Parallel()
 	for pkg, needs := range map[string][]string{
-		"github.com/sidefx/sidefx/outbox": {"github.com/sidefx/sidefx/effects", "github.com/jackc/pgx/v5"},
-		"github.com/sidefx/sidefx/inbox":  {"github.com/sidefx/sidefx/internal/driver", "github.com/jackc/pgx/v5"},
+		"github.com/sidefx/sidefx/outbox": {"github.com/sidefx/sidefx/internal/engine", "github.com/jackc/pgx/v5"},
+		"github.com/sidefx/sidefx/inbox":  {"github.com/sidefx/sidefx/internal/engine", "github.com/jackc/pgx/v5"},
 		"github.com/sidefx/sidefx/edge":   {"github.com/sidefx/sidefx/derive", "github.com/jackc/pgx/v5"},
 	} {
 		godeps.Check(t, pkg, needs, godeps.Rules{Modules: forbidden, Packages: forbiddenPackages})
@@ -91,7 +90,7 @@ var (
 		"github.com/sidefx/sidefx/cmd/":                   "the binary",
 		"github.com/sidefx/sidefx/internal/metrics":       "Prometheus code",
 		"github.com/sidefx/sidefx/daemon":                 "the daemon",
-		"github.com/sidefx/sidefx/internal/store":         "the dispatcher's engine",
+		"github.com/sidefx/sidefx/internal/engine":        "the statements",
 		"github.com/sidefx/sidefx/internal/lab/":          "test and demo kit",
 		"net/http":                                        "an HTTP client",
 		"testing":                                         "test-only code",

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/outbox"
 )
 
@@ -31,12 +31,12 @@ func TestEnqueue_RefusesAKindNoDispatcherServes(t *testing.T) {
 		t.Fatalf("before any dispatcher ran: %+v, %v", r, err)
 	}
 
-	eng, err := store.New(b.pool, "")
+	eng, err := engine.New(b.pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.RegisterKinds(b.ctx, store.Beat{Kinds: []string{"charge.payment_intents.create", "email.receipt", "webhook.order_paid"},
-		Status: []store.KindBeat{{Kind: "charge.payment_intents.create", Provider: "stripe"}}}); err != nil {
+	if err := eng.RegisterKinds(b.ctx, engine.Beat{Kinds: []string{"charge.payment_intents.create", "email.receipt", "webhook.order_paid"},
+		Status: []engine.KindBeat{{Kind: "charge.payment_intents.create", Provider: "stripe"}}}); err != nil {
 		t.Fatal(err)
 	}
 	misspelled.SourceID = "order-2"
@@ -128,11 +128,11 @@ func TestEnqueue_RefusesAKindNoDispatcherServes(t *testing.T) {
 func TestEnqueue_KindsAreKnownOnceADispatcherRegistersThem(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	eng, err := store.New(b.pool, "")
+	eng, err := engine.New(b.pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	beat := store.Beat{Kinds: []string{"a.one", "b.two"}, Status: []store.KindBeat{{Kind: "a.one", Provider: "p1"}}}
+	beat := engine.Beat{Kinds: []string{"a.one", "b.two"}, Status: []engine.KindBeat{{Kind: "a.one", Provider: "p1"}}}
 	for range 2 { // the second writes nothing new
 		if err := eng.RegisterKinds(context.Background(), beat); err != nil {
 			t.Fatal(err)
@@ -226,11 +226,11 @@ func TestEnqueue_OneEffectsErrorsNameNoPosition(t *testing.T) {
 	}
 
 	// Refused by the enqueue function: a kind no dispatcher has served.
-	eng, err := store.New(owner, "")
+	eng, err := engine.New(owner, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.RegisterKinds(ctx, store.Beat{Kinds: []string{"email.receipt"}}); err != nil {
+	if err := eng.RegisterKinds(ctx, engine.Beat{Kinds: []string{"email.receipt"}}); err != nil {
 		t.Fatal(err)
 	}
 	typo := outbox.Effect{SourceID: "order-2", Kind: "email.reciept", Payload: map[string]int{}}

@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/driver"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // Errors callers branch on, shared with package effects so errors.Is works
@@ -51,7 +51,7 @@ const DefaultMaxPayloadBytes = 256 << 10
 // DB is pgx's query interface: the caller's pgx.Tx, or a *pgx.Conn or
 // *pgxpool.Pool for an enqueue that is its own transaction. Enqueue,
 // EnqueueMany and Cancel take a DB or an SQLDB.
-type DB = effects.DB
+type DB = engine.DB
 
 // SQLDB is database/sql's query interface, as far as the outbox uses it:
 // the caller's *sql.Tx, or a *sql.DB or *sql.Conn for an enqueue that is its
@@ -66,15 +66,15 @@ var (
 	_ SQLDB        = (*sql.Tx)(nil)
 	_ SQLDB        = (*sql.DB)(nil)
 	_ SQLDB        = (*sql.Conn)(nil)
-	_ SQLDB        = driver.SQLDB(nil)
-	_ driver.SQLDB = SQLDB(nil)
+	_ SQLDB        = engine.SQLDB(nil)
+	_ engine.SQLDB = SQLDB(nil)
 )
 
 // handle turns the db a caller passed into what the store runs on: a DB as
-// it is, an SQLDB through internal/driver. Any other value is an error
+// it is, an SQLDB through sidefx's engine. Any other value is an error
 // naming its type and the types accepted.
 func handle(op string, db any) (DB, error) {
-	h, err := driver.Of(db)
+	h, err := engine.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -149,7 +149,7 @@ type Config struct {
 // Outbox enqueues effects into one schema. It holds no connection: each call
 // runs on the DB it is given. Safe for concurrent use.
 type Outbox struct {
-	store    *effects.Store
+	store    *engine.Store
 	maxBytes int
 	kinds    map[string]bool // nil: any
 	served   bool
@@ -169,7 +169,7 @@ func New(cfg *Config) (*Outbox, error) {
 	case maxBytes < 0:
 		return nil, fmt.Errorf("new outbox: MaxPayloadBytes is %d, it must be positive", maxBytes)
 	}
-	store, err := effects.NewStore(nil, &effects.Config{Schema: cfg.Schema})
+	store, err := engine.NewStore(nil, &engine.StoreConfig{Schema: cfg.Schema})
 	if err != nil {
 		return nil, fmt.Errorf("new outbox: %w", err)
 	}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/outbox"
 )
 
@@ -514,7 +514,7 @@ func TestOutbox_RefusesUnknownKindsWhenAsked(t *testing.T) {
 	if _, err := served.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "o2", Kind: "charge.create", Payload: map[string]any{}}); !errors.Is(err, outbox.ErrUnknownKind) || !strings.Contains(err.Error(), "live dispatcher serves (none)") {
 		t.Fatalf("no dispatcher at all: %v", err)
 	}
-	eng, _ := store.New(b.pool, "")
+	eng, _ := engine.New(b.pool, "")
 	if err := eng.Heartbeat(b.ctx, "w", []string{"charge.create"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}

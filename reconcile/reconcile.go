@@ -17,8 +17,8 @@ import (
 
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/schedule"
-	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/providers"
 )
 
@@ -196,7 +196,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Reconciler, error) {
 		return nil, errors.New("reconcile: no kinds to reconcile")
 	}
 	c := *cfg
-	schema, err := sqlname.Schema(c.Schema)
+	schema, err := engine.CheckSchema(c.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
@@ -276,8 +276,8 @@ func (r *Reconciler) RunNow(ctx context.Context) (Report, error) {
 // lockKey is the session advisory lock that makes one run at a time
 // across replicas.
 // job is the reconciliation job's runs and lock, for package schedule.
-func (r *Reconciler) job() schedule.Job {
-	return schedule.Job{Name: "reconciliation", Pool: r.pool, Runs: runsTable(r.schema), Lock: r.lockKey(), Runner: r.cfg.Runner}
+func (r *Reconciler) job() engine.Job {
+	return engine.Job{Name: "reconciliation", Pool: r.pool, Runs: runsTable(r.schema), Lock: r.lockKey(), Runner: r.cfg.Runner}
 }
 
 func (r *Reconciler) lockKey() int64 {

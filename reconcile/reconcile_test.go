@@ -18,6 +18,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/peers"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
@@ -141,7 +142,7 @@ func TestReconcile_LostAnswerIsSettledWithTheRightReference(t *testing.T) {
 	p := newStripe(t, stateful.URL, tr)
 	enqueue(t, pool, "order-lost")
 	drain(t, pool, p)
-	st, _ := effects.NewStore(pool, nil)
+	st, _ := engine.NewStore(pool, nil)
 	e, err := st.GetBySource(ctx, "order-lost", chargeKind)
 	if err != nil || e.State != effects.Uncertain {
 		t.Fatalf("after the lost answer: %+v, %v; want uncertain", e, err)
@@ -192,7 +193,7 @@ func TestReconcile_DuplicateMadeOutsideSidefxIsAnExtra(t *testing.T) {
 	p := newStripe(t, stateful.URL, nil)
 	enqueue(t, pool, "order-1", "order-2")
 	drain(t, pool, p)
-	st, _ := effects.NewStore(pool, nil)
+	st, _ := engine.NewStore(pool, nil)
 	e, err := st.GetBySource(ctx, "order-1", chargeKind)
 	if err != nil || e.State != effects.Confirmed {
 		t.Fatalf("%+v, %v", e, err)
@@ -241,7 +242,7 @@ func TestReconcile_ConfirmedEffectTheProviderLacksIsMissing(t *testing.T) {
 	second := peers.StartStripeStateful(t)
 	enqueue(t, pool, "order-kept")
 	drain(t, pool, newStripe(t, second.URL, nil))
-	st, _ := effects.NewStore(pool, nil)
+	st, _ := engine.NewStore(pool, nil)
 	gone, _ := st.GetBySource(ctx, "order-gone", chargeKind)
 	rep, err := newReconciler(t, pool, newStripe(t, second.URL, nil)).RunNow(ctx)
 	if err != nil {
@@ -295,7 +296,7 @@ func TestReconcile_EventsSettle(t *testing.T) {
 	pool := pgtest.DB(t)
 	ctx := context.Background()
 	f := uncertainMail(t, pool)
-	st, _ := effects.NewStore(pool, nil)
+	st, _ := engine.NewStore(pool, nil)
 	sent, _ := st.GetBySource(ctx, "sent", chargeKind)
 	unsent, _ := st.GetBySource(ctx, "unsent", chargeKind)
 	if sent.State != effects.Uncertain || unsent.State != effects.Uncertain {
@@ -384,7 +385,7 @@ func TestReconcile_AbsentIsLeftOrRefiredByPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, _ := effects.NewStore(pool, nil)
+			st, _ := engine.NewStore(pool, nil)
 			unsent, _ := st.GetBySource(ctx, "unsent", chargeKind)
 			want, state := reconcile.Absent, effects.Uncertain
 			if refire {
@@ -466,7 +467,7 @@ func TestReconcile_AbsenceCountsFromTheLatestAttempt(t *testing.T) {
 	pool := pgtest.DB(t)
 	ctx := context.Background()
 	f := uncertainMail(t, pool)
-	st, _ := effects.NewStore(pool, nil)
+	st, _ := engine.NewStore(pool, nil)
 	unsent, _ := st.GetBySource(ctx, "unsent", chargeKind)
 	r, err := reconcile.New(pool, &reconcile.Config{Kinds: map[string]reconcile.Kind{chargeKind: {Provider: f,
 		EventsWithin: 10 * time.Minute, RefireWhenAbsentAfter: 10 * time.Minute}}})
@@ -513,7 +514,7 @@ func TestReconcile_EvidenceIsTheProvidersOwn(t *testing.T) {
 	pool := pgtest.DB(t)
 	ctx := context.Background()
 	f := uncertainMail(t, pool) // served by provider "mail"
-	st, _ := effects.NewStore(pool, nil)
+	st, _ := engine.NewStore(pool, nil)
 	sent, _ := st.GetBySource(ctx, "sent", chargeKind)
 	record := func(provider, id, ref string) {
 		t.Helper()
@@ -578,7 +579,7 @@ func TestReconcile_AnEventIsALeadWhereTheProviderCanBeAsked(t *testing.T) {
 	pool := pgtest.DB(t)
 	ctx := context.Background()
 	f := uncertainMail(t, pool)
-	st, _ := effects.NewStore(pool, nil)
+	st, _ := engine.NewStore(pool, nil)
 	unsent, _ := st.GetBySource(ctx, "unsent", chargeKind)
 	if _, err := reconcile.Record(ctx, pool, "", 0, unsent.Key, "mail", "event", "evt_elsewhere",
 		providers.Evidence{Verdict: providers.Found, Ref: "msg_elsewhere", Succeeded: true, Status: "delivered"}); err != nil {
@@ -646,7 +647,7 @@ func TestReconcile_NoRefireOfAnEffectSentAgainDuringTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	drain(t, pool, f)
-	st, _ := effects.NewStore(pool, nil)
+	st, _ := engine.NewStore(pool, nil)
 	e, _ := st.GetBySource(ctx, "s1", chargeKind)
 	if e.State != effects.Uncertain || e.Attempts != 1 {
 		t.Fatalf("setup: %s after %d", e.State, e.Attempts)

@@ -11,17 +11,17 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/providers"
 )
 
 // The reconciliation tables are this package's own: this file holds all
 // their SQL.
 
-func runsTable(schema string) string     { return sqlname.Quote(schema) + ".sidefx_reconcile_runs" }
-func findingsTable(schema string) string { return sqlname.Quote(schema) + ".sidefx_reconcile_findings" }
-func evidenceTable(schema string) string { return sqlname.Quote(schema) + ".sidefx_evidence" }
-func effectsTable(schema string) string  { return sqlname.Quote(schema) + ".side_effects" }
+func runsTable(schema string) string     { return engine.Quote(schema) + ".sidefx_reconcile_runs" }
+func findingsTable(schema string) string { return engine.Quote(schema) + ".sidefx_reconcile_findings" }
+func evidenceTable(schema string) string { return engine.Quote(schema) + ".sidefx_evidence" }
+func effectsTable(schema string) string  { return engine.Quote(schema) + ".side_effects" }
 
 // Stored is one piece of evidence as stored.
 type Stored struct {
@@ -38,8 +38,8 @@ type Stored struct {
 // Record stores evidence a provider gave about the effect with key (effect
 // id 0 if not known). An event (eventID not empty) is stored once per
 // provider and event id: a repeat reports false.
-func Record(ctx context.Context, db effects.DB, schema string, effectID int64, key, provider, source, eventID string, ev providers.Evidence) (bool, error) {
-	schema, err := sqlname.Schema(schema)
+func Record(ctx context.Context, db engine.DB, schema string, effectID int64, key, provider, source, eventID string, ev providers.Evidence) (bool, error) {
+	schema, err := engine.CheckSchema(schema)
 	if err != nil {
 		return false, err
 	}
@@ -63,8 +63,8 @@ func Record(ctx context.Context, db effects.DB, schema string, effectID int64, k
 
 // Evidence returns the evidence stored for an effect (by its id, or its
 // key), oldest first.
-func Evidence(ctx context.Context, db effects.DB, schema string, effectID int64, key string) ([]Stored, error) {
-	schema, err := sqlname.Schema(schema)
+func Evidence(ctx context.Context, db engine.DB, schema string, effectID int64, key string) ([]Stored, error) {
+	schema, err := engine.CheckSchema(schema)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ type eventEvidence struct {
 // each with the events provider (the kind's own) sent about its key,
 // performed first, then the latest. Events of another provider are never
 // read for it: they speak of another account's objects.
-func uncertainOf(ctx context.Context, db effects.DB, schema, kind, provider string, limit int) ([]uncertain, error) {
+func uncertainOf(ctx context.Context, db engine.DB, schema, kind, provider string, limit int) ([]uncertain, error) {
 	rows, err := db.Query(ctx, `SELECT e.id, e.source_id, e.idempotency_key, e.attempts, coalesce(e.first_fired_at, e.created_at),
 			coalesce(greatest(e.fired_at, e.first_fired_at), e.created_at)
 		FROM `+effectsTable(schema)+` e
@@ -180,7 +180,7 @@ type confirmedRef struct {
 // effectsOf returns the effects of kind the objects were made for, by the
 // objects' keys: found by the source id an object carries (the unique
 // index), else by its key (a scan, for objects made without one).
-func effectsOf(ctx context.Context, db effects.DB, schema, kind string, objects []providers.Object) (map[string]stateRef, error) {
+func effectsOf(ctx context.Context, db engine.DB, schema, kind string, objects []providers.Object) (map[string]stateRef, error) {
 	var sources, keys []string
 	for _, o := range objects {
 		if o.SourceID != "" {
@@ -224,7 +224,7 @@ type stateRef struct {
 
 // confirmedIn returns the effects of kind confirmed whose first fire was
 // in [from, to).
-func confirmedIn(ctx context.Context, db effects.DB, schema, kind string, from, to time.Time) ([]confirmedRef, error) {
+func confirmedIn(ctx context.Context, db engine.DB, schema, kind string, from, to time.Time) ([]confirmedRef, error) {
 	rows, err := db.Query(ctx, `SELECT id, idempotency_key, coalesce(provider_ref, '') FROM `+effectsTable(schema)+`
 		WHERE kind = $1 AND state = 'confirmed' AND first_fired_at >= $2 AND coalesce(fired_at, first_fired_at) < $3`, kind, from, to)
 	if err != nil {
@@ -238,7 +238,7 @@ func confirmedIn(ctx context.Context, db effects.DB, schema, kind string, from, 
 }
 
 // save stores a run's findings and finishes its record.
-func save(ctx context.Context, db effects.DB, schema string, rep *Report) error {
+func save(ctx context.Context, db engine.DB, schema string, rep *Report) error {
 	for _, f := range rep.Findings {
 		if _, err := db.Exec(ctx, `INSERT INTO `+findingsTable(schema)+` (run_id, finding, kind, provider, effect_id, key, ref, detail)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, rep.RunID, string(f.Finding), f.Kind, f.Provider,
@@ -265,8 +265,8 @@ type Run struct {
 
 // Runs returns the latest limit runs, newest first, each with its counts
 // and up to findings of its findings.
-func Runs(ctx context.Context, db effects.DB, schema string, limit, findings int) ([]Run, error) {
-	schema, err := sqlname.Schema(schema)
+func Runs(ctx context.Context, db engine.DB, schema string, limit, findings int) ([]Run, error) {
+	schema, err := engine.CheckSchema(schema)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +336,7 @@ type eventObject struct {
 // eventObjects returns the distinct objects the provider's events named
 // since from, each with its effect among kinds, the provider's own: a key
 // of another provider's effect is no effect of this one's.
-func eventObjects(ctx context.Context, db effects.DB, schema, provider string, kinds []string, from time.Time) ([]eventObject, error) {
+func eventObjects(ctx context.Context, db engine.DB, schema, provider string, kinds []string, from time.Time) ([]eventObject, error) {
 	rows, err := db.Query(ctx, `SELECT v.key, v.ref, coalesce(e.id, 0), coalesce(e.kind, ''), coalesce(e.state, ''), coalesce(e.provider_ref, '')
 		FROM (SELECT DISTINCT key, ref FROM `+evidenceTable(schema)+`
 			WHERE provider = $1 AND source = 'event' AND verdict = 'found' AND ref IS NOT NULL AND recorded_at >= $2) v
@@ -357,8 +357,8 @@ func eventObjects(ctx context.Context, db effects.DB, schema, provider string, k
 // effect has, a batch at a time; the evidence of an effect still pending,
 // fired or uncertain is kept, whatever its age, for it may settle it. It
 // returns how many rows it deleted.
-func pruneEvidence(ctx context.Context, db effects.DB, schema string, before time.Time) (int64, error) {
-	q := sqlname.Quote(schema)
+func pruneEvidence(ctx context.Context, db engine.DB, schema string, before time.Time) (int64, error) {
+	q := engine.Quote(schema)
 	var total int64
 	for {
 		tag, err := db.Exec(ctx, `DELETE FROM `+q+`.sidefx_evidence WHERE id IN (
@@ -378,7 +378,7 @@ func pruneEvidence(ctx context.Context, db effects.DB, schema string, before tim
 
 // latest returns the latest finished run, as a Report of its finish time
 // and its findings' kind, provider and finding; found is false before any.
-func latest(ctx context.Context, db effects.DB, schema string) (rep Report, found bool, err error) {
+func latest(ctx context.Context, db engine.DB, schema string) (rep Report, found bool, err error) {
 	var id int64
 	err = db.QueryRow(ctx, `SELECT id, finished_at FROM `+runsTable(schema)+`
 		WHERE finished_at IS NOT NULL ORDER BY finished_at DESC, id DESC LIMIT 1`).Scan(&id, &rep.Finished)

@@ -45,7 +45,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/driver"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/peers"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
@@ -140,11 +140,11 @@ func RequireNotEnqueued(t testing.TB, db any, sourceID, kind string) {
 }
 
 func get(db any, sourceID, kind string) (*effects.Effect, error) {
-	d, err := driver.Of(db)
+	d, err := engine.Of(db)
 	if err != nil {
 		return nil, err
 	}
-	s, err := effects.NewStore(d, nil)
+	s, err := engine.NewStore(d, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func Drain(t testing.TB, pool *pgxpool.Pool, kinds map[string]dispatcher.Kind) [
 	if err != nil {
 		t.Fatalf("sidefxtest: %v", err)
 	}
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

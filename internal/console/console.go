@@ -29,6 +29,7 @@ import (
 
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 //go:embed templates/*.html
@@ -50,11 +51,11 @@ type Provider struct {
 // Config is what a console Handler works with.
 type Config struct {
 	// Store and Ops are the effects and the operations on them.
-	Store *effects.Store
+	Store *engine.Store
 	Ops   *admin.Admin
 	// DB and Schema hold the drift and reconciliation tables (the pool
 	// of the Store).
-	DB     effects.DB
+	DB     engine.DB
 	Schema string
 	// Providers are the kinds' providers, by kind (the configuration's).
 	Providers map[string]Provider

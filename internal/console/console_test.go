@@ -28,8 +28,8 @@ import (
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/console"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	engine "github.com/sidefx/sidefx/internal/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -38,7 +38,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type env struct {
 	t      *testing.T
 	pool   *pgxpool.Pool
-	store  *effects.Store
+	store  *engine.Store
 	eng    *engine.Engine
 	h      *console.Handler
 	srv    *httptest.Server
@@ -65,7 +65,7 @@ func newEnv(t *testing.T, edit func(*console.Config)) *env {
 	e := &env{t: t, pool: pgtest.DB(t), tokens: map[console.Role]string{}, actors: map[console.Role]string{
 		console.Viewer: "viewer on call", console.Operator: "operator on call", console.Admin: "admin on call"}}
 	var err error
-	if e.store, err = effects.NewStore(e.pool, nil); err != nil {
+	if e.store, err = engine.NewStore(e.pool, nil); err != nil {
 		t.Fatal(err)
 	}
 	if e.eng, err = engine.New(e.pool, ""); err != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/console"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	engine "github.com/sidefx/sidefx/internal/store"
 )
 
 // The console acts with the daemon's database role. With the least
@@ -24,13 +24,13 @@ func TestConsole_WithTheDaemonsLeastPrivileges(t *testing.T) {
 	owner, daemon, role := pgtest.DaemonRole(t)
 	e := &env{t: t, pool: owner, tokens: map[console.Role]string{console.Admin: randomToken(t)}}
 	var err error
-	if e.store, err = effects.NewStore(owner, nil); err != nil {
+	if e.store, err = engine.NewStore(owner, nil); err != nil {
 		t.Fatal(err)
 	}
 	if e.eng, err = engine.New(owner, ""); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := effects.NewStore(daemon, nil)
+	ds, err := engine.NewStore(daemon, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

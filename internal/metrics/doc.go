@@ -1,5 +1,5 @@
 // Package metrics exposes sidefx's Prometheus metrics: the state of the
-// side_effects table, read through effects.Store.Stats, and what the
+// side_effects table, read through engine.Store.Stats, and what the
 // dispatcher does, through its dispatcher.Observer hook (and the optional
 // dispatcher.ErrorObserver and dispatcher.ProviderObserver).
 //

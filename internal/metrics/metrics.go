@@ -15,6 +15,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/reconcile"
 )
@@ -165,7 +166,7 @@ var _ dispatcher.Observer = (*Metrics)(nil)
 // read from store. opts may be nil. If a metric cannot be registered (one of
 // the same name is there already), New unregisters the ones it registered
 // and returns the error.
-func New(reg prometheus.Registerer, store *effects.Store, opts *Options) (*Metrics, error) {
+func New(reg prometheus.Registerer, store *engine.Store, opts *Options) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("new metrics: registerer is nil")
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/internal/metrics"
 	"github.com/sidefx/sidefx/outbox"
@@ -45,7 +46,7 @@ const (
 // per read: Store.Stats; the pauses' read that follows it is neither
 // counted nor hooked) and can run a hook before each.
 type testDB struct {
-	effects.DB
+	engine.DB
 	reads atomic.Int64
 
 	mu     sync.Mutex
@@ -105,7 +106,7 @@ func setup(t *testing.T, opts *metrics.Options) bundle {
 	t.Helper()
 	pool := pgtest.DB(t)
 	db := &testDB{DB: pool}
-	store, err := effects.NewStore(db, nil)
+	store, err := engine.NewStore(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -756,7 +757,7 @@ func exercise(t *testing.T, b bundle) {
 	b.m.ProviderAnswered(dispatcher.ProviderAnswer{Provider: "sendgrid", Kind: kindMail, Class: providers.Confirmed, LastSuccess: time.Now()})
 	b.m.Reconciled(reconcile.Report{Finished: time.Now(), Findings: []reconcile.Finding{{Finding: reconcile.Settled, Kind: kindMail, Provider: "sendgrid"}}})
 	b.m.Event("sendgrid", metrics.EventStored, 2)
-	st, _ := effects.NewStore(b.pool, nil)
+	st, _ := engine.NewStore(b.pool, nil)
 	if _, err := st.SetPause(b.ctx, effects.PauseProvider, "sendgrid", true, effects.By{Actor: "test", Note: "incident"}); err != nil {
 		t.Fatal(err)
 	}
@@ -790,7 +791,7 @@ func TestNames_MatchExposedFamilies(t *testing.T) {
 func TestHandler_ServesTextExposition(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -841,13 +842,13 @@ func TestHandler_ServesTextExposition(t *testing.T) {
 func TestNew_Options(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, tc := range map[string]struct {
 		reg   prometheus.Registerer
-		store *effects.Store
+		store *engine.Store
 		opts  *metrics.Options
 		want  string
 	}{
@@ -951,7 +952,7 @@ func near(a, b float64) bool {
 func TestPrime_CreatesZeroSeries(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1047,7 +1048,7 @@ func TestMetrics_Reconciled(t *testing.T) {
 func TestMetrics_Paused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	st, _ := effects.NewStore(b.pool, nil)
+	st, _ := engine.NewStore(b.pool, nil)
 	a := effects.By{Actor: "ops", Note: "incident"}
 	if _, err := st.SetPause(b.ctx, effects.PauseKind, kindMail, true, a); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"github.com/sidefx/sidefx/effects"
 )
 
-// statsReader is what the table collector reads: an *effects.Store.
+// statsReader is what the table collector reads: an *engine.Store.
 type statsReader interface {
 	Stats(ctx context.Context) ([]effects.KindStats, error)
 	Pauses(ctx context.Context) ([]effects.Pause, error)

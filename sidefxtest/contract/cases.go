@@ -14,7 +14,7 @@ import (
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/driver"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/sidefxtest"
 )
@@ -313,15 +313,15 @@ func invalidInput(t *testing.T, e env) {
 }
 
 // databaseChecks reaches the SQL function's own checks (which the outbox's
-// checks in Go normally spare it) through effects.Store: SQLSTATE 22023
+// checks in Go normally spare it) through engine.Store: SQLSTATE 22023
 // with its JSON detail must become a *effects.ValidationError whatever the
 // driver.
 func databaseChecks(t *testing.T, e env) {
-	db, err := driver.Of(e.h.DB)
+	db, err := engine.Of(e.h.DB)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := effects.NewStore(db, nil)
+	store, err := engine.NewStore(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,9 +23,9 @@ import (
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/console"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/browsertest"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers/stripe"
 )
 
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type site struct {
 	t      *testing.T
 	pool   *pgxpool.Pool
-	st     *effects.Store
+	st     *engine.Store
 	url    string
 	tokens map[console.Role]string
 	// uncertain are the uncertain receipts' ids.
@@ -52,10 +52,10 @@ func newSite(t *testing.T) *site {
 	t.Helper()
 	s := &site{t: t, pool: pgtest.DB(t), tokens: map[console.Role]string{}}
 	var err error
-	if s.st, err = effects.NewStore(s.pool, nil); err != nil {
+	if s.st, err = engine.NewStore(s.pool, nil); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := store.New(s.pool, "")
+	eng, err := engine.New(s.pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +72,14 @@ func newSite(t *testing.T) *site {
 		t.Fatal(err)
 	}
 	settle := func(kind string, n int, st effects.State, why string) []int64 {
-		got, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{kind}, Limit: n, Lease: time.Minute, Worker: "sidefx-1"})
+		got, err := eng.Claim(ctx, engine.ClaimParams{Kinds: []string{kind}, Limit: n, Lease: time.Minute, Worker: "sidefx-1"})
 		if err != nil || len(got) != n {
 			t.Fatalf("claim: %d, %v", len(got), err)
 		}
-		var outs []store.Outcome
+		var outs []engine.Outcome
 		var ids []int64
 		for _, e := range got {
-			outs = append(outs, store.Outcome{ID: e.ID, Attempt: 1, State: st, Error: why, MaybePerformed: st == effects.Uncertain})
+			outs = append(outs, engine.Outcome{ID: e.ID, Attempt: 1, State: st, Error: why, MaybePerformed: st == effects.Uncertain})
 			ids = append(ids, e.ID)
 		}
 		if _, err := eng.Complete(ctx, outs); err != nil {

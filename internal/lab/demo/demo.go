@@ -24,8 +24,8 @@ import (
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgcluster"
-	"github.com/sidefx/sidefx/internal/sqlname"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -238,7 +238,7 @@ type demo struct {
 	dbURL          string
 	schema         string
 	pool           *pgxpool.Pool
-	store          *effects.Store
+	store          *engine.Store
 	outbox         *outbox.Outbox
 	stripe         *providertest.WireServer
 	mail           *providertest.WireServer
@@ -413,7 +413,7 @@ func (d *demo) startDatabase(ctx context.Context) error {
 		if err := c.CreateDatabase(ctx, "sidefx_demo"); err != nil {
 			return err
 		}
-		d.dbURL, d.schema = c.ConnString("sidefx_demo"), sqlname.DefaultSchema
+		d.dbURL, d.schema = c.ConnString("sidefx_demo"), engine.DefaultSchema
 	} else {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
@@ -448,7 +448,7 @@ func (d *demo) startDatabase(ctx context.Context) error {
 		return err
 	}
 	d.n.detail("Migrations applied: side_effects, with UNIQUE (source_id, kind), in schema %s.", d.schema)
-	if d.store, err = effects.NewStore(pool, &effects.Config{Schema: d.schema}); err != nil {
+	if d.store, err = engine.NewStore(pool, &engine.StoreConfig{Schema: d.schema}); err != nil {
 		return err
 	}
 	// The billing consumer enqueues charges and receipts before the
@@ -551,7 +551,7 @@ func (d *demo) teardown(runCtx context.Context, runErr error) error {
 	}
 	if d.pool != nil {
 		if d.cluster == nil && d.schema != "" {
-			if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+sqlname.Quote(d.schema)+" CASCADE"); err != nil {
+			if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+engine.Quote(d.schema)+" CASCADE"); err != nil {
 				errs = append(errs, fmt.Errorf("demo: dropping schema %s: %w", d.schema, err))
 			} else {
 				done = append(done, "schema "+d.schema+" dropped")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // The environment variables that carry the secrets to the dispatcher; its
@@ -469,7 +470,7 @@ func (d *demo) checkRescue(ctx context.Context) error {
 }
 
 // listAll lists every effect f selects, page by page.
-func listAll(ctx context.Context, store *effects.Store, f effects.Filter) ([]*effects.Effect, error) {
+func listAll(ctx context.Context, store *engine.Store, f effects.Filter) ([]*effects.Effect, error) {
 	f.Limit = 10000
 	var all []*effects.Effect
 	for {

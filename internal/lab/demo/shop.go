@@ -8,7 +8,7 @@ import (
 
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/outbox"
 )
 
@@ -93,10 +93,10 @@ func (d *demo) drift(ctx context.Context) error {
 		return err
 	}
 	d.sum.DeletedReceipt = victim
-	// Deliberately outside effects.Store, which has no such statement: this
+	// Deliberately outside engine.Store, which has no such statement: this
 	// is the row lost to a bad migration, a restore or a stray DELETE.
 	del := "DELETE FROM side_effects WHERE kind = 'email.receipt' AND source_id = '" + victim + "'"
-	tag, err := d.pool.Exec(ctx, "DELETE FROM "+sqlname.Quote(d.schema)+".side_effects WHERE kind = $1 AND source_id = $2", KindReceipt, victim)
+	tag, err := d.pool.Exec(ctx, "DELETE FROM "+engine.Quote(d.schema)+".side_effects WHERE kind = $1 AND source_id = $2", KindReceipt, victim)
 	if err != nil {
 		return fmt.Errorf("demo: deleting a receipt: %w", err)
 	}

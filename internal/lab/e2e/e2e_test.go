@@ -18,6 +18,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 )
@@ -100,7 +101,7 @@ func run(t *testing.T, pool *pgxpool.Pool, cfg *dispatcher.Config) {
 // waitStates waits until the effects of kind are in exactly the states given.
 func waitStates(t *testing.T, pool *pgxpool.Pool, kind string, want map[effects.State]int) {
 	t.Helper()
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func waitStates(t *testing.T, pool *pgxpool.Pool, kind string, want map[effects.
 // rows returns every effect of kind.
 func rows(t *testing.T, pool *pgxpool.Pool, kind string) []*effects.Effect {
 	t.Helper()
-	store, err := effects.NewStore(pool, nil)
+	store, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/inbox"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 )
 
 // consumerRole is a fresh producer role that also holds producer-role.sql's
@@ -165,7 +165,7 @@ func TestE2E_InboxAndEdgeRecordsArePerProducer(t *testing.T) {
 	}
 	// The daemon's own reaper, as the daemon's role (it locks what it
 	// deletes: schema 29 grants what that needs).
-	eng, err := store.New(pools["daemon"], "")
+	eng, err := engine.New(pools["daemon"], "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/drift"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -291,7 +292,7 @@ func TestE2E_AnOperatorActsOnlyThroughTheGuards(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	store, err := effects.NewStore(operator, nil)
+	store, err := engine.NewStore(operator, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sidefx/sidefx/edge"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/inbox"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/outbox"
@@ -270,7 +271,7 @@ func TestE2E_NoStatementDependsOnSearchPath(t *testing.T) {
 	waitStates(t, pool, kind, map[effects.State]int{effects.Confirmed: 6, effects.Failed: 1, effects.Uncertain: 1, effects.Pending: 2})
 
 	// An operator's transitions.
-	st, err := effects.NewStore(pool, nil)
+	st, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers/sendgrid"
@@ -100,7 +101,7 @@ func TestE2E_NoSecretInLogsErrorsOrRows(t *testing.T) {
 	})
 	// Every effect ends somewhere: confirmed, failed (refused, or out of
 	// attempts) or uncertain (the mail whose answer was lost).
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()

@@ -15,33 +15,27 @@ import (
 	"github.com/sidefx/sidefx/internal/lab/peers"
 )
 
-// sqlHomes is where the product's SQL statements are today, and how many
-// string literals of each file hold one: the ratchet of issue 28's "one
-// home for SQL". A statement in a new place fails this test, and so does
-// a file that holds more, or fewer, than listed: move statements into the
-// engine and shrink the list; never grow it without saying why.
-// migrations.go applies the schema; daemon's are readiness checks of the
-// server (no sidefx table); sidefxtest/contract's check what the contract
-// wrote.
+// engineHome is where every statement on sidefx's tables lives: the
+// engine package (issue 28's "one home for SQL").
+const engineHome = "internal/engine/"
+
+// sqlHomes is where the product's SQL statements are outside the engine,
+// and how many string literals of each file hold one. A statement in a new
+// place fails this test, and so does a file that holds more, or fewer,
+// than listed: move statements into the engine and shrink the list; never
+// grow it without saying why. migrations.go applies the schema; daemon's
+// are readiness checks of the server (no sidefx table); sidefxtest/
+// contract's check what the contract wrote. The rest are on their way into
+// the engine.
 var sqlHomes = map[string]int{
-	"daemon/run.go":                 1,
-	"daemon/session.go":             1,
-	"drift/rule.go":                 7,
-	"drift/run.go":                  1,
-	"drift/store.go":                3,
-	"edge/edge.go":                  6,
-	"effects/operate.go":            4,
-	"effects/pause.go":              5,
-	"effects/registry.go":           7,
-	"effects/store.go":              12,
-	"effects/supersede.go":          6,
-	"inbox/inbox.go":                2,
-	"internal/schedule/schedule.go": 4,
-	"internal/store/engine.go":      26,
-	"internal/store/registry.go":    6,
-	"migrations/migrations.go":      9,
-	"reconcile/store.go":            17,
-	"sidefxtest/contract/cases.go":  6,
+	"daemon/run.go":                1,
+	"daemon/session.go":            1,
+	"drift/rule.go":                7,
+	"drift/run.go":                 1,
+	"drift/store.go":               3,
+	"migrations/migrations.go":     9,
+	"reconcile/store.go":           17,
+	"sidefxtest/contract/cases.go": 6,
 }
 
 // statementRE is what a string literal holding a SQL statement contains.
@@ -84,13 +78,20 @@ func TestSQL_LivesWhereTheListSays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) < 5 {
-		t.Fatalf("found SQL in %d files: not the tree this test expects", len(got))
+	inEngine := 0
+	for f, n := range got {
+		if strings.HasPrefix(f, engineHome) {
+			inEngine += n
+			delete(got, f)
+		}
+	}
+	if inEngine < 50 {
+		t.Fatalf("found %d SQL statements in %s: not the tree this test expects", inEngine, engineHome)
 	}
 	for _, f := range slices.Sorted(maps.Keys(got)) {
 		switch want, ok := sqlHomes[f]; {
 		case !ok:
-			t.Errorf("%s holds %d SQL statements: statements on sidefx's tables belong in the engine (internal/store), not in a new place", f, got[f])
+			t.Errorf("%s holds %d SQL statements: statements on sidefx's tables belong in the engine ("+engineHome+"), not in a new place", f, got[f])
 		case got[f] > want:
 			t.Errorf("%s holds %d SQL statements, more than the %d listed: move them into the engine", f, got[f], want)
 		case got[f] < want:

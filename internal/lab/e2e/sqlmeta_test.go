@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/outbox"
 )
@@ -27,7 +28,7 @@ func TestE2E_SQLMetacharactersAreData(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.DB(t)
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	for i, s := range hostileStrings {
 		payload, _ := json.Marshal(map[string]string{s: s, "note": s})
 		res, err := outbox.Enqueue(ctx, pool, outbox.Effect{SourceID: s, Kind: "webhook.paid", Payload: json.RawMessage(payload)})

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -53,7 +54,7 @@ func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.K
 // answered confirmed with the row's reference (no outcome recorded for
 // another attempt than the one it answered), unless an operator resolved
 // it or a late answer of an earlier attempt, confirmed by a call, did.
-func Check(ctx context.Context, store *effects.Store, exp Expect) ([]Violation, error) {
+func Check(ctx context.Context, store *engine.Store, exp Expect) ([]Violation, error) {
 	// The fakes' calls are read before the rows and again after them. A call
 	// recorded before is for an attempt its claim had already committed, so
 	// every row read later has reached that attempt; an answer recorded
@@ -198,7 +199,7 @@ func confirmedAt(calls []providertest.CallRecord, attempt int, ref string) bool 
 // something else than the outcome of its current attempt: an operator's
 // resolve, or a late answer of an earlier attempt (recorded after its lease
 // was rescued) that some call was answered confirmed with.
-func confirmedOtherwise(ctx context.Context, store *effects.Store, id int64, calls []providertest.CallRecord) bool {
+func confirmedOtherwise(ctx context.Context, store *engine.Store, id int64, calls []providertest.CallRecord) bool {
 	evs, err := store.History(ctx, id)
 	if err != nil {
 		return false

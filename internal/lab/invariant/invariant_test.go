@@ -10,6 +10,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/invariant"
 	"github.com/sidefx/sidefx/internal/lab/invariant/harness"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
@@ -201,7 +202,7 @@ func TestScenario_LostAnswersAtMostOnce(t *testing.T) {
 				ShutdownTimeout: 2 * time.Second, Logger: slog.New(logs)}
 			exp := invariant.Expect{Keys: map[string][]string{"email.receipt": keys},
 				Kinds: map[string]invariant.Kind{"email.receipt": {Fake: fake}}, Settled: true}
-			store, _ := effects.NewStore(pool, nil)
+			store, _ := engine.NewStore(pool, nil)
 			frozen := map[string]int{} // uncertain at the stop: key → calls by then
 			if stop {
 				// A fresh hung call outlasts the shutdown deadline.

@@ -8,10 +8,10 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/invariant"
 	"github.com/sidefx/sidefx/internal/lab/invariant/harness"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -27,35 +27,35 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		ctx := context.Background()
 		keys := harness.Enqueue(t, pool, "charge.create", 3)
 		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.Sequence(providertest.None, providertest.PerformedThenTimeout)})
-		eng, err := store.New(pool, "")
+		eng, err := engine.New(pool, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Worker A claims attempt 1 and calls: performed and confirmed. It
 		// pauses before recording, past its lease.
-		a, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
+		a, err := eng.Claim(ctx, engine.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
 		if err != nil || len(a) != 3 {
 			t.Fatalf("claim A: %d, %v", len(a), err)
 		}
-		late := make([]store.Outcome, len(a))
+		late := make([]engine.Outcome, len(a))
 		for i, e := range a {
 			res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts})
 			if !res.IsConfirmed() {
 				t.Fatalf("attempt 1: %+v", res)
 			}
-			late[i] = store.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
+			late[i] = engine.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
 		}
 		// Its leases are rescued; worker B claims attempt 2.
 		rescued := 0
 		harness.WaitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
-			got, err := eng.Rescue(ctx, []store.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
+			got, err := eng.Rescue(ctx, []engine.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rescued += len(got)
 			return rescued == 3
 		})
-		b, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
+		b, err := eng.Claim(ctx, engine.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
 		if err != nil || len(b) != 3 {
 			t.Fatalf("claim B: %d, %v", len(b), err)
 		}
@@ -63,7 +63,7 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		// A broken recorder that writes with the row's current attempt
 		// instead of its claim's gets A's answer in as attempt 2's, while
 		// attempt 2 is fired and no call of it was confirmed.
-		broken := make([]store.Outcome, len(late))
+		broken := make([]engine.Outcome, len(late))
 		for i, o := range late {
 			o.Attempt = 2
 			broken[i] = o
@@ -87,11 +87,11 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		ctx := context.Background()
 		keys := harness.Enqueue(t, pool, "charge.create", 3)
 		fake := providertest.New(providertest.Config{Idempotent: true, Faults: providertest.Sequence(providertest.None, providertest.PerformedThenTimeout)})
-		st, err := effects.NewStore(pool, nil)
+		st, err := engine.NewStore(pool, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		eng, err := store.New(pool, "")
+		eng, err := engine.New(pool, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,37 +100,37 @@ func TestChecker_CatchesStaleAttempts(t *testing.T) {
 		// its own attempt: a late answer, which is never thrown away. The
 		// effects are confirmed with A's reference, and the checker has
 		// nothing to say.
-		a, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
+		a, err := eng.Claim(ctx, engine.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Millisecond, Worker: "A"})
 		if err != nil || len(a) != 3 {
 			t.Fatalf("claim A: %d, %v", len(a), err)
 		}
-		late := make([]store.Outcome, len(a))
+		late := make([]engine.Outcome, len(a))
 		for i, e := range a {
 			res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts})
 			if !res.IsConfirmed() {
 				t.Fatalf("attempt 1: %+v", res)
 			}
-			late[i] = store.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
+			late[i] = engine.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: res.Ref}
 		}
 		rescued := 0
 		harness.WaitFor(t, 10*time.Second, "A's 3 leases rescued", func() bool {
-			got, err := eng.Rescue(ctx, []store.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
+			got, err := eng.Rescue(ctx, []engine.RescuePolicy{{Kind: "charge.create", Repeatable: true, MaxAttempts: 25}}, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rescued += len(got)
 			return rescued == 3
 		})
-		b, err := eng.Claim(ctx, store.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
+		b, err := eng.Claim(ctx, engine.ClaimParams{Kinds: []string{"charge.create"}, Limit: 3, Lease: time.Minute, Worker: "B"})
 		if err != nil || len(b) != 3 {
 			t.Fatalf("claim B: %d, %v", len(b), err)
 		}
-		var retry []store.Outcome
+		var retry []engine.Outcome
 		for _, e := range b {
 			if res := fake.Call(ctx, providers.Call{EffectID: e.ID, Key: e.Key, Kind: e.Kind, Attempt: e.Attempts}); !res.IsUnknown() {
 				t.Fatalf("attempt 2: %+v", res)
 			}
-			retry = append(retry, store.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Pending, RetryIn: time.Hour, MaybePerformed: true})
+			retry = append(retry, engine.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Pending, RetryIn: time.Hour, MaybePerformed: true})
 		}
 		if fenced, err := eng.Complete(ctx, retry); err != nil || len(fenced) != 0 {
 			t.Fatalf("B's outcomes: fenced %v, %v", fenced, err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/invariant"
 	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/providers"
@@ -127,7 +128,7 @@ func (r *Running) Stop() time.Duration {
 func Drain(t testing.TB, pool *pgxpool.Pool, cfg *dispatcher.Config) {
 	t.Helper()
 	r := Start(t, pool, cfg)
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	deadline := time.Now().Add(2 * time.Minute)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -150,7 +151,7 @@ func Drain(t testing.TB, pool *pgxpool.Pool, cfg *dispatcher.Config) {
 // Check runs invariant.Check on pool and returns the violations.
 func Check(t testing.TB, pool *pgxpool.Pool, exp invariant.Expect) []invariant.Violation {
 	t.Helper()
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	vs, err := invariant.Check(context.Background(), store, exp)
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +318,7 @@ func ShutdownMidway(t testing.TB, r *Running, pool *pgxpool.Pool, m Midway) Stop
 	if vs := Check(t, pool, exp); len(vs) != 0 {
 		t.Fatalf("right after a stop in the middle of the scenario: %s", invariant.Summary(vs, 10))
 	}
-	store, _ := effects.NewStore(pool, nil)
+	store, _ := engine.NewStore(pool, nil)
 	c, err := store.StateCounts(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +337,7 @@ func ShutdownMidway(t testing.TB, r *Running, pool *pgxpool.Pool, m Midway) Stop
 // Freeze adds to frozen every effect uncertain now, with the number of
 // calls fake has seen for it. At a provider without keys an uncertain
 // effect must never be called again: the counts must not change.
-func Freeze(t testing.TB, store *effects.Store, fake *providertest.Fake, frozen map[string]int) {
+func Freeze(t testing.TB, store *engine.Store, fake *providertest.Fake, frozen map[string]int) {
 	t.Helper()
 	if fake.Idempotent() {
 		return
@@ -407,7 +408,7 @@ func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 }
 
 // StateCounts returns the effects by state.
-func StateCounts(t testing.TB, store *effects.Store) map[effects.State]int64 {
+func StateCounts(t testing.TB, store *engine.Store) map[effects.State]int64 {
 	t.Helper()
 	c, err := store.StateCounts(context.Background())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/invariant"
 	"github.com/sidefx/sidefx/internal/lab/invariant/harness"
 	"github.com/sidefx/sidefx/providers/providertest"
@@ -69,7 +70,7 @@ func TestScenario_LostClaimAnswersArePutBack(t *testing.T) {
 	addToxic(t, proxy, "late", "bandwidth", "downstream", `{"rate":1}`)
 	const n = 30
 	keys := harness.Enqueue(t, direct, "email.receipt", n)
-	store, _ := effects.NewStore(direct, nil)
+	store, _ := engine.NewStore(direct, nil)
 	harness.WaitFor(t, time.Minute, "a claim committed", func() bool { return harness.StateCounts(t, store)[effects.Fired] > 0 })
 	failed := logs.count("a claim failed; putting back")
 	harness.WaitFor(t, time.Minute, "that claim's answer too late", func() bool { return logs.count("a claim failed; putting back") > failed })

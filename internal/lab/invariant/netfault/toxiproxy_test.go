@@ -17,6 +17,7 @@ import (
 
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/invariant"
 	"github.com/sidefx/sidefx/internal/lab/invariant/harness"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
@@ -155,7 +156,7 @@ func networkFaultsToPostgres(t *testing.T, stops bool) {
 	}
 	exp := invariant.Expect{Keys: map[string][]string{"charge.create": keys},
 		Kinds: map[string]invariant.Kind{"charge.create": {Fake: fake}}, Settled: true}
-	store, _ := effects.NewStore(direct, nil)
+	store, _ := engine.NewStore(direct, nil)
 	confirmed := func() int64 { return harness.StateCounts(t, store)[effects.Confirmed] }
 	// slowCallsInFlight puts three slow calls in flight.
 	slowCallsInFlight := func() {
@@ -319,7 +320,7 @@ func TestScenario_NetworkFaultsToProvider(t *testing.T) {
 					ShutdownTimeout: 2 * time.Second, Logger: slog.New(logs),
 				}
 			}
-			store, _ := effects.NewStore(pool, nil)
+			store, _ := engine.NewStore(pool, nil)
 			exp := invariant.Expect{Keys: map[string][]string{kind: keys},
 				Kinds: map[string]invariant.Kind{kind: {Fake: fake}}, Settled: true}
 			frozen := map[string]int{} // uncertain at a stop: key → calls by then
@@ -407,7 +408,7 @@ func TestScenario_BlackHoledDatabaseIsReportedAndShutdownReturns(t *testing.T) {
 	k := harness.Quick
 	k.Provider = fake
 	logs := harness.NewLevelCounter()
-	store, _ := effects.NewStore(direct, nil)
+	store, _ := engine.NewStore(direct, nil)
 	confirmed := func() int64 { return harness.StateCounts(t, store)[effects.Confirmed] }
 	r := harness.Start(t, proxied, &dispatcher.Config{
 		Kinds: map[string]dispatcher.Kind{"charge.create": k}, Workers: 8, BatchSize: 10,
@@ -465,7 +466,7 @@ func TestScenario_ShutdownDuringSlowClaims(t *testing.T) {
 	}
 	exp := invariant.Expect{Keys: map[string][]string{"email.receipt": keys},
 		Kinds: map[string]invariant.Kind{"email.receipt": {Fake: fake}}, Settled: true}
-	store, _ := effects.NewStore(direct, nil)
+	store, _ := engine.NewStore(direct, nil)
 
 	addToxic(t, proxy, "slow", "latency", "downstream", `{"latency":300}`)
 	r := harness.Start(t, proxied, cfg())

@@ -1,4 +1,4 @@
-package effects_test
+package engine_test
 
 import (
 	"context"
@@ -9,78 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
-type bundle struct {
-	ctx   context.Context
-	pool  *pgxpool.Pool
-	store *effects.Store
-	eng   *store.Engine // the dispatcher's statements, to bring effects into each state
-}
-
-func setup(t *testing.T) bundle {
-	t.Helper()
-	pool := pgtest.DB(t)
-	st, err := effects.NewStore(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := store.New(pool, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bundle{ctx: context.Background(), pool: pool, store: st, eng: eng}
-}
-
-// one enqueues one effect of kind and returns its id.
-func one(t *testing.T, b bundle, source, kind string) int64 {
-	t.Helper()
-	return insert(t, b, effects.NewEffect{SourceID: source, Kind: kind, Payload: json.RawMessage(`{}`)})[0].ID
-}
-
-func claim(t *testing.T, b bundle, worker string, lease time.Duration, kinds ...string) []*effects.Effect {
-	t.Helper()
-	got, err := b.eng.Claim(b.ctx, store.ClaimParams{Kinds: kinds, Limit: 100, Lease: lease, Worker: worker})
-	if err != nil {
-		t.Fatalf("claim: %v", err)
-	}
-	return got
-}
-
-func complete(t *testing.T, b bundle, outs ...store.Outcome) []store.Outcome {
-	t.Helper()
-	fenced, err := b.eng.Complete(b.ctx, outs)
-	if err != nil {
-		t.Fatalf("complete: %v", err)
-	}
-	return fenced
-}
-
-func get(t *testing.T, b bundle, id int64) *effects.Effect {
-	t.Helper()
-	e, err := b.store.Get(b.ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
-func insert(t *testing.T, b bundle, items ...effects.NewEffect) []effects.Inserted {
-	t.Helper()
-	res, err := b.store.Insert(b.ctx, items, 0, "")
-	if err != nil {
-		t.Fatalf("insert: %v", err)
-	}
-	return res
-}
 
 func TestStore_InsertAndGet(t *testing.T) {
 	t.Parallel()
@@ -259,7 +192,7 @@ func TestStore_TranslatesSQLErrors(t *testing.T) {
 func TestNewStore_RejectsBadSchema(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"a-b", `x"; drop table y; --`, "1abc"} {
-		if _, err := effects.NewStore(nil, &effects.Config{Schema: s}); err == nil {
+		if _, err := engine.NewStore(nil, &engine.StoreConfig{Schema: s}); err == nil {
 			t.Errorf("schema %q accepted", s)
 		}
 	}
@@ -308,7 +241,7 @@ func TestStore_ListFilters(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
 	ctx := context.Background()
-	st, err := effects.NewStore(pool, nil)
+	st, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
-	"github.com/sidefx/sidefx/internal/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -17,18 +17,18 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type bundle struct {
 	ctx   context.Context
 	pool  *pgxpool.Pool
-	store *effects.Store
-	eng   *store.Engine
+	store *engine.Store
+	eng   *engine.Engine
 }
 
 func setup(t *testing.T) bundle {
 	t.Helper()
 	pool := pgtest.DB(t)
-	st, err := effects.NewStore(pool, nil)
+	st, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := store.New(pool, "")
+	eng, err := engine.New(pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func insert(t *testing.T, b bundle, items ...effects.NewEffect) []effects.Insert
 func TestNew_RejectsBadSchema(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"a-b", `x"; drop table y; --`, "1abc"} {
-		if _, err := store.New(nil, s); err == nil {
+		if _, err := engine.New(nil, s); err == nil {
 			t.Errorf("schema %q accepted", s)
 		}
 	}

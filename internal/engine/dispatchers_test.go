@@ -1,4 +1,4 @@
-package effects_test
+package engine_test
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 func TestStore_RegistryOfServedKinds(t *testing.T) {
@@ -82,15 +82,15 @@ func TestWhyPending(t *testing.T) {
 func TestStore_KindStatuses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	beat := func(worker string, st ...store.KindBeat) {
+	beat := func(worker string, st ...engine.KindBeat) {
 		t.Helper()
-		if err := b.eng.Beat(b.ctx, store.Beat{Worker: worker, Kinds: []string{"email.receipt", "charge.create"}, Interval: time.Minute, Status: st}); err != nil {
+		if err := b.eng.Beat(b.ctx, engine.Beat{Worker: worker, Kinds: []string{"email.receipt", "charge.create"}, Interval: time.Minute, Status: st}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	beat("w1", store.KindBeat{Kind: "email.receipt", Provider: "mail", PausedFor: time.Hour, InFlight: 2, Limit: 4, Failures: 3, MaxAttempts: 12},
-		store.KindBeat{Kind: "charge.create", Provider: "stripe", Limit: 4, MaxAttempts: 25})
-	beat("w2", store.KindBeat{Kind: "email.receipt", Provider: "mail", InFlight: 1, Limit: 4, Failures: 1, MaxAttempts: 5})
+	beat("w1", engine.KindBeat{Kind: "email.receipt", Provider: "mail", PausedFor: time.Hour, InFlight: 2, Limit: 4, Failures: 3, MaxAttempts: 12},
+		engine.KindBeat{Kind: "charge.create", Provider: "stripe", Limit: 4, MaxAttempts: 25})
+	beat("w2", engine.KindBeat{Kind: "email.receipt", Provider: "mail", InFlight: 1, Limit: 4, Failures: 1, MaxAttempts: 5})
 	now, err := b.store.Now(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestStore_KindStatuses(t *testing.T) {
 		t.Fatalf("charge.create's max attempts = %d to %d, want 25", ch.MaxAttempts, ch.MaxAttemptsUpTo)
 	}
 	// The next beat replaces what w1 said: the pause is over.
-	beat("w1", store.KindBeat{Kind: "email.receipt", Provider: "mail", Limit: 4})
+	beat("w1", engine.KindBeat{Kind: "email.receipt", Provider: "mail", Limit: 4})
 	if st, _ := b.store.KindStatuses(b.ctx); st["email.receipt"].Paused != 0 {
 		t.Fatalf("after the pause: %+v", st["email.receipt"])
 	}

@@ -1,4 +1,4 @@
-package driver_test
+package engine_test
 
 import (
 	"context"
@@ -13,29 +13,27 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/sidefx/sidefx/internal/driver"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
-type bundle struct {
+type sqlBundle struct {
 	ctx context.Context
-	db  driver.DB // database/sql over pgx/stdlib, through driver.SQL
+	db  engine.DB // database/sql over pgx/stdlib, through engine.SQL
 }
 
-func setup(t *testing.T) bundle {
+func setupSQL(t *testing.T) sqlBundle {
 	t.Helper()
 	sqlDB, err := sql.Open("pgx", pgtest.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sqlDB.Close() })
-	db, err := driver.Of(sqlDB)
+	db, err := engine.Of(sqlDB)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle{ctx: context.Background(), db: db}
+	return sqlBundle{ctx: context.Background(), db: db}
 }
 
 var awkward = []string{``, `a"b`, `back\slash`, `\`, `"`, `c,d`, `{braces}`, `}`, ` spaced `, `NULL`, `null`, `ünïcødé ✓`, `'q'`, "tab\tnew\nline"}
@@ -44,7 +42,7 @@ var awkward = []string{``, `a"b`, `back\slash`, `\`, `"`, `c,d`, `{braces}`, `}`
 // their elements hold.
 func TestSQL_ArraysRoundTrip(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupSQL(t)
 	var texts []string
 	if err := b.db.QueryRow(b.ctx, "SELECT $1::text[]", awkward).Scan(&texts); err != nil {
 		t.Fatal(err)
@@ -83,7 +81,7 @@ func TestSQL_ArraysRoundTrip(t *testing.T) {
 
 func TestSQL_TimestamptzArrays(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupSQL(t)
 	at := time.Date(2031, 7, 4, 12, 30, 15, 123456789, time.FixedZone("", -7*3600))
 	ts := []pgtype.Timestamptz{{Time: at, Valid: true}, {}, {InfinityModifier: pgtype.Infinity, Valid: true}}
 	var first time.Time
@@ -107,7 +105,7 @@ func TestSQL_TimestamptzArrays(t *testing.T) {
 // No row is pgx.ErrNoRows, as with pgx, and so sql.ErrNoRows too.
 func TestSQL_NoRow(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupSQL(t)
 	var n int
 	err := b.db.QueryRow(b.ctx, "SELECT 1 WHERE false").Scan(&n)
 	if !errors.Is(err, pgx.ErrNoRows) || !errors.Is(err, sql.ErrNoRows) {
@@ -117,7 +115,7 @@ func TestSQL_NoRow(t *testing.T) {
 
 func TestSQL_ExecReportsRowsAffected(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupSQL(t)
 	if _, err := b.db.Exec(b.ctx, "CREATE TABLE t (x int)"); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +133,7 @@ func TestSQL_ExecReportsRowsAffected(t *testing.T) {
 // naming it, never a panic.
 func TestSQL_ClearErrors(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupSQL(t)
 	_, err := b.db.Query(b.ctx, "SELECT $1::float8[]", []float64{1.5})
 	if err == nil || !strings.Contains(err.Error(), "argument $1") || !strings.Contains(err.Error(), "[]float64") {
 		t.Fatalf("a []float64 argument: %v, want an error naming $1 and its type", err)
@@ -159,7 +157,7 @@ func TestSQL_ClearErrors(t *testing.T) {
 func TestOf_AcceptsBothFamilies(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.DB(t)
-	if db, err := driver.Of(pool); err != nil || db != driver.DB(pool) {
+	if db, err := engine.Of(pool); err != nil || db != engine.DB(pool) {
 		t.Fatalf("Of(pool) = %v, %v: want the pool itself", db, err)
 	}
 	sqlDB, err := sql.Open("pgx", pgtest.URL(t))
@@ -167,14 +165,14 @@ func TestOf_AcceptsBothFamilies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sqlDB.Close() })
-	db, err := driver.Of(sqlDB)
+	db, err := engine.Of(sqlDB)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := db.(pgx.Tx); ok {
 		t.Fatal("a *sql.DB passes for a pgx.Tx")
 	}
-	if _, err := driver.Of(struct{}{}); err == nil || !strings.Contains(err.Error(), "db has type struct {}") {
+	if _, err := engine.Of(struct{}{}); err == nil || !strings.Contains(err.Error(), "db has type struct {}") {
 		t.Fatalf("Of(struct{}{}) = %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package effects_test
+package engine_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 func TestStore_SupersedeAnEffectThatDidNothing(t *testing.T) {
@@ -22,7 +22,7 @@ func TestStore_SupersedeAnEffectThatDidNothing(t *testing.T) {
 	id := insert(t, b, effects.NewEffect{SourceID: "o1", Kind: "charge", Payload: bad})[0].ID
 	// Declined: a definite refusal, recorded failed.
 	claim(t, b, "w", time.Minute, "charge")
-	complete(t, b, store.Outcome{ID: id, Attempt: 1, State: effects.Failed, Settles: true, ProviderRef: "ch_declined", Error: "card declined"})
+	complete(t, b, engine.Outcome{ID: id, Attempt: 1, State: effects.Failed, Settles: true, ProviderRef: "ch_declined", Error: "card declined"})
 	before := get(t, b, id)
 	ops := effects.By{Actor: "ops@host", Note: "customer gave another card"}
 
@@ -96,7 +96,7 @@ func TestStore_SupersedeRefusesWhatMayHaveBeenPerformed(t *testing.T) {
 
 	lost := one(t, b, "lost", "k")
 	claim(t, b, "w", time.Minute, "k")
-	complete(t, b, store.Outcome{ID: lost, Attempt: 1, State: effects.Pending, MaybePerformed: true, Error: "timeout"})
+	complete(t, b, engine.Outcome{ID: lost, Attempt: 1, State: effects.Pending, MaybePerformed: true, Error: "timeout"})
 
 	fired := one(t, b, "fired", "k.fired")
 	claim(t, b, "w", time.Minute, "k.fired")
@@ -209,7 +209,7 @@ func TestStore_SupersedeRefusesAnEffectChangedSinceItWasRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(b.ctx)
-	inTx, err := effects.NewStore(tx, nil)
+	inTx, err := engine.NewStore(tx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,25 +1,4 @@
-// Package driver is the seam between sidefx's statements and the database
-// handle a caller passes in: one of pgx's (pgx.Tx, *pgxpool.Pool,
-// *pgx.Conn) or one of database/sql's (*sql.Tx, *sql.DB, *sql.Conn) over any
-// PostgreSQL driver (pgx/stdlib, lib/pq).
-//
-// The statements are written once, in pgx's terms: DB is pgx's query
-// interface, arguments are the Go values pgx encodes (slices for arrays,
-// pgtype values for nullable ones), and rows scan into the same. There is
-// one implementation of DB per driver family:
-//
-//   - pgx: the caller's handle is a DB as it is.
-//   - database/sql: SQL wraps it. Arrays travel as PostgreSQL array
-//     literals, text parameters that every driver passes through unchanged
-//     and PostgreSQL casts to the array type the statement names
-//     ($1::text[]); arrays are scanned from their text form; no row is
-//     pgx.ErrNoRows, as with pgx. Errors keep the driver's own type
-//     (*pgconn.PgError, *pq.Error), which tells the SQLSTATE: package
-//     effects translates both.
-//
-// The packages that take a caller's handle (outbox, inbox, edge and the
-// test kit) turn it into a DB with Of.
-package driver
+package engine
 
 import (
 	"context"

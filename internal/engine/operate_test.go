@@ -1,4 +1,4 @@
-package effects_test
+package engine_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // settle claims the one effect of kind and records st for it.
@@ -18,7 +18,7 @@ func settle(t *testing.T, b bundle, kind string, st effects.State) *effects.Effe
 	if len(got) != 1 {
 		t.Fatalf("claimed %d", len(got))
 	}
-	if _, err := b.eng.Complete(b.ctx, []store.Outcome{{ID: got[0].ID, Attempt: got[0].Attempts, State: st, Error: "provider said no"}}); err != nil {
+	if _, err := b.eng.Complete(b.ctx, []engine.Outcome{{ID: got[0].ID, Attempt: got[0].Attempts, State: st, Error: "provider said no"}}); err != nil {
 		t.Fatal(err)
 	}
 	e, _ := b.store.Get(b.ctx, got[0].ID)

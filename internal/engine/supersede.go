@@ -1,41 +1,13 @@
-package effects
+package engine
 
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/effects"
 )
-
-// Version is the version of an effect an operator's correction was
-// computed from: its revision and payload hash as the operator read them.
-type Version struct {
-	Revision int
-	// PayloadHash is the SHA-256 of the canonical (jsonb) text of the
-	// payload, as Effect.PayloadHash holds it; sidefx inspect and the
-	// console show it in hex.
-	PayloadHash []byte
-}
-
-// Version returns the version of e as it was read.
-func (e *Effect) Version() Version { return Version{Revision: e.Revision, PayloadHash: e.PayloadHash} }
-
-func (v Version) String() string {
-	return fmt.Sprintf("revision %d, payload hash %x", v.Revision, v.PayloadHash)
-}
-
-// ParsePayloadHash reads a payload hash written in hex, as sidefx inspect
-// and the console show it.
-func ParsePayloadHash(s string) ([]byte, error) {
-	h, err := hex.DecodeString(s)
-	if err != nil || len(h) != 32 {
-		return nil, fmt.Errorf("%q is not a payload hash: want its SHA-256 in 64 hex digits", s)
-	}
-	return h, nil
-}
 
 // Supersede replaces the payload of an effect that definitely did nothing
 // with a corrected one, and sends it again: the way out when a payload
@@ -71,21 +43,21 @@ func ParsePayloadHash(s string) ([]byte, error) {
 //
 // The caller checks the payload against its provider first (sidefx
 // supersede does, with the daemon's configuration).
-func (s *Store) Supersede(ctx context.Context, id int64, from Version, payload json.RawMessage, extra int, a By) (*Effect, error) {
+func (s *Store) Supersede(ctx context.Context, id int64, from effects.Version, payload json.RawMessage, extra int, a effects.By) (*effects.Effect, error) {
 	const op = "supersede"
-	if err := a.validate(); err != nil {
+	if err := a.Validate(); err != nil {
 		return nil, err
 	}
 	if len(from.PayloadHash) != 32 {
-		return nil, invalid("payload hash", "of the version superseded is not a SHA-256: read the effect first")
+		return nil, effects.Invalid("payload hash", "of the version superseded is not a SHA-256: read the effect first")
 	}
 	if extra < 1 {
-		return nil, invalid("attempts", "must be at least 1")
+		return nil, effects.Invalid("attempts", "must be at least 1")
 	}
 	if err := checkObject(payload); err != nil {
 		return nil, err
 	}
-	q := sqlname.Quote(s.schema)
+	q := Quote(s.schema)
 	t := s.q.table
 	// The subquery locks the row and returns its version before the update
 	// (FOR UPDATE makes it the latest committed one), so the history
@@ -123,46 +95,46 @@ func (s *Store) Supersede(ctx context.Context, id int64, from Version, payload j
 	if err == nil {
 		return e, nil
 	}
-	if err = translate(err); err != ErrNotFound {
+	if err = translate(err); err != effects.ErrNotFound {
 		return nil, fmt.Errorf("%s effect %d: %w", op, id, err)
 	}
 	return nil, s.supersedeRefusal(ctx, id, from, payload)
 }
 
 // supersedeRefusal explains why Supersede changed nothing.
-func (s *Store) supersedeRefusal(ctx context.Context, id int64, from Version, payload json.RawMessage) error {
+func (s *Store) supersedeRefusal(ctx context.Context, id int64, from effects.Version, payload json.RawMessage) error {
 	const op = "supersede"
 	cur, err := s.Get(ctx, id)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	switch {
-	case !cur.ReapedAt.IsZero() || cur.State == Confirmed || cur.State == Cancelled:
-		return &StateError{ID: cur.ID, State: cur.State, Want: []State{Pending, Failed}, Op: op, ReapedAt: cur.ReapedAt}
-	case cur.MaybePerformed() || cur.State == Uncertain || cur.Flag != "":
+	case !cur.ReapedAt.IsZero() || cur.State == effects.Confirmed || cur.State == effects.Cancelled:
+		return &effects.StateError{ID: cur.ID, State: cur.State, Want: []effects.State{effects.Pending, effects.Failed}, Op: op, ReapedAt: cur.ReapedAt}
+	case cur.MaybePerformed() || cur.State == effects.Uncertain || cur.Flag != "":
 		why := cur.LastError
 		if cur.Flag != "" {
 			why = cur.Flag
 		}
-		return &MaybePerformedError{ID: cur.ID, Op: op, State: cur.State, Attempts: cur.Attempts,
+		return &effects.MaybePerformedError{ID: cur.ID, Op: op, State: cur.State, Attempts: cur.Attempts,
 			MaybeAttempts: cur.MaybeAttempts, Why: why}
 	case cur.Revision != from.Revision || !bytes.Equal(cur.PayloadHash, from.PayloadHash):
-		return &ChangedError{ID: cur.ID, Op: op, From: from, Now: cur.Version()}
+		return &effects.ChangedError{ID: cur.ID, Op: op, From: from, Now: cur.Version()}
 	}
 	var (
 		hash        []byte
 		size, limit int
 	)
 	err = s.db.QueryRow(ctx, `SELECT pg_catalog.sha256(pg_catalog.convert_to($1::jsonb::text, 'UTF8')), pg_catalog.octet_length($1::jsonb::text), max_payload_bytes
-		FROM `+sqlname.Quote(s.schema)+`.sidefx_settings`, string(payload)).Scan(&hash, &size, &limit)
+		FROM `+Quote(s.schema)+`.sidefx_settings`, string(payload)).Scan(&hash, &size, &limit)
 	if err != nil {
 		return fmt.Errorf("%s effect %d: %w", op, id, translate(err))
 	}
 	switch {
 	case bytes.Equal(hash, cur.PayloadHash):
-		return invalid("payload", fmt.Sprintf("is effect %d's payload already: nothing to supersede (retry sends it again under the same key)", id))
+		return effects.Invalid("payload", fmt.Sprintf("is effect %d's payload already: nothing to supersede (retry sends it again under the same key)", id))
 	case size > limit:
-		return invalid("payload", fmt.Sprintf("is %d bytes, the limit is %d", size, limit))
+		return effects.Invalid("payload", fmt.Sprintf("is %d bytes, the limit is %d", size, limit))
 	}
 	return fmt.Errorf("%s effect %d: it changed while being superseded (now %s); look at it again", op, id, cur.State)
 }
@@ -170,10 +142,10 @@ func (s *Store) supersedeRefusal(ctx context.Context, id int64, from Version, pa
 // checkObject returns a *ValidationError unless payload is one JSON object.
 func checkObject(payload json.RawMessage) error {
 	if !json.Valid(payload) {
-		return invalid("payload", "is not valid JSON")
+		return effects.Invalid("payload", "is not valid JSON")
 	}
 	if b := bytes.TrimLeft(payload, " \t\r\n"); len(b) == 0 || b[0] != '{' {
-		return invalid("payload", "is not a JSON object")
+		return effects.Invalid("payload", "is not a JSON object")
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // one enqueues one effect of kind and returns its id.
@@ -18,7 +18,7 @@ func one(t *testing.T, b bundle, source, kind string) int64 {
 	return insert(t, b, effects.NewEffect{SourceID: source, Kind: kind, Payload: json.RawMessage(`{}`)})[0].ID
 }
 
-func complete(t *testing.T, b bundle, outs ...store.Outcome) []store.Outcome {
+func complete(t *testing.T, b bundle, outs ...engine.Outcome) []engine.Outcome {
 	t.Helper()
 	fenced, err := b.eng.Complete(b.ctx, outs)
 	if err != nil {
@@ -44,7 +44,7 @@ func TestEngine_EvidenceOfMaybePerformed(t *testing.T) {
 	// Attempt 1: the answer was lost. Back to pending with the same key,
 	// but it may have been performed: cancelling is refused.
 	claim(t, b, "w", time.Minute, "k.keyed")
-	if f := complete(t, b, store.Outcome{ID: id, Attempt: 1, State: effects.Pending, MaybePerformed: true, Error: "timeout"}); len(f) != 0 {
+	if f := complete(t, b, engine.Outcome{ID: id, Attempt: 1, State: effects.Pending, MaybePerformed: true, Error: "timeout"}); len(f) != 0 {
 		t.Fatalf("fenced %v", f)
 	}
 	e := get(t, b, id)
@@ -65,14 +65,14 @@ func TestEngine_EvidenceOfMaybePerformed(t *testing.T) {
 
 	// Attempt 2: 429, definitely not done, but only for attempt 2.
 	claim(t, b, "w", time.Minute, "k.keyed")
-	complete(t, b, store.Outcome{ID: id, Attempt: 2, State: effects.Pending, Error: "429"})
+	complete(t, b, engine.Outcome{ID: id, Attempt: 2, State: effects.Pending, Error: "429"})
 	if e := get(t, b, id); !slices.Equal(e.MaybeAttempts, []int{1}) {
 		t.Fatalf("a 429 cleared another attempt's evidence: %v", e.MaybeAttempts)
 	}
 	// Attempt 3 runs out of attempts with a retryable answer: the decision
 	// says failed, but attempt 1 may have been performed, so uncertain.
 	claim(t, b, "w", time.Minute, "k.keyed")
-	complete(t, b, store.Outcome{ID: id, Attempt: 3, State: effects.Failed, Error: "503, out of attempts"})
+	complete(t, b, engine.Outcome{ID: id, Attempt: 3, State: effects.Failed, Error: "503, out of attempts"})
 	if e := get(t, b, id); e.State != effects.Uncertain {
 		t.Fatalf("failed with evidence left: %s", e.State)
 	}
@@ -80,9 +80,9 @@ func TestEngine_EvidenceOfMaybePerformed(t *testing.T) {
 	// A definite refusal for the key settles every attempt.
 	id2 := one(t, b, "o2", "k.keyed")
 	claim(t, b, "w", time.Minute, "k.keyed")
-	complete(t, b, store.Outcome{ID: id2, Attempt: 1, State: effects.Pending, MaybePerformed: true})
+	complete(t, b, engine.Outcome{ID: id2, Attempt: 1, State: effects.Pending, MaybePerformed: true})
 	claim(t, b, "w", time.Minute, "k.keyed")
-	complete(t, b, store.Outcome{ID: id2, Attempt: 2, State: effects.Failed, Settles: true, Error: "card declined"})
+	complete(t, b, engine.Outcome{ID: id2, Attempt: 2, State: effects.Failed, Settles: true, Error: "card declined"})
 	if e := get(t, b, id2); e.State != effects.Failed || len(e.MaybeAttempts) != 0 || e.MaybePerformed() {
 		t.Fatalf("a settling refusal: %s, maybe %v", e.State, e.MaybeAttempts)
 	}
@@ -90,7 +90,7 @@ func TestEngine_EvidenceOfMaybePerformed(t *testing.T) {
 	// Never fired, or every attempt definitely did nothing: cancellable.
 	id3 := one(t, b, "o3", "k.keyed")
 	claim(t, b, "w", time.Minute, "k.keyed")
-	complete(t, b, store.Outcome{ID: id3, Attempt: 1, State: effects.Pending, Error: "connection refused"})
+	complete(t, b, engine.Outcome{ID: id3, Attempt: 1, State: effects.Pending, Error: "connection refused"})
 	if _, err := b.store.Cancel(b.ctx, "o3", "k.keyed"); err != nil {
 		t.Fatalf("cancel after a definite no: %v", err)
 	}
@@ -111,7 +111,7 @@ func TestEngine_KeyWindow(t *testing.T) {
 	timeouts := map[string]time.Duration{"k.keyed": 30 * time.Second}
 	claimW := func() []*effects.Effect {
 		t.Helper()
-		got, err := b.eng.Claim(b.ctx, store.ClaimParams{Kinds: []string{"k.keyed"}, Limit: 10, Lease: time.Minute, Worker: "w",
+		got, err := b.eng.Claim(b.ctx, engine.ClaimParams{Kinds: []string{"k.keyed"}, Limit: 10, Lease: time.Minute, Worker: "w",
 			KeyWindows: windows, Timeouts: timeouts})
 		if err != nil {
 			t.Fatal(err)
@@ -122,7 +122,7 @@ func TestEngine_KeyWindow(t *testing.T) {
 	// Claim: a maybe-performed effect past its window is not fired again.
 	id := one(t, b, "late", "k.keyed")
 	first := claimW()[0]
-	complete(t, b, store.Outcome{ID: id, Attempt: 1, State: effects.Pending, MaybePerformed: true})
+	complete(t, b, engine.Outcome{ID: id, Attempt: 1, State: effects.Pending, MaybePerformed: true})
 	ageFirstFire(t, b, id, 24*time.Hour-10*time.Second) // the call (30s) would end past the window
 	got := claimW()
 	if len(got) != 1 || got[0].State != effects.Uncertain || got[0].Attempts != 1 || !strings.Contains(got[0].LastError, "not sent again") {
@@ -135,7 +135,7 @@ func TestEngine_KeyWindow(t *testing.T) {
 	// An effect that was never possibly performed is fired whatever its age.
 	id2 := one(t, b, "clean", "k.keyed")
 	claimW()
-	complete(t, b, store.Outcome{ID: id2, Attempt: 1, State: effects.Pending, Error: "429"})
+	complete(t, b, engine.Outcome{ID: id2, Attempt: 1, State: effects.Pending, Error: "429"})
 	ageFirstFire(t, b, id2, 48*time.Hour)
 	if got := claimW(); len(got) != 1 || got[0].State != effects.Fired {
 		t.Fatalf("a never-performed effect past the window: %+v", got)
@@ -144,7 +144,7 @@ func TestEngine_KeyWindow(t *testing.T) {
 	// Complete: a retry whose backoff would end past the window is uncertain.
 	id3 := one(t, b, "backoff", "k.keyed")
 	claimW()
-	complete(t, b, store.Outcome{ID: id3, Attempt: 1, State: effects.Pending, MaybePerformed: true, RetryIn: 25 * time.Hour,
+	complete(t, b, engine.Outcome{ID: id3, Attempt: 1, State: effects.Pending, MaybePerformed: true, RetryIn: 25 * time.Hour,
 		KeyWindow: 24 * time.Hour, CallTimeout: 30 * time.Second})
 	if e := get(t, b, id3); e.State != effects.Uncertain || !strings.Contains(e.LastError, "not retried") {
 		t.Fatalf("a retry past the window: %s %q", e.State, e.LastError)
@@ -152,7 +152,7 @@ func TestEngine_KeyWindow(t *testing.T) {
 	// Retry-After inside the window keeps it pending.
 	id4 := one(t, b, "inside", "k.keyed")
 	claimW()
-	complete(t, b, store.Outcome{ID: id4, Attempt: 1, State: effects.Pending, MaybePerformed: true, RetryIn: time.Hour,
+	complete(t, b, engine.Outcome{ID: id4, Attempt: 1, State: effects.Pending, MaybePerformed: true, RetryIn: time.Hour,
 		KeyWindow: 24 * time.Hour, CallTimeout: 30 * time.Second})
 	if e := get(t, b, id4); e.State != effects.Pending {
 		t.Fatalf("a retry inside the window: %s", e.State)
@@ -165,7 +165,7 @@ func TestEngine_KeyWindow(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET lease_until = now() - interval '1 second' WHERE id = $1`, id5); err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.eng.Rescue(b.ctx, []store.RescuePolicy{{Kind: "k.keyed", Repeatable: true, MaxAttempts: 5, KeyWindow: 24 * time.Hour, Timeout: 30 * time.Second}}, 10)
+	r, err := b.eng.Rescue(b.ctx, []engine.RescuePolicy{{Kind: "k.keyed", Repeatable: true, MaxAttempts: 5, KeyWindow: 24 * time.Hour, Timeout: 30 * time.Second}}, 10)
 	if err != nil || len(r) != 1 || r[0].State != effects.Uncertain {
 		t.Fatalf("rescue past the window = %+v, %v", r, err)
 	}
@@ -179,7 +179,7 @@ func TestEngine_LateAnswersAreNeverThrownAway(t *testing.T) {
 		if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET lease_until = now() - interval '1 second' WHERE state = 'fired'`); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.eng.Rescue(b.ctx, []store.RescuePolicy{
+		if _, err := b.eng.Rescue(b.ctx, []engine.RescuePolicy{
 			{Kind: "k.keyed", Repeatable: true, MaxAttempts: 5},
 			{Kind: "k.once", Repeatable: false, MaxAttempts: 5},
 		}, 100); err != nil {
@@ -194,7 +194,7 @@ func TestEngine_LateAnswersAreNeverThrownAway(t *testing.T) {
 	claim(t, b, "w1", time.Minute, "k.keyed")
 	rescue()
 	claim(t, b, "w2", time.Minute, "k.keyed")
-	if f := complete(t, b, store.Outcome{ID: a, Attempt: 1, State: effects.Confirmed, ProviderRef: "ch_1", Settles: true}); len(f) != 0 {
+	if f := complete(t, b, engine.Outcome{ID: a, Attempt: 1, State: effects.Confirmed, ProviderRef: "ch_1", Settles: true}); len(f) != 0 {
 		t.Fatalf("late confirmation fenced")
 	}
 	if e := get(t, b, a); e.State != effects.Confirmed || e.ProviderRef != "ch_1" || len(e.MaybeAttempts) != 0 {
@@ -202,10 +202,10 @@ func TestEngine_LateAnswersAreNeverThrownAway(t *testing.T) {
 	}
 	// The newer attempt's replay of the same answer is absorbed; another
 	// reference flags a duplicate.
-	if f := complete(t, b, store.Outcome{ID: a, Attempt: 2, State: effects.Confirmed, ProviderRef: "ch_1"}); len(f) != 0 {
+	if f := complete(t, b, engine.Outcome{ID: a, Attempt: 2, State: effects.Confirmed, ProviderRef: "ch_1"}); len(f) != 0 {
 		t.Fatalf("the same answer again was fenced")
 	}
-	complete(t, b, store.Outcome{ID: a, Attempt: 2, State: effects.Confirmed, ProviderRef: "ch_2"})
+	complete(t, b, engine.Outcome{ID: a, Attempt: 2, State: effects.Confirmed, ProviderRef: "ch_2"})
 	if e := get(t, b, a); e.ProviderRef != "ch_1" || !strings.Contains(e.Flag, "ch_2") {
 		t.Fatalf("a second reference: ref %s flag %q", e.ProviderRef, e.Flag)
 	}
@@ -218,7 +218,7 @@ func TestEngine_LateAnswersAreNeverThrownAway(t *testing.T) {
 	if _, err := b.store.Resolve(b.ctx, c, effects.Failed, "", op); err != nil {
 		t.Fatal(err)
 	}
-	complete(t, b, store.Outcome{ID: c, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_9", Detail: json.RawMessage(`{"id":"msg_9"}`)})
+	complete(t, b, engine.Outcome{ID: c, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_9", Detail: json.RawMessage(`{"id":"msg_9"}`)})
 	e := get(t, b, c)
 	if e.State != effects.Failed || e.ProviderRef != "msg_9" || !e.MaybePerformed() || !strings.Contains(e.Flag, "performed") {
 		t.Fatalf("late answer after an operator's decision: %+v", e)
@@ -234,8 +234,8 @@ func TestEngine_LateAnswersAreNeverThrownAway(t *testing.T) {
 	claim(t, b, "w1", time.Minute, "k.keyed")
 	rescue()
 	claim(t, b, "w2", time.Minute, "k.keyed")
-	complete(t, b, store.Outcome{ID: d, Attempt: 2, State: effects.Failed, Settles: true})
-	complete(t, b, store.Outcome{ID: d, Attempt: 1, State: effects.Confirmed, ProviderRef: "ch_d"})
+	complete(t, b, engine.Outcome{ID: d, Attempt: 2, State: effects.Failed, Settles: true})
+	complete(t, b, engine.Outcome{ID: d, Attempt: 1, State: effects.Confirmed, ProviderRef: "ch_d"})
 	if e := get(t, b, d); e.State != effects.Confirmed || e.ProviderRef != "ch_d" {
 		t.Fatalf("late proof after the dispatcher's failed: %+v", e)
 	}
@@ -245,7 +245,7 @@ func TestEngine_LateAnswersAreNeverThrownAway(t *testing.T) {
 	g := one(t, b, "g", "k.once")
 	claim(t, b, "w1", time.Minute, "k.once")
 	rescue()
-	if f := complete(t, b, store.Outcome{ID: g, Attempt: 1, State: effects.Pending, Error: "connection refused"}); len(f) != 0 {
+	if f := complete(t, b, engine.Outcome{ID: g, Attempt: 1, State: effects.Pending, Error: "connection refused"}); len(f) != 0 {
 		t.Fatalf("fenced")
 	}
 	if e := get(t, b, g); e.State != effects.Pending || e.MaybePerformed() {
@@ -281,7 +281,7 @@ func TestEngine_RefirePastTheKeyWindowNeedsConsent(t *testing.T) {
 	b := setup(t)
 	id := one(t, b, "r", "k.keyed")
 	claim(t, b, "w", time.Minute, "k.keyed")
-	complete(t, b, store.Outcome{ID: id, Attempt: 1, State: effects.Uncertain, MaybePerformed: true, Error: "timeout"})
+	complete(t, b, engine.Outcome{ID: id, Attempt: 1, State: effects.Uncertain, MaybePerformed: true, Error: "timeout"})
 	op := effects.By{Actor: "ops", Note: "nothing at the provider"}
 	inside := effects.RefireOptions{KeyWindow: 24 * time.Hour}
 

@@ -1,7 +1,4 @@
-// Package sqlname validates and quotes the schema name sidefx is configured
-// with, and names what hangs off it (the notification channel), for the
-// packages that build SQL: migrations and effects.
-package sqlname
+package engine
 
 import (
 	"fmt"
@@ -19,9 +16,9 @@ const MaxSchemaLen = 48
 
 var schemaRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// Schema returns schema, or DefaultSchema when it is empty, after checking
+// CheckSchema returns schema, or DefaultSchema when it is empty, after checking
 // that it is a plain identifier.
-func Schema(schema string) (string, error) {
+func CheckSchema(schema string) (string, error) {
 	if schema == "" {
 		return DefaultSchema, nil
 	}

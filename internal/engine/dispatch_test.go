@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/store"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 func claim(t *testing.T, b bundle, worker string, lease time.Duration, kinds ...string) []*effects.Effect {
 	t.Helper()
-	got, err := b.eng.Claim(b.ctx, store.ClaimParams{Kinds: kinds, Limit: 100, Lease: lease, Worker: worker})
+	got, err := b.eng.Claim(b.ctx, engine.ClaimParams{Kinds: kinds, Limit: 100, Lease: lease, Worker: worker})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestEngine_ClaimTakesDuePendingOnce(t *testing.T) {
 	if again := claim(t, b, "w2", time.Minute, "k.one"); len(again) != 0 {
 		t.Fatalf("a second claim took %d fired or future effects", len(again))
 	}
-	if lim, err := b.eng.Claim(b.ctx, store.ClaimParams{Kinds: []string{"k.two"}, Limit: 0, Lease: time.Minute}); err != nil || len(lim) != 0 {
+	if lim, err := b.eng.Claim(b.ctx, engine.ClaimParams{Kinds: []string{"k.two"}, Limit: 0, Lease: time.Minute}); err != nil || len(lim) != 0 {
 		t.Fatalf("limit 0 claimed %d, %v", len(lim), err)
 	}
 }
@@ -86,7 +86,7 @@ func TestEngine_CompleteIsFencedByAttempt(t *testing.T) {
 		t.Fatalf("claimed %d", len(stale))
 	}
 	waitLeaseExpired(t, b)
-	rescued, err := b.eng.Rescue(b.ctx, []store.RescuePolicy{
+	rescued, err := b.eng.Rescue(b.ctx, []engine.RescuePolicy{
 		{Kind: "k.idem", Repeatable: true, MaxAttempts: 5},
 		{Kind: "k.once", Repeatable: false, MaxAttempts: 5},
 	}, 100)
@@ -115,7 +115,7 @@ func TestEngine_CompleteIsFencedByAttempt(t *testing.T) {
 	// A's late answers: for the idempotent effect it is stale and must not
 	// overwrite attempt 2; for the at-most-once effect, nobody claimed it
 	// again, so A's definite answer resolves the uncertainty.
-	fenced, err := b.eng.Complete(b.ctx, []store.Outcome{
+	fenced, err := b.eng.Complete(b.ctx, []engine.Outcome{
 		{ID: idemID, Attempt: 1, State: effects.Failed, Error: "stale worker's answer"},
 		{ID: onceID, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_1", Detail: json.RawMessage(`{"late":true}`)},
 	})
@@ -136,7 +136,7 @@ func TestEngine_CompleteIsFencedByAttempt(t *testing.T) {
 	// B's own answer applies; a write of it again (retried after a commit
 	// that looked failed) counts as applied, not fenced.
 	for i, want := range []int{0, 0} {
-		fenced, err := b.eng.Complete(b.ctx, []store.Outcome{{ID: idemID, Attempt: 2, State: effects.Confirmed, ProviderRef: "pi_2"}})
+		fenced, err := b.eng.Complete(b.ctx, []engine.Outcome{{ID: idemID, Attempt: 2, State: effects.Confirmed, ProviderRef: "pi_2"}})
 		if err != nil || len(fenced) != want {
 			t.Fatalf("write %d of attempt 2: fenced %v, %v", i, fenced, err)
 		}
@@ -145,13 +145,13 @@ func TestEngine_CompleteIsFencedByAttempt(t *testing.T) {
 	insert(t, b, effects.NewEffect{SourceID: "x", Kind: "k.idem", Payload: json.RawMessage(`{}`)})
 	x := claim(t, b, "worker-a", time.Second, "k.idem")[0]
 	waitLeaseExpired(t, b)
-	if _, err := b.eng.Rescue(b.ctx, []store.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 5}}, 100); err != nil {
+	if _, err := b.eng.Rescue(b.ctx, []engine.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 5}}, 100); err != nil {
 		t.Fatal(err)
 	}
 	if e, _ := b.store.Get(b.ctx, x.ID); !slices.Equal(e.MaybeAttempts, []int{1}) {
 		t.Fatalf("a rescued attempt is evidence: maybe attempts %v, want [1]", e.MaybeAttempts)
 	}
-	fenced, err = b.eng.Complete(b.ctx, []store.Outcome{{ID: x.ID, Attempt: 1, State: effects.Pending, RetryIn: time.Hour}})
+	fenced, err = b.eng.Complete(b.ctx, []engine.Outcome{{ID: x.ID, Attempt: 1, State: effects.Pending, RetryIn: time.Hour}})
 	if err != nil || len(fenced) != 1 {
 		t.Fatalf("late retryable answer: fenced %v, %v", fenced, err)
 	}
@@ -170,7 +170,7 @@ func TestEngine_RescueRespectsAttempts(t *testing.T) {
 	)
 	claim(t, b, "w", time.Second, "k.idem")
 	waitLeaseExpired(t, b)
-	got, err := b.eng.Rescue(b.ctx, []store.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 3}}, 100)
+	got, err := b.eng.Rescue(b.ctx, []engine.RescuePolicy{{Kind: "k.idem", Repeatable: true, MaxAttempts: 3}}, 100)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("rescue = %v, %v", got, err)
 	}
@@ -245,9 +245,9 @@ func TestEngine_ExclusiveRunsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	inner := make(chan bool, 1)
-	ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*store.Engine) error {
+	ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*engine.Engine) error {
 		// While held, another taker is turned away.
-		ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*store.Engine) error { return nil })
+		ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*engine.Engine) error { return nil })
 		if err != nil {
 			return err
 		}
@@ -260,7 +260,7 @@ func TestEngine_ExclusiveRunsOnce(t *testing.T) {
 	if <-inner {
 		t.Fatal("a second holder ran while the lock was held")
 	}
-	if ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*store.Engine) error { return nil }); err != nil || !ran {
+	if ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*engine.Engine) error { return nil }); err != nil || !ran {
 		t.Fatalf("after release = %v, %v", ran, err)
 	}
 }
@@ -276,7 +276,7 @@ func TestEngine_ExclusivePausedHolderLosesTheLock(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
-		_, err := b.eng.Exclusive(ctx, b.pool, "job", func(*store.Engine) error {
+		_, err := b.eng.Exclusive(ctx, b.pool, "job", func(*engine.Engine) error {
 			close(held)
 			<-resume // paused, idle in transaction, past the deadline
 			return nil
@@ -288,7 +288,7 @@ func TestEngine_ExclusivePausedHolderLosesTheLock(t *testing.T) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*store.Engine) error { return nil })
+		ran, err := b.eng.Exclusive(b.ctx, b.pool, "job", func(*engine.Engine) error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,11 +310,11 @@ func TestEngine_ExclusivePausedHolderLosesTheLock(t *testing.T) {
 func TestEngine_CompleteRejectsImpossibleOutcomes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, o := range []store.Outcome{
+	for _, o := range []engine.Outcome{
 		{ID: 1, Attempt: 1, State: effects.Cancelled},
 		{ID: 1, Attempt: 1, State: effects.Fired},
 	} {
-		if _, err := b.eng.Complete(b.ctx, []store.Outcome{o}); err == nil {
+		if _, err := b.eng.Complete(b.ctx, []engine.Outcome{o}); err == nil {
 			t.Errorf("Complete accepted %+v", o)
 		}
 	}
@@ -331,7 +331,7 @@ func TestEngine_CompleteStoresHostileAnswers(t *testing.T) {
 	}
 	insert(t, b, items...)
 	claimed := claim(t, b, "w", time.Minute, "k")
-	hostile := []store.Outcome{
+	hostile := []engine.Outcome{
 		{Detail: json.RawMessage(`{"msg":"nul \u0000 inside"}`), Error: "boom"},
 		{Detail: json.RawMessage(`{"msg":"lone \ud800 surrogate"}`), Error: "nul byte \x00 \x00 in error"},
 		{Detail: json.RawMessage(`{not json`), Error: "bad utf8 \xff\xfe"},
@@ -339,7 +339,7 @@ func TestEngine_CompleteStoresHostileAnswers(t *testing.T) {
 		{Detail: json.RawMessage(`{"pair":"\ud83d\ude00"}`)},
 		{Detail: json.RawMessage(`{"fine":true}`)},
 	}
-	var outs []store.Outcome
+	var outs []engine.Outcome
 	for i, e := range claimed {
 		o := hostile[i]
 		o.ID, o.Attempt, o.State = e.ID, e.Attempts, effects.Failed
@@ -539,10 +539,10 @@ func TestEngine_CompleteAnnouncesAwaitedOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Exec(context.Background(), "UNLISTEN *") //nolint:errcheck // released next
-	var outs []store.Outcome
+	var outs []engine.Outcome
 	want := map[string]bool{}
 	for _, e := range got {
-		o := store.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, Notify: e.Kind == "k.awaited"}
+		o := engine.Outcome{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, Notify: e.Kind == "k.awaited"}
 		switch e.SourceID {
 		case "again":
 			o.State, o.RetryIn = effects.Pending, time.Hour
@@ -594,7 +594,7 @@ func TestEngine_AnAnswerPastTheKeyWindowKeepsTheForgottenAttemptsEvidence(t *tes
 			insert(t, b, effects.NewEffect{SourceID: "order-1", Kind: "charge.create", Payload: json.RawMessage(`{}`)})
 			e := claim(t, b, "w1", time.Minute, "charge.create")[0]
 			window := 24 * time.Hour
-			if _, err := b.eng.Complete(b.ctx, []store.Outcome{{ID: e.ID, Attempt: 1, State: effects.Pending, MaybePerformed: true, KeyWindow: window}}); err != nil {
+			if _, err := b.eng.Complete(b.ctx, []engine.Outcome{{ID: e.ID, Attempt: 1, State: effects.Pending, MaybePerformed: true, KeyWindow: window}}); err != nil {
 				t.Fatal(err)
 			}
 			// A day and more later, an operator sends it again past the
@@ -606,14 +606,14 @@ func TestEngine_AnAnswerPastTheKeyWindowKeepsTheForgottenAttemptsEvidence(t *tes
 				t.Fatal(err)
 			}
 			e = claim(t, b, "w2", time.Minute, "charge.create")[0]
-			decline := store.Outcome{ID: e.ID, Attempt: 2, State: effects.Failed, Settles: true, KeyWindow: window, Error: "card_declined"}
+			decline := engine.Outcome{ID: e.ID, Attempt: 2, State: effects.Failed, Settles: true, KeyWindow: window, Error: "card_declined"}
 			if late {
 				// Its lease rescued first: the answer arrives late.
 				if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET state = 'uncertain', maybe_attempts = '{1,2}', lease_until = NULL`); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if _, err := b.eng.Complete(b.ctx, []store.Outcome{decline}); err != nil {
+			if _, err := b.eng.Complete(b.ctx, []engine.Outcome{decline}); err != nil {
 				t.Fatal(err)
 			}
 			got, err := b.store.Get(b.ctx, e.ID)

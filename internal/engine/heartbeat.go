@@ -1,4 +1,4 @@
-package store
+package engine
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/effectrow"
 )
 
 // Beat is one heartbeat of a dispatcher: who it is, the kinds it serves, when
@@ -45,14 +44,14 @@ func (s *Engine) Heartbeat(ctx context.Context, worker string, kinds []string, i
 }
 
 // Beat records b in the registry (sidefx_dispatchers), which
-// effects.Store.KindStatuses and the operators' commands read.
+// Store.KindStatuses and the operators' commands read.
 func (s *Engine) Beat(ctx context.Context, b Beat) error {
 	if b.Interval <= 0 {
 		return &effects.ValidationError{Index: -1, Field: "interval", Reason: "must be positive"}
 	}
-	st := make([]effectrow.KindStatus, len(b.Status))
+	st := make([]kindStatusRow, len(b.Status))
 	for i, k := range b.Status {
-		st[i] = effectrow.KindStatus{Kind: k.Kind, Provider: k.Provider, PausedMS: k.PausedFor.Milliseconds(),
+		st[i] = kindStatusRow{Kind: k.Kind, Provider: k.Provider, PausedMS: k.PausedFor.Milliseconds(),
 			InFlight: k.InFlight, Limit: k.Limit, Failures: k.Failures, MaxAttempts: k.MaxAttempts}
 	}
 	raw, err := json.Marshal(st)
@@ -74,7 +73,7 @@ func (s *Engine) Beat(ctx context.Context, b Beat) error {
 
 // RegisterKinds records in sidefx_kinds (schema 21) that a dispatcher
 // serves each kind of b, with its provider: producers then refuse kinds no
-// dispatcher has served lately (effects.Store.InsertKnown). A kind already
+// dispatcher has served lately (engine.Store.InsertKnown). A kind already
 // recorded is written again only when its provider changed or it was last
 // seen an hour ago or more, so heartbeats write almost nothing.
 func (s *Engine) RegisterKinds(ctx context.Context, b Beat) error {

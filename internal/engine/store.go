@@ -1,4 +1,4 @@
-package effects
+package engine
 
 import (
 	"context"
@@ -9,23 +9,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/sidefx/sidefx/internal/effectrow"
-	"github.com/sidefx/sidefx/internal/sqlname"
+	"github.com/sidefx/sidefx/effects"
 )
 
-// DB is what the Store runs statements on: a *pgxpool.Pool, a *pgx.Conn or
-// a pgx.Tx (the caller's transaction) all satisfy it.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Config configures a Store.
-type Config struct {
+// StoreConfig configures a Store.
+type StoreConfig struct {
 	// Schema holds side_effects. Default "public".
 	Schema string
 }
@@ -40,15 +29,15 @@ type Store struct {
 }
 
 // NewStore returns a Store that runs its statements on db. cfg may be nil.
-func NewStore(db DB, cfg *Config) (*Store, error) {
+func NewStore(db DB, cfg *StoreConfig) (*Store, error) {
 	if cfg == nil {
-		cfg = &Config{}
+		cfg = &StoreConfig{}
 	}
-	schema, err := sqlname.Schema(cfg.Schema)
+	schema, err := CheckSchema(cfg.Schema)
 	if err != nil {
 		return nil, fmt.Errorf("new effects store: %w", err)
 	}
-	return &Store{db: db, schema: schema, q: buildQueries(sqlname.Quote(schema))}, nil
+	return &Store{db: db, schema: schema, q: buildQueries(Quote(schema))}, nil
 }
 
 // WithDB returns a Store with the same configuration that runs its
@@ -65,12 +54,10 @@ func (s *Store) Schema() string { return s.schema }
 // Channel returns the LISTEN/NOTIFY channel dispatchers listen on: a
 // notification on it wakes them at once (enqueue sends none; idle
 // dispatchers probe for due effects every poll interval).
-func (s *Store) Channel() string { return sqlname.Channel(s.schema) }
-
-func init() { effectrow.Register(scanEffect) }
+func (s *Store) Channel() string { return Channel(s.schema) }
 
 // columns lists what every read returns, in scanEffect's order.
-var columns = effectrow.Columns("")
+var columns = Columns("")
 
 type queries struct {
 	table, enqueue, enqueueTraced, enqueueKnown, get, getByKey, getBySource, cancel, counts, list, stats string
@@ -93,7 +80,7 @@ func buildQueries(q string) *queries {
 		counts:      `SELECT state, kind, count(*) FROM ` + t + ` GROUP BY state, kind ORDER BY kind, state`,
 		list:        `SELECT ` + columns + ` FROM ` + t,
 		stats: `SELECT s.*, NOT EXISTS (SELECT 1 FROM ` + q + `.sidefx_dispatchers d
-					WHERE s.kind = ANY(d.kinds) AND d.heartbeat_at > now() - (` + strconv.Itoa(LiveAfter) + ` * d.interval_ms OPERATOR(pg_catalog.*) interval '1 millisecond'))
+					WHERE s.kind = ANY(d.kinds) AND d.heartbeat_at > now() - (` + strconv.Itoa(effects.LiveAfter) + ` * d.interval_ms OPERATOR(pg_catalog.*) interval '1 millisecond'))
 			FROM (SELECT kind, state, count(*),
 				CASE WHEN state = 'pending' THEN greatest(extract(epoch FROM now() - min(next_attempt_at)), 0) ELSE 0 END::float8
 				FROM ` + t + ` GROUP BY kind, state) AS s(kind, state, n, oldest)
@@ -101,9 +88,9 @@ func buildQueries(q string) *queries {
 	}
 }
 
-func scanEffect(row pgx.Row) (*Effect, error) {
+func scanEffect(row pgx.Row) (*effects.Effect, error) {
 	var (
-		e                                 Effect
+		e                                 effects.Effect
 		state                             string
 		lease, fired, confirmed           pgtype.Timestamptz
 		firstFired, reaped, due           pgtype.Timestamptz
@@ -128,7 +115,7 @@ func scanEffect(row pgx.Row) (*Effect, error) {
 	}
 	e.FirstFiredAt, e.ReapedAt, e.Flag = firstFired.Time, reaped.Time, flag.String
 	e.Revision, e.DueAt = int(revision), due.Time
-	e.State = State(state)
+	e.State = effects.State(state)
 	e.Attempts, e.MaxAttempts = int(attempts), int(maxAttempts)
 	e.LeaseUntil, e.FiredAt, e.ConfirmedAt = lease.Time, fired.Time, confirmed.Time
 	e.ClaimedBy, e.ProviderRef, e.LastError = claimedBy.String, providerRef.String, lastError.String
@@ -138,23 +125,6 @@ func scanEffect(row pgx.Row) (*Effect, error) {
 	return &e, nil
 }
 
-// NewEffect is an effect to insert. Payload must be a JSON object; the Store
-// checks only what SQL cannot (the outbox package validates before calling).
-type NewEffect struct {
-	SourceID    string
-	Kind        string
-	Payload     json.RawMessage
-	MaxAttempts int       // 0: the kind's policy
-	NotBefore   time.Time // zero: now
-}
-
-// Inserted is the result of inserting one NewEffect.
-type Inserted struct {
-	ID       int64
-	Key      string
-	Inserted bool // false: the same effect existed already
-}
-
 // Insert enqueues effects. maxPayloadBytes bounds each payload (0: the
 // database's setting). Results are in input order. A payload that differs
 // from an existing effect's fails the whole call with a
@@ -162,7 +132,7 @@ type Inserted struct {
 // transaction is then aborted.
 //
 // One statement on every db (a pgx.Tx, the business transaction; a pool, a
-// connection, or a database/sql handle wrapped by internal/driver, a
+// connection, or a database/sql handle wrapped by SQL, a
 // *sql.Tx included): a call of the schema's sidefx_enqueue_many function,
 // the one implementation SQL callers use too. It runs with its owner's
 // rights, so the caller needs EXECUTE on it and no privilege on any table
@@ -173,7 +143,7 @@ type Inserted struct {
 // traceparent, if not "", is stored with each inserted effect (the W3C
 // trace context of the caller's span); "" stores what the transaction set
 // as sidefx.traceparent, if anything.
-func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes int, traceparent string) ([]Inserted, error) {
+func (s *Store) Insert(ctx context.Context, items []effects.NewEffect, maxPayloadBytes int, traceparent string) ([]effects.Inserted, error) {
 	return s.insert(ctx, items, maxPayloadBytes, traceparent, false)
 }
 
@@ -182,11 +152,11 @@ func (s *Store) Insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 // within the database's kinds_known_for (30 days by default), once the
 // database knows any kind: the same one statement, through the schema's
 // sidefx_enqueue_known function (schema 21).
-func (s *Store) InsertKnown(ctx context.Context, items []NewEffect, maxPayloadBytes int, traceparent string) ([]Inserted, error) {
+func (s *Store) InsertKnown(ctx context.Context, items []effects.NewEffect, maxPayloadBytes int, traceparent string) ([]effects.Inserted, error) {
 	return s.insert(ctx, items, maxPayloadBytes, traceparent, true)
 }
 
-func (s *Store) insert(ctx context.Context, items []NewEffect, maxPayloadBytes int, traceparent string, known bool) ([]Inserted, error) {
+func (s *Store) insert(ctx context.Context, items []effects.NewEffect, maxPayloadBytes int, traceparent string, known bool) ([]effects.Inserted, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
@@ -200,7 +170,7 @@ func (s *Store) insert(ctx context.Context, items []NewEffect, maxPayloadBytes i
 // insertSQL enqueues items through sidefx_enqueue_known when known (the
 // kinds checked), else sidefx_enqueue_many, or its traced
 // form when there is a traceparent.
-func (s *Store) insertSQL(ctx context.Context, items []NewEffect, limit pgtype.Int4, traceparent string, known bool) ([]Inserted, error) {
+func (s *Store) insertSQL(ctx context.Context, items []effects.NewEffect, limit pgtype.Int4, traceparent string, known bool) ([]effects.Inserted, error) {
 	n := len(items)
 	a := arraysOf(items)
 	var rows pgx.Rows
@@ -216,11 +186,11 @@ func (s *Store) insertSQL(ctx context.Context, items []NewEffect, limit pgtype.I
 	if err != nil {
 		return nil, fmt.Errorf("enqueue effects: %w", translate(err))
 	}
-	out := make([]Inserted, n)
+	out := make([]effects.Inserted, n)
 	seen := 0
 	for rows.Next() {
 		var ord int32
-		var r Inserted
+		var r effects.Inserted
 		if err := rows.Scan(&ord, &r.ID, &r.Key, &r.Inserted); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("enqueue effects: %w", err)
@@ -249,7 +219,7 @@ type itemArrays struct {
 	notBefore                []pgtype.Timestamptz
 }
 
-func arraysOf(items []NewEffect) itemArrays {
+func arraysOf(items []effects.NewEffect) itemArrays {
 	n := len(items)
 	a := itemArrays{sources: make([]string, n), kinds: make([]string, n), payloads: make([]string, n),
 		attempts: make([]int32, n), notBefore: make([]pgtype.Timestamptz, n)}
@@ -262,7 +232,7 @@ func arraysOf(items []NewEffect) itemArrays {
 }
 
 // Get returns the effect with id, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, id int64) (*Effect, error) {
+func (s *Store) Get(ctx context.Context, id int64) (*effects.Effect, error) {
 	e, err := scanEffect(s.db.QueryRow(ctx, s.q.get, id))
 	if err != nil {
 		return nil, fmt.Errorf("get effect %d: %w", id, translate(err))
@@ -271,7 +241,7 @@ func (s *Store) Get(ctx context.Context, id int64) (*Effect, error) {
 }
 
 // GetByKey returns the effect whose idempotency key is key, or ErrNotFound.
-func (s *Store) GetByKey(ctx context.Context, key string) (*Effect, error) {
+func (s *Store) GetByKey(ctx context.Context, key string) (*effects.Effect, error) {
 	e, err := scanEffect(s.db.QueryRow(ctx, s.q.getByKey, key))
 	if err != nil {
 		return nil, fmt.Errorf("get effect by key %q: %w", key, translate(err))
@@ -280,7 +250,7 @@ func (s *Store) GetByKey(ctx context.Context, key string) (*Effect, error) {
 }
 
 // GetBySource returns the effect of kind caused by sourceID, or ErrNotFound.
-func (s *Store) GetBySource(ctx context.Context, sourceID, kind string) (*Effect, error) {
+func (s *Store) GetBySource(ctx context.Context, sourceID, kind string) (*effects.Effect, error) {
 	e, err := scanEffect(s.db.QueryRow(ctx, s.q.getBySource, sourceID, kind))
 	if err != nil {
 		return nil, fmt.Errorf("get effect source_id %q kind %q: %w", sourceID, kind, translate(err))
@@ -288,26 +258,8 @@ func (s *Store) GetBySource(ctx context.Context, sourceID, kind string) (*Effect
 	return e, nil
 }
 
-// Filter selects effects for List. Zero fields select everything.
-type Filter struct {
-	States   []State
-	Kinds    []string
-	SourceID string
-	// SourcePrefix selects the source ids that start with it.
-	SourcePrefix string
-	// Key selects the effect with this idempotency key.
-	Key string
-	// CreatedAfter and CreatedBefore bound created_at: [after, before).
-	CreatedAfter, CreatedBefore time.Time
-	// DueAfter and DueBefore bound next_attempt_at, when the effect is
-	// (or was) due: [after, before).
-	DueAfter, DueBefore time.Time
-	AfterID             int64 // only ids greater than this: pass the last id seen to page
-	Limit               int   // default 100, at most 10,000
-}
-
 // where returns f's conditions and their arguments, numbered from 1.
-func (f Filter) where() ([]string, []any, error) {
+func where(f effects.Filter) ([]string, []any, error) {
 	var where []string
 	var args []any
 	arg := func(v any) string {
@@ -318,7 +270,7 @@ func (f Filter) where() ([]string, []any, error) {
 		ss := make([]string, len(f.States))
 		for i, st := range f.States {
 			if !st.Valid() {
-				return nil, nil, fmt.Errorf("state %q is not one of %v", st, States)
+				return nil, nil, fmt.Errorf("state %q is not one of %v", st, effects.States)
 			}
 			ss[i] = string(st)
 		}
@@ -353,13 +305,13 @@ func (f Filter) where() ([]string, []any, error) {
 
 // CountMatching returns how many effects match f (its AfterID and Limit
 // aside).
-func (s *Store) CountMatching(ctx context.Context, f Filter) (int64, error) {
+func (s *Store) CountMatching(ctx context.Context, f effects.Filter) (int64, error) {
 	f.AfterID, f.Limit = 0, 0
-	where, args, err := f.where()
+	where, args, err := where(f)
 	if err != nil {
 		return 0, fmt.Errorf("count effects: %w", err)
 	}
-	sql := "SELECT count(*) FROM " + sqlname.Quote(s.schema) + ".side_effects"
+	sql := "SELECT count(*) FROM " + Quote(s.schema) + ".side_effects"
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -371,8 +323,8 @@ func (s *Store) CountMatching(ctx context.Context, f Filter) (int64, error) {
 }
 
 // List returns effects matching f in id order.
-func (s *Store) List(ctx context.Context, f Filter) ([]*Effect, error) {
-	where, args, err := f.where()
+func (s *Store) List(ctx context.Context, f effects.Filter) ([]*effects.Effect, error) {
+	where, args, err := where(f)
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", err)
 	}
@@ -394,32 +346,25 @@ func (s *Store) List(ctx context.Context, f Filter) ([]*Effect, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", translate(err))
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Effect, error) { return scanEffect(r) })
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*effects.Effect, error) { return scanEffect(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list effects: %w", translate(err))
 	}
 	return list, nil
 }
 
-// Count is the number of effects of one kind in one state.
-type Count struct {
-	State State
-	Kind  string
-	N     int64
-}
-
 // Counts returns the number of effects by state and kind, ordered by kind
 // then state. It reads the whole table: for dashboards, not hot paths.
-func (s *Store) Counts(ctx context.Context) ([]Count, error) {
+func (s *Store) Counts(ctx context.Context) ([]effects.Count, error) {
 	rows, err := s.db.Query(ctx, s.q.counts)
 	if err != nil {
 		return nil, fmt.Errorf("count effects: %w", translate(err))
 	}
-	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Count, error) {
-		var c Count
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (effects.Count, error) {
+		var c effects.Count
 		var st string
 		err := r.Scan(&st, &c.Kind, &c.N)
-		c.State = State(st)
+		c.State = effects.State(st)
 		return c, err
 	})
 	if err != nil {
@@ -428,31 +373,16 @@ func (s *Store) Counts(ctx context.Context) ([]Count, error) {
 	return cs, nil
 }
 
-// KindStats is what dashboards need of one kind's effects.
-type KindStats struct {
-	Kind string
-	// ByState counts the kind's effects in each state present.
-	ByState map[State]int64
-	// OldestPending is how long the pending effect due the longest has been
-	// due: lateness counts from next_attempt_at, so an effect scheduled for
-	// later, or backing off, is not late (zero if none is due),
-	// by the database's clock.
-	OldestPending time.Duration
-	// Unserved: no live dispatcher serves the kind (the registry,
-	// sidefx_dispatchers), so its pending effects wait until one does.
-	Unserved bool
-}
-
 // Stats returns per-kind counts by state and the age of the oldest pending
 // effect, in one statement ordered by kind. It reads the whole table: for
 // dashboards and status, not hot paths.
-func (s *Store) Stats(ctx context.Context) ([]KindStats, error) {
+func (s *Store) Stats(ctx context.Context) ([]effects.KindStats, error) {
 	rows, err := s.db.Query(ctx, s.q.stats)
 	if err != nil {
 		return nil, fmt.Errorf("effect stats: %w", translate(err))
 	}
 	defer rows.Close()
-	var out []KindStats
+	var out []effects.KindStats
 	for rows.Next() {
 		var kind, state string
 		var n int64
@@ -462,12 +392,12 @@ func (s *Store) Stats(ctx context.Context) ([]KindStats, error) {
 			return nil, fmt.Errorf("effect stats: %w", err)
 		}
 		if len(out) == 0 || out[len(out)-1].Kind != kind {
-			out = append(out, KindStats{Kind: kind, ByState: map[State]int64{}})
+			out = append(out, effects.KindStats{Kind: kind, ByState: map[effects.State]int64{}})
 		}
 		ks := &out[len(out)-1]
-		ks.ByState[State(state)] = n
+		ks.ByState[effects.State(state)] = n
 		ks.Unserved = unserved
-		if State(state) == Pending {
+		if effects.State(state) == effects.Pending {
 			ks.OldestPending = time.Duration(oldest * float64(time.Second))
 		}
 	}
@@ -479,12 +409,12 @@ func (s *Store) Stats(ctx context.Context) ([]KindStats, error) {
 
 // StateCounts returns the number of effects in each state, across kinds.
 // States with no effect are absent.
-func (s *Store) StateCounts(ctx context.Context) (map[State]int, error) {
+func (s *Store) StateCounts(ctx context.Context) (map[effects.State]int, error) {
 	cs, err := s.Counts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[State]int, len(States))
+	out := make(map[effects.State]int, len(effects.States))
 	for _, c := range cs {
 		out[c.State] += int(c.N)
 	}
@@ -494,17 +424,6 @@ func (s *Store) StateCounts(ctx context.Context) (map[State]int, error) {
 // neverPerformed holds for an effect no attempt of which may have reached
 // its provider without a definite answer: the condition for cancelling.
 const neverPerformed = `pg_catalog.cardinality(maybe_attempts) = 0`
-
-// refusal explains why op found cur in the wrong state: a
-// *MaybePerformedError when op needs the effect never performed (cancel)
-// and cur may have been, else a *StateError.
-func refusal(op string, cur *Effect, want ...State) error {
-	if op == "cancel" && cur.MaybePerformed() && cur.State != Confirmed {
-		return &MaybePerformedError{ID: cur.ID, Op: op, State: cur.State, Attempts: cur.Attempts,
-			MaybeAttempts: cur.MaybeAttempts, Why: cur.LastError}
-	}
-	return &StateError{ID: cur.ID, State: cur.State, Want: want, Op: op, ReapedAt: cur.ReapedAt}
-}
 
 // Cancel moves the pending effect of kind caused by sourceID to cancelled,
 // records it in the effect's history (actor "producer:" and the session's
@@ -536,10 +455,10 @@ func (s *Store) Cancel(ctx context.Context, sourceID, kind string) (int64, error
 	if cancelled {
 		return id, nil
 	}
-	cur := &Effect{ID: id, SourceID: sourceID, Kind: kind, State: State(state), Attempts: int(attempts),
+	cur := &effects.Effect{ID: id, SourceID: sourceID, Kind: kind, State: effects.State(state), Attempts: int(attempts),
 		LastError: lastError.String, ReapedAt: reaped.Time}
 	for _, a := range maybe {
 		cur.MaybeAttempts = append(cur.MaybeAttempts, int(a))
 	}
-	return 0, refusal("cancel", cur, Pending)
+	return 0, effects.Refusal("cancel", cur, effects.Pending)
 }

@@ -1,10 +1,4 @@
-// Package store is the dispatcher's engine on side_effects: the statements
-// that claim, record outcomes, put back, rescue, reap, purge and probe, and
-// the heartbeats of the dispatcher registry. Package effects keeps the model
-// and the read and operator API that services and operators use; this
-// package is internal because its statements are the dispatcher's, and
-// their parameters are not a stable API.
-package store
+package engine
 
 import (
 	"context"
@@ -21,14 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/effectrow"
-	"github.com/sidefx/sidefx/internal/sqlname"
 )
 
 // Engine runs the dispatcher's statements on side_effects. It is safe for
 // concurrent use.
 type Engine struct {
-	db                             effects.DB
+	db                             DB
 	schema                         string
 	table, events, registry, kinds string
 	outcomes                       string // the outcome channel
@@ -37,31 +29,28 @@ type Engine struct {
 
 // New returns an Engine for the side_effects table in schema ("" is
 // "public") that runs its statements on db.
-func New(db effects.DB, schema string) (*Engine, error) {
-	schema, err := sqlname.Schema(schema)
+func New(db DB, schema string) (*Engine, error) {
+	schema, err := CheckSchema(schema)
 	if err != nil {
 		return nil, fmt.Errorf("new dispatch engine: %w", err)
 	}
-	q := sqlname.Quote(schema)
+	q := Quote(schema)
 	dq := buildDispatchQueries(q + ".side_effects")
 	return &Engine{db: db, schema: schema, table: q + ".side_effects", events: q + ".side_effect_events",
-		registry: q + ".sidefx_dispatchers", kinds: q + ".sidefx_kinds", outcomes: sqlname.OutcomeChannel(schema), q: &dq}, nil
+		registry: q + ".sidefx_dispatchers", kinds: q + ".sidefx_kinds", outcomes: OutcomeChannel(schema), q: &dq}, nil
 }
 
 // WithDB returns an Engine with the same configuration that runs its
 // statements on db.
-func (s *Engine) WithDB(db effects.DB) *Engine {
+func (s *Engine) WithDB(db DB) *Engine {
 	c := *s
 	c.db = db
 	return &c
 }
 
-// scanEffect reads one row of effectrow.Columns with package effects' scan.
-var scanEffect = effectrow.Scanner[*effects.Effect]()
-
-// translate turns "no row" into effects.ErrNotFound; the engine's
-// statements raise none of the errors package effects translates further.
-func translate(err error) error {
+// noRow turns "no row" into effects.ErrNotFound; the dispatcher's
+// statements raise none of the errors translate reads further.
+func noRow(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return effects.ErrNotFound
 	}
@@ -117,7 +106,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 				LIMIT $2
 				FOR UPDATE SKIP LOCKED))
 				AND (e.state = 'pending') IS TRUE AND k.kind = e.kind
-			RETURNING ` + effectrow.Columns("e."),
+			RETURNING ` + Columns("e."),
 		// Its rows are found by primary key, one lookup per outcome. The
 		// fence is one join clause, "(attempt matches AND state is fired) IS
 		// TRUE", which the planner cannot split and push down to the scan of
@@ -303,11 +292,11 @@ func (s *Engine) Claim(ctx context.Context, p ClaimParams) ([]*effects.Effect, e
 	// plan cached while the table was small can scan it whole once it grows.
 	rows, err := s.db.Query(ctx, s.q.claim, pgx.QueryExecModeExec, p.Kinds, p.Limit, p.Lease.Milliseconds(), p.Worker, windows, timeouts)
 	if err != nil {
-		return nil, fmt.Errorf("claim effects: %w", translate(err))
+		return nil, fmt.Errorf("claim effects: %w", noRow(err))
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*effects.Effect, error) { return scanEffect(r) })
 	if err != nil {
-		return nil, fmt.Errorf("claim effects: %w", translate(err))
+		return nil, fmt.Errorf("claim effects: %w", noRow(err))
 	}
 	return list, nil
 }
@@ -324,11 +313,11 @@ func (s *Engine) PutBack(ctx context.Context, worker string, keep []int64) ([]in
 	}
 	rows, err := s.db.Query(ctx, s.q.putBack, worker, keep)
 	if err != nil {
-		return nil, fmt.Errorf("put back claimed effects: %w", translate(err))
+		return nil, fmt.Errorf("put back claimed effects: %w", noRow(err))
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		return nil, fmt.Errorf("put back claimed effects: %w", translate(err))
+		return nil, fmt.Errorf("put back claimed effects: %w", noRow(err))
 	}
 	return ids, nil
 }
@@ -360,7 +349,7 @@ type Outcome struct {
 	// call could not end inside the window.
 	KeyWindow, CallTimeout time.Duration
 	// Notify announces the effect's id on the outcome channel
-	// (sqlname.OutcomeChannel) if this outcome settles it.
+	// (OutcomeChannel) if this outcome settles it.
 	Notify bool
 }
 
@@ -413,7 +402,7 @@ func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome
 	rows, err := s.db.Query(ctx, s.q.complete, ids, attempts, states, refs, details, errs, delays,
 		maybe, settles, windows, margins, s.outcomes, notify)
 	if err != nil {
-		return nil, fmt.Errorf("record outcomes: %w", translate(err))
+		return nil, fmt.Errorf("record outcomes: %w", noRow(err))
 	}
 	// Two outcomes of one effect (an old attempt's, late, and the new
 	// one's) may share a batch: they are told apart by attempt.
@@ -429,7 +418,7 @@ func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome
 		return stored{[2]int64{id, int64(attempt)}, state}, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("record outcomes: %w", translate(err))
+		return nil, fmt.Errorf("record outcomes: %w", noRow(err))
 	}
 	done := make(map[[2]int64]effects.State, len(applied))
 	for _, a := range applied {
@@ -486,7 +475,7 @@ func (s *Engine) late(ctx context.Context, o Outcome) (bool, error) {
 		)
 		err := tx.QueryRow(ctx, s.q.late, o.ID).Scan(&state, &attempts, &maybe, &ref, &outcomeAttempt, &operatorDecided, &keyEpoch)
 		if err != nil {
-			return translate(err)
+			return noRow(err)
 		}
 		cur := effects.State(state)
 		if int(attempts) < o.Attempt {
@@ -592,13 +581,13 @@ func (s *Engine) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from effec
 		pgtype.Text{String: o.Error, Valid: o.Error != ""},
 		u.retry, pgtype.Text{String: u.flag, Valid: u.flag != ""}, u.recorded, int32(o.Attempt))
 	if err != nil {
-		return translate(err)
+		return noRow(err)
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO `+s.events+` (effect_id, action, from_state, to_state, actor, note, provider_ref)
 		VALUES ($1, 'late_answer', $2, $3, $4, $5, $6)`,
 		o.ID, string(from), string(u.to), dispatcherActor, truncate(note, 4096),
 		pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""})
-	return translate(err)
+	return noRow(err)
 }
 
 func removeInt(xs []int32, x int32) []int32 {
@@ -670,7 +659,7 @@ func (s *Engine) Rescue(ctx context.Context, policies []RescuePolicy, limit int)
 	}
 	rows, err := s.db.Query(ctx, s.q.rescue, kinds, repeatable, maxAttempts, limit, windows, timeouts)
 	if err != nil {
-		return nil, fmt.Errorf("rescue expired leases: %w", translate(err))
+		return nil, fmt.Errorf("rescue expired leases: %w", noRow(err))
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (effects.Rescued, error) {
 		var x effects.Rescued
@@ -681,7 +670,7 @@ func (s *Engine) Rescue(ctx context.Context, policies []RescuePolicy, limit int)
 		return x, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("rescue expired leases: %w", translate(err))
+		return nil, fmt.Errorf("rescue expired leases: %w", noRow(err))
 	}
 	return out, nil
 }
@@ -695,7 +684,7 @@ func (s *Engine) Rescue(ctx context.Context, policies []RescuePolicy, limit int)
 func (s *Engine) Reap(ctx context.Context, retention time.Duration, limit int) (int64, error) {
 	tag, err := s.db.Exec(ctx, s.q.reap, retention.Milliseconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("reap effects: %w", translate(err))
+		return 0, fmt.Errorf("reap effects: %w", noRow(err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -712,7 +701,7 @@ func (s *Engine) PurgeTombstones(ctx context.Context, retention time.Duration, l
 	}
 	tag, err := s.db.Exec(ctx, s.q.purge, retention.Milliseconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("purge tombstones: %w", translate(err))
+		return 0, fmt.Errorf("purge tombstones: %w", noRow(err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -723,7 +712,7 @@ func (s *Engine) PurgeTombstones(ctx context.Context, retention time.Duration, l
 func (s *Engine) TrimInbox(ctx context.Context, limit int) (int64, error) {
 	tag, err := s.db.Exec(ctx, s.q.trimInbox, limit)
 	if err != nil {
-		return 0, fmt.Errorf("trim the inbox: %w", translate(err))
+		return 0, fmt.Errorf("trim the inbox: %w", noRow(err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -734,7 +723,7 @@ func (s *Engine) TrimInbox(ctx context.Context, limit int) (int64, error) {
 func (s *Engine) TrimEdge(ctx context.Context, limit int) (int64, error) {
 	tag, err := s.db.Exec(ctx, s.q.trimEdge, limit)
 	if err != nil {
-		return 0, fmt.Errorf("trim the edge's keys: %w", translate(err))
+		return 0, fmt.Errorf("trim the edge's keys: %w", noRow(err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -747,7 +736,7 @@ func (s *Engine) TrimEdge(ctx context.Context, limit int) (int64, error) {
 func (s *Engine) Due(ctx context.Context, kinds []string) (bool, error) {
 	var due bool
 	if err := s.db.QueryRow(ctx, s.q.due, kinds).Scan(&due); err != nil {
-		return false, fmt.Errorf("look for due effects: %w", translate(err))
+		return false, fmt.Errorf("look for due effects: %w", noRow(err))
 	}
 	return due, nil
 }
@@ -757,7 +746,7 @@ func (s *Engine) Due(ctx context.Context, kinds []string) (bool, error) {
 // MAINTAIN, from PostgreSQL 17).
 func (s *Engine) Analyze(ctx context.Context) error {
 	if _, err := s.db.Exec(ctx, s.q.analyze); err != nil {
-		return fmt.Errorf("analyze side_effects: %w", translate(err))
+		return fmt.Errorf("analyze side_effects: %w", noRow(err))
 	}
 	return nil
 }

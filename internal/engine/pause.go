@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/sidefx/sidefx/effects"
+)
+
+func (s *Store) pauses() string   { return Quote(s.schema) + ".sidefx_pauses" }
+func (s *Store) pauseLog() string { return Quote(s.schema) + ".sidefx_pause_log" }
+
+// SetPause pauses (pause true) or resumes the kind or provider name,
+// logging the action with a's actor and note and notifying the
+// dispatchers, in one transaction. Pausing what is paused already changes
+// nothing and reports false; resuming what is not is ErrNotPaused.
+func (s *Store) SetPause(ctx context.Context, scope effects.PauseScope, name string, pause bool, a effects.By) (bool, error) {
+	switch {
+	case !scope.Valid():
+		return false, effects.Invalid("scope", fmt.Sprintf("%q: want kind or provider", scope))
+	case strings.TrimSpace(name) == "":
+		return false, effects.Invalid("name", "is empty: name the kind or the provider")
+	}
+	if err := a.Validate(); err != nil {
+		return false, err
+	}
+	b, ok := s.db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return false, errors.New("pause: the store's database cannot begin a transaction")
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("pause: %w", translate(err))
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // committed below
+	action := "pause"
+	var tag interface{ RowsAffected() int64 }
+	if pause {
+		tag, err = tx.Exec(ctx, `INSERT INTO `+s.pauses()+` (scope, name, actor, note) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+			string(scope), name, a.Actor, a.Note)
+	} else {
+		action = "resume"
+		tag, err = tx.Exec(ctx, `DELETE FROM `+s.pauses()+` WHERE scope = $1 AND name = $2`, string(scope), name)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		if !pause {
+			return false, fmt.Errorf("resume %s %s: %w", scope, name, effects.ErrNotPaused)
+		}
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+s.pauseLog()+` (scope, name, action, actor, note) VALUES ($1, $2, $3, $4, $5)`,
+		string(scope), name, action, a.Actor, a.Note); err != nil {
+		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_catalog.pg_notify($1, $2)`, s.Channel(), effects.PausesPayload); err != nil {
+		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
+	}
+	return true, nil
+}
+
+// Pauses lists what is paused, oldest first.
+func (s *Store) Pauses(ctx context.Context) ([]effects.Pause, error) {
+	rows, err := s.db.Query(ctx, `SELECT scope, name, paused_at, actor, note FROM `+s.pauses()+` ORDER BY paused_at, scope, name`)
+	if err != nil {
+		return nil, fmt.Errorf("list pauses: %w", translate(err))
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (effects.Pause, error) {
+		var p effects.Pause
+		var scope string
+		err := r.Scan(&scope, &p.Name, &p.PausedAt, &p.Actor, &p.Note)
+		p.Scope = effects.PauseScope(scope)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pauses: %w", translate(err))
+	}
+	return ps, nil
+}
