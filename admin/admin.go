@@ -110,10 +110,10 @@ type Request struct {
 	Actor, Note string
 }
 
-// Admin performs actions on the effects of a store. Make one with New, or
-// with a Store of your own.
+// Admin performs actions on the effects of a database, and reads them.
+// Make one with New.
 type Admin struct {
-	Store *engine.Store
+	store *engine.Store
 	// KeyWindow returns the key window of a kind's provider, for Retry and
 	// Refire (nil: 24 hours, Stripe's, for every kind).
 	KeyWindow func(kind string) time.Duration
@@ -142,20 +142,51 @@ func New(db any, cfg *Config) (*Admin, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	d, err := engine.Of(db)
-	if err != nil {
-		return nil, fmt.Errorf("admin: %w", err)
+	store, ok := db.(*engine.Store) // sidefx's own commands and console
+	if !ok {
+		d, err := engine.Of(db)
+		if err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
+		if store, err = engine.NewStore(d, &engine.StoreConfig{Schema: cfg.Schema}); err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
 	}
-	store, err := engine.NewStore(d, &engine.StoreConfig{Schema: cfg.Schema})
-	if err != nil {
-		return nil, fmt.Errorf("admin: %w", err)
-	}
-	return &Admin{Store: store, KeyWindow: cfg.KeyWindow, Check: cfg.Check}, nil
+	return &Admin{store: store, KeyWindow: cfg.KeyWindow, Check: cfg.Check}, nil
+}
+
+// Get returns the effect with this id, or an error wrapping
+// effects.ErrNotFound.
+func (o *Admin) Get(ctx context.Context, id int64) (*effects.Effect, error) {
+	return o.store.Get(ctx, id)
+}
+
+// GetBySource returns the effect of kind caused by sourceID, or an error
+// wrapping effects.ErrNotFound.
+func (o *Admin) GetBySource(ctx context.Context, sourceID, kind string) (*effects.Effect, error) {
+	return o.store.GetBySource(ctx, sourceID, kind)
+}
+
+// List returns the effects f matches, in id order (f.Limit of them,
+// default 100; pass the last id as f.AfterID for the next page).
+func (o *Admin) List(ctx context.Context, f effects.Filter) ([]*effects.Effect, error) {
+	return o.store.List(ctx, f)
+}
+
+// History returns the actions on effect id (operators', the reconciler's,
+// late answers), oldest first.
+func (o *Admin) History(ctx context.Context, id int64) ([]effects.Event, error) {
+	return o.store.History(ctx, id)
+}
+
+// Pauses lists what is paused, oldest first.
+func (o *Admin) Pauses(ctx context.Context) ([]effects.Pause, error) {
+	return o.store.Pauses(ctx)
 }
 
 // ApplyID performs r on the effect with this id, as it is now.
 func (o *Admin) ApplyID(ctx context.Context, id int64, r Request) (*effects.Effect, error) {
-	e, err := o.Store.Get(ctx, id)
+	e, err := o.store.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -177,12 +208,12 @@ func (o *Admin) Pause(ctx context.Context, scope effects.PauseScope, name, actor
 			return false, fmt.Errorf("admin: pause: %w", err)
 		}
 	}
-	return o.Store.SetPause(ctx, scope, name, true, effects.By{Actor: actor, Note: note})
+	return o.store.SetPause(ctx, scope, name, true, effects.By{Actor: actor, Note: note})
 }
 
 // Resume lets the dispatchers claim what Pause stopped.
 func (o *Admin) Resume(ctx context.Context, scope effects.PauseScope, name, actor, note string) (bool, error) {
-	return o.Store.SetPause(ctx, scope, name, false, effects.By{Actor: actor, Note: note})
+	return o.store.SetPause(ctx, scope, name, false, effects.By{Actor: actor, Note: note})
 }
 
 // DefaultMax is the cap of a bulk action: a filter matching more is
@@ -217,16 +248,16 @@ func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effec
 	opts := effects.RefireOptions{KeyWindow: o.keyWindow(e.Kind), PastKeyWindow: r.PastKeyWindow, AtAttempt: r.AtAttempt}
 	switch r.Action {
 	case Retry:
-		return o.Store.Retry(ctx, e.ID, attempts(r.Attempts, 5), opts, a)
+		return o.store.Retry(ctx, e.ID, attempts(r.Attempts, 5), opts, a)
 	case Refire:
-		return o.Store.Refire(ctx, e.ID, attempts(r.Attempts, 1), opts, a)
+		return o.store.Refire(ctx, e.ID, attempts(r.Attempts, 1), opts, a)
 	case Resolve:
 		if r.As != effects.Confirmed && r.As != effects.Failed {
 			return nil, fmt.Errorf("resolve as %q: want confirmed or failed", r.As)
 		}
-		return o.Store.Resolve(ctx, e.ID, r.As, r.Ref, a)
+		return o.store.Resolve(ctx, e.ID, r.As, r.Ref, a)
 	case Cancel:
-		return o.Store.CancelByID(ctx, e.ID, a)
+		return o.store.CancelByID(ctx, e.ID, a)
 	case Supersede:
 		payload := r.Payload
 		if len(r.Patch) > 0 {
@@ -253,7 +284,7 @@ func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effec
 		if r.From != nil {
 			from = *r.From
 		}
-		return o.Store.Supersede(ctx, e.ID, from, payload, attempts(r.Attempts, 5), a)
+		return o.store.Supersede(ctx, e.ID, from, payload, attempts(r.Attempts, 5), a)
 	}
 	return nil, fmt.Errorf("unknown action %q", r.Action)
 }
@@ -287,13 +318,13 @@ func filter(a Action, f effects.Filter) effects.Filter {
 // Preview counts the effects r would act on over f, with a sample.
 func (o *Admin) Preview(ctx context.Context, r Request, f effects.Filter) (Preview, error) {
 	f = filter(r.Action, f)
-	n, err := o.Store.CountMatching(ctx, f)
+	n, err := o.store.CountMatching(ctx, f)
 	if err != nil {
 		return Preview{}, err
 	}
 	sf := f
 	sf.Limit = sampleSize
-	sample, err := o.Store.List(ctx, sf)
+	sample, err := o.store.List(ctx, sf)
 	if err != nil {
 		return Preview{}, err
 	}
@@ -335,7 +366,7 @@ func (o *Admin) ApplyAll(ctx context.Context, r Request, f effects.Filter, max i
 		max = DefaultMax
 	}
 	f = filter(r.Action, f)
-	n, err := o.Store.CountMatching(ctx, f)
+	n, err := o.store.CountMatching(ctx, f)
 	if err != nil {
 		return res, err
 	}
@@ -345,7 +376,7 @@ func (o *Admin) ApplyAll(ctx context.Context, r Request, f effects.Filter, max i
 	page := f
 	page.Limit = 500
 	for len(res.Done)+len(res.Skipped) < max {
-		list, err := o.Store.List(ctx, page)
+		list, err := o.store.List(ctx, page)
 		if err != nil {
 			return res, err
 		}

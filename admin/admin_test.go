@@ -64,7 +64,7 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, kind string, n, k int, st effects
 func TestApplyAll_ResolvesWhatTheFilterMatchesWithOneHistoryEntryEach(t *testing.T) {
 	t.Parallel()
 	s := setup(t, "email.receipt", 10, 6, effects.Uncertain)
-	o := &admin.Admin{Store: s}
+	o := newAdmin(t, s, nil)
 	ctx := context.Background()
 	r := admin.Request{Action: admin.Resolve, As: effects.Confirmed, Actor: "ops@example", Note: "SendGrid's activity shows them sent"}
 	// No state in the filter: the action's (uncertain) is taken.
@@ -99,14 +99,14 @@ func TestApplyAll_ResolvesWhatTheFilterMatchesWithOneHistoryEntryEach(t *testing
 func TestApplyAll_SupersedesWithAMergePatchAndSkipsWhatItRefuses(t *testing.T) {
 	t.Parallel()
 	s := setup(t, "email.receipt", 3, 3, effects.Failed)
-	o := &admin.Admin{Store: s, Check: func(kind string, p json.RawMessage) error {
+	o := newAdmin(t, s, func(kind string, p json.RawMessage) error {
 		var m map[string]any
 		_ = json.Unmarshal(p, &m)
 		if m["template"] == "bad" {
 			return errors.New("no such template")
 		}
 		return nil
-	}}
+	})
 	ctx := context.Background()
 	// One of them is retried by someone else first: pending now, it is
 	// superseded all the same (it did nothing).
@@ -152,7 +152,7 @@ func TestMergePatch(t *testing.T) {
 func TestApply_SupersedeFromTheVersionRead(t *testing.T) {
 	t.Parallel()
 	s := setup(t, "charge", 1, 1, effects.Failed)
-	o := &admin.Admin{Store: s}
+	o := newAdmin(t, s, nil)
 	ctx := context.Background()
 	list, err := s.List(ctx, effects.Filter{})
 	if err != nil || len(list) != 1 {
@@ -208,7 +208,7 @@ func TestApplyAll_SupersedeSkipsAnEffectChangedSinceItWasPatched(t *testing.T) {
 		t.Fatalf("list: %d, %v", len(list), err)
 	}
 	calls, otherErr := 0, error(nil)
-	o := &admin.Admin{Store: s, Check: func(kind string, p json.RawMessage) error {
+	o := newAdmin(t, s, func(kind string, p json.RawMessage) error {
 		// While the first effect's patched payload is checked, another
 		// operator corrects that effect.
 		if calls++; calls == 1 {
@@ -219,7 +219,7 @@ func TestApplyAll_SupersedeSkipsAnEffectChangedSinceItWasPatched(t *testing.T) {
 			_, otherErr = s.Supersede(ctx, e.ID, e.Version(), json.RawMessage(`{"template":"theirs"}`), 1, effects.By{Actor: "other", Note: "mine"})
 		}
 		return nil
-	}}
+	})
 	r := admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"template":"new"}`), Actor: "ops", Note: "the template was renamed"}
 	res, err := o.ApplyAll(ctx, r, effects.Filter{}, 10)
 	if otherErr != nil {
@@ -328,5 +328,70 @@ func TestApply_RefusesWhatItWouldGetWrong(t *testing.T) {
 	}
 	if ps, _ := s.Pauses(ctx); len(ps) != 0 {
 		t.Errorf("refused pauses paused %+v", ps)
+	}
+}
+
+// newAdmin returns the operations API on s, with check as its payload
+// check.
+func newAdmin(t *testing.T, s *engine.Store, check func(kind string, p json.RawMessage) error) *admin.Admin {
+	t.Helper()
+	o, err := admin.New(s, &admin.Config{Check: check})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// A service that embeds the dispatcher acts on its effects through admin on
+// whatever handle it has: database/sql's included, pauses too (one
+// statement each, no transaction of admin's own), and reads them back.
+func TestAdmin_OnADatabaseSQLHandle(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	setupOn(t, pool, "email.receipt", 3, 1, effects.Failed)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	o, err := admin.New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := o.List(ctx, effects.Filter{States: []effects.State{effects.Failed}})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list failed: %d, %v", len(list), err)
+	}
+	e, err := o.ApplyID(ctx, list[0].ID, admin.Request{Action: admin.Retry, Actor: "ops@example", Note: "provider back"})
+	if err != nil || e.State != effects.Pending {
+		t.Fatalf("retry: %v, %v", e, err)
+	}
+	if got, err := o.GetBySource(ctx, e.SourceID, e.Kind); err != nil || got.ID != e.ID {
+		t.Fatalf("by source: %v, %v", got, err)
+	}
+	if h, err := o.History(ctx, e.ID); err != nil || len(h) != 1 || h[0].Action != "retry" || h[0].Actor != "ops@example" {
+		t.Fatalf("history: %+v, %v", h, err)
+	}
+	changed, err := o.Pause(ctx, effects.PauseKind, "email.receipt", "ops@example", "provider incident")
+	if err != nil || !changed {
+		t.Fatalf("pause: %v, %v", changed, err)
+	}
+	if changed, err := o.Pause(ctx, effects.PauseKind, "email.receipt", "ops@example", "again"); err != nil || changed {
+		t.Fatalf("pause again: %v, %v", changed, err)
+	}
+	ps, err := o.Pauses(ctx)
+	if err != nil || len(ps) != 1 || ps[0].Name != "email.receipt" || ps[0].Note != "provider incident" {
+		t.Fatalf("pauses: %+v, %v", ps, err)
+	}
+	if changed, err := o.Resume(ctx, effects.PauseKind, "email.receipt", "ops@example", "over"); err != nil || !changed {
+		t.Fatalf("resume: %v, %v", changed, err)
+	}
+	if _, err := o.Resume(ctx, effects.PauseKind, "email.receipt", "ops@example", "over"); !errors.Is(err, effects.ErrNotPaused) {
+		t.Fatalf("resume again: %v, want ErrNotPaused", err)
+	}
+	var logged int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM sidefx_pause_log WHERE name = 'email.receipt'`).Scan(&logged); err != nil || logged != 2 {
+		t.Fatalf("pause log: %d entries, %v; want the pause and the resume", logged, err)
+	}
+	if _, err := o.Get(ctx, 1<<40); !errors.Is(err, effects.ErrNotFound) {
+		t.Fatalf("get a missing effect: %v", err)
 	}
 }

@@ -24,7 +24,7 @@ func newOps(io *IO, c *common, store *engine.Store) (*admin.Admin, error) {
 // opsFor returns the operations API on store with cfg's key windows and
 // payload checks (none for a nil cfg), for the CLI and the console alike.
 func opsFor(cfg *config.Config, store *engine.Store) *admin.Admin {
-	o := &admin.Admin{Store: store}
+	o, _ := admin.New(store, nil) // a Store: nothing to refuse
 	if cfg != nil {
 		o.KeyWindow, o.Check = cfg.KeyWindowOf, cfg.CheckKnownPayload
 	}

@@ -919,7 +919,10 @@ func (w *world) bulk(t *rapid.T) {
 			r.Patch = json.RawMessage(fmt.Sprintf(`{"amount": %d}`, 5000+w.events))
 		}
 	}
-	o := &admin.Admin{Store: w.store, KeyWindow: func(k string) time.Duration { return providers.KeyWindow(w.kinds[k].Provider) }}
+	o, err := admin.New(w.store, &admin.Config{KeyWindow: func(k string) time.Duration { return providers.KeyWindow(w.kinds[k].Provider) }})
+	if err != nil {
+		w.fatalf("admin: %v", err)
+	}
 	res, err := o.ApplyAll(w.ctx, r, effects.Filter{Kinds: []string{kind}}, 0)
 	if err != nil {
 		w.fatalf("bulk %s: %v", action, err)

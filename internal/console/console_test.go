@@ -81,7 +81,7 @@ func newEnv(t *testing.T, edit func(*console.Config)) *env {
 		t.Fatal(err)
 	}
 	cfg := console.Config{
-		Store: e.store, Ops: &admin.Admin{Store: e.store}, DB: e.pool,
+		Store: e.store, Ops: mustAdmin(t, e.store), DB: e.pool,
 		Providers:    map[string]console.Provider{"charge.create": {Name: "stripe", Link: stripeLink}, "email.receipt": {Name: "mail"}},
 		HiddenFields: []string{"personalizations.to.email", "customer_email"},
 		Auth:         console.Auth{Tokens: tokens},
@@ -1094,3 +1094,13 @@ func TestConsole_ShowsItsWarningOnEveryPage(t *testing.T) {
 // stripeLink is the Stripe provider's dashboard link, as the daemon gives
 // it to the console.
 var stripeLink = (&stripe.Provider{}).DashboardLink
+
+// mustAdmin returns the operations API on s.
+func mustAdmin(t testing.TB, s *engine.Store) *admin.Admin {
+	t.Helper()
+	o, err := admin.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/console"
 	"github.com/sidefx/sidefx/internal/engine"
@@ -38,7 +37,7 @@ func TestConsole_WithTheDaemonsLeastPrivileges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.h, err = console.New(console.Config{Store: ds, Ops: &admin.Admin{Store: ds}, DB: daemon, Auth: console.Auth{Tokens: tokens}}); err != nil {
+	if e.h, err = console.New(console.Config{Store: ds, Ops: mustAdmin(t, ds), DB: daemon, Auth: console.Auth{Tokens: tokens}}); err != nil {
 		t.Fatal(err)
 	}
 	e.srv = httptest.NewServer(e.h)

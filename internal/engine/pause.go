@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -27,44 +26,32 @@ func (s *Store) SetPause(ctx context.Context, scope effects.PauseScope, name str
 	if err := a.Validate(); err != nil {
 		return false, err
 	}
-	b, ok := s.db.(interface {
-		Begin(context.Context) (pgx.Tx, error)
-	})
-	if !ok {
-		return false, errors.New("pause: the store's database cannot begin a transaction")
+	// One statement, on any handle (a pool, a connection, a transaction,
+	// database/sql's too): the change, its log entry and the notification
+	// (sent when the statement's transaction commits) happen together or
+	// not at all.
+	action, change := "pause", `INSERT INTO `+s.pauses()+` (scope, name, actor, note) VALUES ($1, $2, $3, $4)
+			ON CONFLICT DO NOTHING RETURNING scope`
+	if !pause {
+		action, change = "resume", `DELETE FROM `+s.pauses()+` WHERE scope = $1 AND name = $2 RETURNING scope`
 	}
-	tx, err := b.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("pause: %w", translate(err))
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // committed below
-	action := "pause"
-	var tag interface{ RowsAffected() int64 }
-	if pause {
-		tag, err = tx.Exec(ctx, `INSERT INTO `+s.pauses()+` (scope, name, actor, note) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
-			string(scope), name, a.Actor, a.Note)
-	} else {
-		action = "resume"
-		tag, err = tx.Exec(ctx, `DELETE FROM `+s.pauses()+` WHERE scope = $1 AND name = $2`, string(scope), name)
-	}
+	var changed bool
+	var notified int64
+	err := s.db.QueryRow(ctx, `WITH changed AS (`+change+`),
+		logged AS (
+			INSERT INTO `+s.pauseLog()+` (scope, name, action, actor, note) SELECT $1, $2, $5, $3, $4 FROM changed
+		),
+		notified AS (SELECT pg_catalog.pg_notify($6, $7) FROM changed)
+		SELECT EXISTS (SELECT FROM changed), (SELECT count(*) FROM notified)`,
+		string(scope), name, a.Actor, a.Note, action, s.Channel(), effects.PausesPayload).Scan(&changed, &notified)
 	if err != nil {
 		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
 	}
-	if tag.RowsAffected() == 0 {
+	if !changed {
 		if !pause {
 			return false, fmt.Errorf("resume %s %s: %w", scope, name, effects.ErrNotPaused)
 		}
 		return false, nil
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+s.pauseLog()+` (scope, name, action, actor, note) VALUES ($1, $2, $3, $4, $5)`,
-		string(scope), name, action, a.Actor, a.Note); err != nil {
-		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_catalog.pg_notify($1, $2)`, s.Channel(), effects.PausesPayload); err != nil {
-		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
 	}
 	return true, nil
 }

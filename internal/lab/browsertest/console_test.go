@@ -101,7 +101,7 @@ func newSite(t *testing.T) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := console.New(console.Config{Store: s.st, Ops: &admin.Admin{Store: s.st}, DB: s.pool,
+	h, err := console.New(console.Config{Store: s.st, Ops: mustAdmin(t, s.st), DB: s.pool,
 		Providers:    map[string]console.Provider{"charge.create": {Name: "stripe", Link: stripeLink}, "email.receipt": {Name: "mail"}},
 		HiddenFields: []string{"personalizations.to.email"},
 		Auth:         console.Auth{Tokens: tokens}})
@@ -339,3 +339,13 @@ func TestBrowser_PagesFitDesktopAndPhone(t *testing.T) {
 // stripeLink is the Stripe provider's dashboard link, as the daemon gives
 // it to the console.
 var stripeLink = (&stripe.Provider{}).DashboardLink
+
+// mustAdmin returns the operations API on s.
+func mustAdmin(t testing.TB, s *engine.Store) *admin.Admin {
+	t.Helper()
+	o, err := admin.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
