@@ -87,8 +87,9 @@ type Request struct {
 	// after its provider's key window (Retry, Refire).
 	PastKeyWindow bool
 	// AtAttempt, when positive, is the attempt count this request was
-	// decided from (Retry, Refire): it is refused, wrapping
-	// effects.ErrChanged, if the effect has made another attempt since.
+	// decided from (Retry, Refire, Resolve, Cancel): it is refused,
+	// wrapping effects.ErrChanged, if the effect has made another attempt
+	// since. The console's forms send the attempt their page showed.
 	AtAttempt int
 	// Payload is Supersede's new payload, on one effect; Patch, a JSON
 	// merge patch (RFC 7396) applied to each effect's payload, in bulk.
@@ -236,9 +237,9 @@ func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effec
 	if e == nil {
 		return nil, errors.New("admin: no effect to act on")
 	}
-	if r.AtAttempt != 0 && r.Action != Retry && r.Action != Refire {
-		// Never ignored in silence: only Retry and Refire honour it.
-		return nil, fmt.Errorf("admin: %s does not take AtAttempt (Retry and Refire do)", r.Action)
+	if r.AtAttempt != 0 && r.Action == Supersede {
+		// Never ignored in silence: Supersede names the version it read (From).
+		return nil, fmt.Errorf("admin: %s does not take AtAttempt (it takes From, the version read)", r.Action)
 	}
 	if v := e.Version(); r.From != nil && len(r.Patch) > 0 && (r.From.Revision != v.Revision || !bytes.Equal(r.From.PayloadHash, v.PayloadHash)) {
 		// A patch applies to e's payload: e must be the version From names.
@@ -255,9 +256,9 @@ func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effec
 		if r.As != effects.Confirmed && r.As != effects.Failed {
 			return nil, fmt.Errorf("resolve as %q: want confirmed or failed", r.As)
 		}
-		return o.store.Resolve(ctx, e.ID, r.As, r.Ref, a)
+		return o.store.ResolveAt(ctx, e.ID, r.As, r.Ref, r.AtAttempt, a)
 	case Cancel:
-		return o.store.CancelByID(ctx, e.ID, a)
+		return o.store.CancelAt(ctx, e.ID, r.AtAttempt, a)
 	case Supersede:
 		payload := r.Payload
 		if len(r.Patch) > 0 {

@@ -311,8 +311,11 @@ func TestApply_RefusesWhatItWouldGetWrong(t *testing.T) {
 		t.Fatalf("the uncertain effect: %v %v", list, err)
 	}
 	e := list[0]
-	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Resolve, As: effects.Failed, AtAttempt: e.Attempts, Actor: "ops", Note: "x"}); err == nil || !strings.Contains(err.Error(), "does not take AtAttempt") {
-		t.Errorf("Resolve with AtAttempt: %v, want it refused, not ignored", err)
+	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"keep":2}`), AtAttempt: e.Attempts, Actor: "ops", Note: "x"}); err == nil || !strings.Contains(err.Error(), "does not take AtAttempt") {
+		t.Errorf("Supersede with AtAttempt: %v, want it refused, not ignored", err)
+	}
+	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Resolve, As: effects.Failed, AtAttempt: e.Attempts + 1, Actor: "ops", Note: "x"}); !errors.Is(err, effects.ErrChanged) {
+		t.Errorf("Resolve at another attempt than the effect's: %v, want ErrChanged", err)
 	}
 	other := effects.Version{Revision: e.Revision + 1, PayloadHash: []byte("not this one")}
 	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"keep":2}`), From: &other, Actor: "ops", Note: "x"}); !errors.Is(err, effects.ErrChanged) {

@@ -44,6 +44,18 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 		h.fail(w, r, id, err)
 		return
 	}
+	if action != admin.Supersede {
+		// The attempt the page showed: a decision on it never applies to
+		// a later attempt made since (Supersede names its version).
+		if at := r.PostFormValue("attempt"); at != "" {
+			n, err := strconv.Atoi(at)
+			if err != nil || n < 0 {
+				h.badRequest(w, r, id, "the form's attempt is not a count")
+				return
+			}
+			req.AtAttempt = n
+		}
+	}
 	b := blotterOf(h.hider.hide(e.Payload).values)
 	switch action {
 	case admin.Resolve:

@@ -1104,3 +1104,43 @@ func mustAdmin(t testing.TB, s *engine.Store) *admin.Admin {
 	}
 	return o
 }
+
+// A page's decision applies to the attempt it showed: resolving an
+// uncertain effect as failed from a page read after attempt 1 is refused
+// once the effect was sent again and is uncertain after attempt 2, which
+// may have been performed.
+func TestConsole_AFormActsOnTheAttemptItShowed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.enqueue("email.receipt", `{"n":1}`, "a-1")
+	id := e.operate("email.receipt", 1, effects.Uncertain, "timeout")[0]
+	op := e.login(console.Operator)
+	path := fmt.Sprintf("/effects/%d/resolve", id)
+	form := hiddenInputs(t, op.page(fmt.Sprintf("/effects/%d", id)), path)
+	if form.Get("attempt") != "1" {
+		t.Fatalf("the resolve form carries attempt %q, want 1: %v", form.Get("attempt"), form)
+	}
+	ctx := context.Background()
+	if _, err := e.store.Refire(ctx, id, 1, effects.RefireOptions{}, effects.By{Actor: "another operator"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.eng.Claim(ctx, engine.ClaimParams{Kinds: []string{"email.receipt"}, Limit: 1, Lease: time.Minute, Worker: "test"})
+	if err != nil || len(got) != 1 || got[0].Attempts != 2 {
+		t.Fatalf("claim again: %v, %v", got, err)
+	}
+	if _, err := e.eng.Complete(ctx, []engine.Outcome{{ID: id, Attempt: 2, State: effects.Uncertain, Error: "timeout", MaybePerformed: true}}); err != nil {
+		t.Fatal(err)
+	}
+	form.Set("as", "failed")
+	form.Set("note", "the provider shows nothing")
+	a := op.post(path, form)
+	if a.status != http.StatusConflict || !strings.Contains(a.body, "made attempt 2 since") {
+		t.Fatalf("resolve from a page of attempt 1: %d\n%s", a.status, a.body)
+	}
+	if got := e.effect(id); got.State != effects.Uncertain {
+		t.Fatalf("the refused resolve changed the effect: %s", got.State)
+	}
+	if a := op.post(path, url.Values{"csrf": form["csrf"], "as": {"failed"}, "attempt": {"x"}, "note": {"n"}}); a.status != http.StatusBadRequest {
+		t.Errorf("an attempt that is not a count: %d", a.status)
+	}
+}

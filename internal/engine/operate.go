@@ -124,22 +124,59 @@ func (s *Store) Refire(ctx context.Context, id int64, extra int, o effects.Refir
 // Resolve settles an uncertain effect as confirmed (it happened; ref, if
 // given, is the provider's reference) or failed (it did not).
 func (s *Store) Resolve(ctx context.Context, id int64, to effects.State, ref string, a effects.By) (*effects.Effect, error) {
+	return s.ResolveAt(ctx, id, to, ref, 0, a)
+}
+
+// atAttempt is the guard of an action decided from the effect as it was
+// after attempt $x1 (0: whatever its attempts).
+const atAttempt = ` AND ($x1 = 0 OR attempts = $x1)`
+
+// ResolveAt is Resolve decided from the effect as it was after attempt
+// at: refused, wrapping effects.ErrChanged, if it has made another attempt
+// since (an operator's or the reconciler's verdict on one attempt never
+// settles a later one). at 0: whatever its attempts.
+func (s *Store) ResolveAt(ctx context.Context, id int64, to effects.State, ref string, at int, a effects.By) (*effects.Effect, error) {
+	var e *effects.Effect
+	var err error
 	switch to {
 	case effects.Confirmed:
-		return s.transition(ctx, "resolve", id, effects.Uncertain, effects.Confirmed,
-			`, confirmed_at = now(), provider_ref = coalesce($7, provider_ref)`, ref, a)
+		e, err = s.guardedTransition(ctx, "resolve", id, effects.Uncertain, effects.Confirmed, atAttempt,
+			`, confirmed_at = now(), provider_ref = coalesce($7, provider_ref)`, ref, a, at)
 	case effects.Failed:
-		return s.transition(ctx, "resolve", id, effects.Uncertain, effects.Failed,
-			`, provider_ref = coalesce($7, provider_ref), last_error = 'resolved as failed by ' || $5 || ': ' || $6`, ref, a)
+		e, err = s.guardedTransition(ctx, "resolve", id, effects.Uncertain, effects.Failed, atAttempt,
+			`, provider_ref = coalesce($7, provider_ref), last_error = 'resolved as failed by ' || $5 || ': ' || $6`, ref, a, at)
+	default:
+		return nil, effects.Invalid("as", fmt.Sprintf("%q: an uncertain effect resolves as confirmed or failed", to))
 	}
-	return nil, effects.Invalid("as", fmt.Sprintf("%q: an uncertain effect resolves as confirmed or failed", to))
+	return e, s.changedSince(ctx, "resolve", id, at, err)
 }
 
 // CancelByID moves the pending effect id to cancelled. Like Cancel, it
 // refuses an effect that may have been performed with a
 // *MaybePerformedError.
 func (s *Store) CancelByID(ctx context.Context, id int64, a effects.By) (*effects.Effect, error) {
-	return s.guardedTransition(ctx, "cancel", id, effects.Pending, effects.Cancelled, " AND "+neverPerformed, "", "", a)
+	return s.CancelAt(ctx, id, 0, a)
+}
+
+// CancelAt is CancelByID decided from the effect as it was after attempt
+// at, refused as ResolveAt is if it has made another since.
+func (s *Store) CancelAt(ctx context.Context, id int64, at int, a effects.By) (*effects.Effect, error) {
+	e, err := s.guardedTransition(ctx, "cancel", id, effects.Pending, effects.Cancelled, " AND "+neverPerformed+atAttempt, "", "", a, at)
+	return e, s.changedSince(ctx, "cancel", id, at, err)
+}
+
+// changedSince returns err, unless it refuses an action decided after
+// attempt at on an effect that has made another attempt since: then an
+// error wrapping effects.ErrChanged that says so.
+func (s *Store) changedSince(ctx context.Context, op string, id int64, at int, err error) error {
+	if err == nil || at <= 0 || !(errors.Is(err, effects.ErrWrongState) || errors.Is(err, effects.ErrMaybePerformed)) {
+		return err
+	}
+	cur, gerr := s.Get(ctx, id)
+	if gerr != nil || cur.Attempts == at {
+		return err
+	}
+	return fmt.Errorf("%s effect %d: %w: it was read after attempt %d and has made attempt %d since", op, id, effects.ErrChanged, at, cur.Attempts)
 }
 
 // History returns the operator actions on effect id, oldest first.

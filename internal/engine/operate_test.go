@@ -117,3 +117,56 @@ func TestStore_OperatorTransitionsAreGuardedAndRecorded(t *testing.T) {
 		t.Fatalf("history of the cancelled effect = %+v", hist)
 	}
 }
+
+// A verdict on one attempt never settles a later one: an operator (or the
+// reconciler) who read an uncertain effect after attempt 1 and resolves it
+// as failed is refused once the effect was sent again and is uncertain
+// after attempt 2, which may have been performed; a cancel decided from a
+// pending effect after attempt 1 is refused once attempt 2 was made.
+func TestStore_ResolveAndCancelAtAnAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ops := effects.By{Actor: "ops@host", Note: "read after attempt 1"}
+	insert(t, b,
+		effects.NewEffect{SourceID: "s", Kind: "k.unsure", Payload: json.RawMessage(`{}`), MaxAttempts: 5},
+		effects.NewEffect{SourceID: "s", Kind: "k.retrying", Payload: json.RawMessage(`{}`), MaxAttempts: 5},
+	)
+	unsure := settle(t, b, "k.unsure", effects.Uncertain)
+	if unsure.Attempts != 1 {
+		t.Fatalf("attempts %d", unsure.Attempts)
+	}
+	if _, err := b.store.Refire(b.ctx, unsure.ID, 1, effects.RefireOptions{}, effects.By{Actor: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if again := settle(t, b, "k.unsure", effects.Uncertain); again.Attempts != 2 {
+		t.Fatalf("attempts %d", again.Attempts)
+	}
+	_, err := b.store.ResolveAt(b.ctx, unsure.ID, effects.Failed, "", 1, ops)
+	if !errors.Is(err, effects.ErrChanged) || !strings.Contains(err.Error(), "after attempt 1 and has made attempt 2") {
+		t.Fatalf("resolve at attempt 1 of an effect at attempt 2: %v, want ErrChanged", err)
+	}
+	if e := get(t, b, unsure.ID); e.State != effects.Uncertain {
+		t.Fatalf("a refused resolve changed the effect: %s", e.State)
+	}
+	if e, err := b.store.ResolveAt(b.ctx, unsure.ID, effects.Failed, "", 2, ops); err != nil || e.State != effects.Failed {
+		t.Fatalf("resolve at the attempt read: %v, %v", e, err)
+	}
+
+	got := claim(t, b, "w", time.Minute, "k.retrying")
+	if _, err := b.eng.Complete(b.ctx, []engine.Outcome{{ID: got[0].ID, Attempt: 1, State: effects.Pending, Error: "503"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE side_effects SET next_attempt_at = now() WHERE id = $1`, got[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	again := claim(t, b, "w", time.Minute, "k.retrying")
+	if _, err := b.eng.Complete(b.ctx, []engine.Outcome{{ID: again[0].ID, Attempt: 2, State: effects.Pending, Error: "503"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.CancelAt(b.ctx, got[0].ID, 1, ops); !errors.Is(err, effects.ErrChanged) {
+		t.Fatalf("cancel at attempt 1 of an effect at attempt 2: %v, want ErrChanged", err)
+	}
+	if e, err := b.store.CancelAt(b.ctx, got[0].ID, 2, ops); err != nil || e.State != effects.Cancelled {
+		t.Fatalf("cancel at the attempt read: %v, %v", e, err)
+	}
+}
