@@ -21,6 +21,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,6 +124,9 @@ type Admin struct {
 	// Check, if set, checks a superseding payload as the kind's provider
 	// would before sending it.
 	Check func(kind string, payload json.RawMessage) error
+	// Known, if set, returns the kinds or providers a configuration knows
+	// besides those the database knows, for Pause.
+	Known func(scope effects.PauseScope) []string
 }
 
 // Config configures New.
@@ -134,6 +140,10 @@ type Config struct {
 	// Check, if set, checks a superseding payload as the kind's provider
 	// would before sending it.
 	Check func(kind string, payload json.RawMessage) error
+	// Known, if set, returns the kinds or providers a configuration knows
+	// besides those the database knows, for Pause: the daemon's
+	// configuration has them (config.Config.PauseNames).
+	Known func(scope effects.PauseScope) []string
 }
 
 // New returns an Admin acting on the effects of db: a *pgxpool.Pool,
@@ -153,7 +163,7 @@ func New(db any, cfg *Config) (*Admin, error) {
 			return nil, fmt.Errorf("admin: %w", err)
 		}
 	}
-	return &Admin{store: store, KeyWindow: cfg.KeyWindow, Check: cfg.Check}, nil
+	return &Admin{store: store, KeyWindow: cfg.KeyWindow, Check: cfg.Check, Known: cfg.Known}, nil
 }
 
 // Get returns the effect with this id, or an error wrapping
@@ -199,18 +209,92 @@ func (o *Admin) ApplyID(ctx context.Context, id int64, r Request) (*effects.Effe
 // at their next notification, without a restart; Resume lets them claim
 // again. Each is recorded with its actor and note (required), and reports
 // whether it changed anything (false: paused, or resumed, already).
+//
+// A typo must not pause nothing and say "paused": Pause refuses, with an
+// *UnknownNameError, a name that neither the database (a kind or provider
+// a dispatcher has served, the kind of a pending effect) nor Config.Known
+// knows. PauseAnyName pauses it anyway, before a kind's first deploy say.
 func (o *Admin) Pause(ctx context.Context, scope effects.PauseScope, name, actor, note string) (bool, error) {
+	if err := checkPauseName(scope, name); err != nil {
+		return false, err
+	}
+	known, err := o.KnownNames(ctx, scope)
+	if err != nil {
+		return false, fmt.Errorf("admin: pause: %w", err)
+	}
+	if !slices.Contains(known, name) {
+		return false, &UnknownNameError{Scope: scope, Name: name, Close: effects.Closest(name, known, 3)}
+	}
+	return o.store.SetPause(ctx, scope, name, true, effects.By{Actor: actor, Note: note})
+}
+
+// PauseAnyName is Pause without the check that something knows name.
+func (o *Admin) PauseAnyName(ctx context.Context, scope effects.PauseScope, name, actor, note string) (bool, error) {
+	if err := checkPauseName(scope, name); err != nil {
+		return false, err
+	}
+	return o.store.SetPause(ctx, scope, name, true, effects.By{Actor: actor, Note: note})
+}
+
+// checkPauseName refuses a name no effect can have.
+func checkPauseName(scope effects.PauseScope, name string) error {
 	if name != strings.TrimSpace(name) || name == "" {
-		return false, fmt.Errorf("admin: pause %s %q: a name with no space around it", scope, name)
+		return fmt.Errorf("admin: pause %s %q: a name with no space around it", scope, name)
 	}
 	if scope == effects.PauseKind {
 		// No effect can have another kind: pausing it would pause nothing.
 		if err := effects.ValidateKind(name); err != nil {
-			return false, fmt.Errorf("admin: pause: %w", err)
+			return fmt.Errorf("admin: pause: %w", err)
 		}
 	}
-	return o.store.SetPause(ctx, scope, name, true, effects.By{Actor: actor, Note: note})
+	return nil
 }
+
+// KnownNames returns, sorted, the kinds (PauseKind) or providers
+// (PauseProvider) that the database or Config.Known knows: what Pause
+// accepts.
+func (o *Admin) KnownNames(ctx context.Context, scope effects.PauseScope) ([]string, error) {
+	kinds, providers, err := o.store.KnownNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := kinds
+	if scope == effects.PauseProvider {
+		names = providers
+	}
+	if o.Known != nil {
+		for _, n := range o.Known(scope) {
+			names[n] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(names)), nil
+}
+
+// ErrUnknownName is wrapped by Pause's error for a name nothing knows.
+var ErrUnknownName = errors.New("no configuration, dispatcher or pending effect knows it")
+
+// UnknownNameError is Pause refusing a name nothing knows, with the known
+// names close to it (a typo's likely meaning).
+type UnknownNameError struct {
+	Scope effects.PauseScope
+	Name  string
+	Close []string
+}
+
+func (e *UnknownNameError) Error() string {
+	msg := fmt.Sprintf("%s %s is not one the configuration, the dispatchers or a pending effect knows", e.Scope, strconv.QuoteToASCII(e.Name))
+	if len(e.Close) > 0 {
+		c := make([]string, len(e.Close))
+		for i, n := range e.Close {
+			c[i] = strconv.QuoteToASCII(n)
+		}
+		msg += " (did you mean " + strings.Join(c, ", ") + "?)"
+	}
+	return msg + ": check the spelling"
+}
+
+// Is makes errors.Is(err, ErrUnknownName) hold.
+func (e *UnknownNameError) Is(target error) bool { return target == ErrUnknownName }
 
 // Resume lets the dispatchers claim what Pause stopped.
 func (o *Admin) Resume(ctx context.Context, scope effects.PauseScope, name, actor, note string) (bool, error) {

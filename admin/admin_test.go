@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -267,8 +268,23 @@ func TestNew_ApplyIDAndPauses(t *testing.T) {
 			}
 		})
 	}
-	a, err := admin.New(pool, nil)
+	a, err := admin.New(pool, &admin.Config{Known: func(scope effects.PauseScope) []string { return []string{"stripe"} }})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// A name nothing knows is refused, naming the close ones; PauseAnyName
+	// pauses it anyway.
+	var unknown *admin.UnknownNameError
+	if _, err := a.Pause(ctx, effects.PauseProvider, "strpie", "ops@host", "incident 7"); !errors.As(err, &unknown) || !slices.Equal(unknown.Close, []string{"stripe"}) {
+		t.Fatalf("pause of a misspelt provider: %v", err)
+	}
+	if _, err := a.Pause(ctx, effects.PauseKind, "sms.send", "ops@host", "incident 7"); !errors.Is(err, admin.ErrUnknownName) {
+		t.Fatalf("pause of a kind nothing knows: %v", err)
+	}
+	if changed, err := a.PauseAnyName(ctx, effects.PauseKind, "sms.send", "ops@host", "before its first deploy"); err != nil || !changed {
+		t.Fatalf("pause of a kind nothing knows yet, by PauseAnyName: %v %v", changed, err)
+	}
+	if _, err := a.Resume(ctx, effects.PauseKind, "sms.send", "ops@host", "deployed"); err != nil {
 		t.Fatal(err)
 	}
 	if changed, err := a.Pause(ctx, effects.PauseProvider, "stripe", "ops@host", "incident 7"); err != nil || !changed {

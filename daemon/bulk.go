@@ -26,7 +26,7 @@ func newOps(io *IO, c *common, store *engine.Store) (*admin.Admin, error) {
 func opsFor(cfg *config.Config, store *engine.Store) *admin.Admin {
 	o, _ := admin.New(store, nil) // a Store: nothing to refuse
 	if cfg != nil {
-		o.KeyWindow, o.Check = cfg.KeyWindowOf, cfg.CheckKnownPayload
+		o.KeyWindow, o.Check, o.Known = cfg.KeyWindowOf, cfg.CheckKnownPayload, cfg.PauseNames
 	}
 	return o
 }

@@ -206,8 +206,11 @@ func checkKinds(ctx context.Context, c *common, io *IO, store *engine.Store, kin
 			return usageErr("--kind: %v", err)
 		}
 		if known == nil {
-			var err error
-			if known, err = knownNames(ctx, c, io, store, effects.PauseKind); err != nil {
+			a, err := newOps(io, c, store)
+			if err != nil {
+				return err
+			}
+			if known, err = a.KnownNames(ctx, effects.PauseKind); err != nil {
 				return err
 			}
 		}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/engine"
 )
 
 func pauseCmd(ctx context.Context, io *IO, args []string) error { return setPause(ctx, io, args, true) }
@@ -52,20 +50,17 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 		return err
 	}
 	defer pool.Close()
-	if pause && !*anyName {
-		// A typo must not pause nothing and say "paused".
-		known, err := knownNames(ctx, c, io, store, scope)
-		if err != nil {
-			return err
-		}
-		if !slices.Contains(known, name) {
-			return fmt.Errorf("%s %s is not one the configuration, the dispatchers or a pending effect knows%s: check the spelling, or give --any-name to pause it anyway",
-				scope, printable(name), closeOnes(name, known))
-		}
-	}
 	a := opsFor(nil, store)
+	if cfg, err := c.loadConfig(io); err != nil {
+		return err
+	} else if cfg != nil {
+		a.Known = cfg.PauseNames
+	}
 	set := a.Resume
-	if pause {
+	switch {
+	case pause && *anyName:
+		set = a.PauseAnyName
+	case pause:
 		set = a.Pause
 	}
 	by := op.action()
@@ -81,6 +76,8 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 			}
 		}
 		return fmt.Errorf("%s %s is not paused%s", scope, printable(name), closeOnes(name, paused))
+	case errors.Is(err, admin.ErrUnknownName):
+		return fmt.Errorf("%w, or give --any-name to pause it anyway", err)
 	case err != nil:
 		return err
 	case !changed:
@@ -91,34 +88,6 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 		fmt.Fprintf(io.Out, "%s %s resumed\n", scope, printable(name))
 	}
 	return nil
-}
-
-// knownNames lists the kinds (or the providers) that the configuration, if
-// one was given, the dispatchers' record of kinds and the pending effects
-// know.
-func knownNames(ctx context.Context, c *common, io *IO, store *engine.Store, scope effects.PauseScope) ([]string, error) {
-	kinds, providers, err := store.KnownNames(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := c.loadConfig(io)
-	if err != nil {
-		return nil, err
-	}
-	if cfg != nil {
-		for k, kc := range cfg.Kinds {
-			kinds[k] = true
-			providers[kc.Provider] = true
-		}
-		for p := range cfg.Providers {
-			providers[p] = true
-		}
-	}
-	names := kinds
-	if scope == effects.PauseProvider {
-		names = providers
-	}
-	return slices.Sorted(maps.Keys(names)), nil
 }
 
 // closeOnes says which of names are close to name, if any are.

@@ -273,7 +273,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id *identity, err
 	case errors.Is(err, admin.ErrOverCap), errors.Is(err, effects.ErrWrongState), errors.Is(err, effects.ErrMaybePerformed),
 		errors.Is(err, effects.ErrPastKeyWindow), errors.Is(err, effects.ErrNotPaused), errors.Is(err, effects.ErrChanged):
 		status = http.StatusConflict
-	case errors.Is(err, effects.ErrInvalid):
+	case errors.Is(err, effects.ErrInvalid), errors.Is(err, admin.ErrUnknownName):
 		status = http.StatusBadRequest
 	case errors.As(err, new(*hiddenChange)):
 		status = http.StatusForbidden

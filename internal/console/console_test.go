@@ -80,8 +80,15 @@ func newEnv(t *testing.T, edit func(*console.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ops := mustAdmin(t, e.store)
+	ops.Known = func(scope effects.PauseScope) []string { // as the daemon's configuration would say
+		if scope == effects.PauseProvider {
+			return []string{"mail", "stripe"}
+		}
+		return []string{"charge.create", "email.receipt"}
+	}
 	cfg := console.Config{
-		Store: e.store, Ops: mustAdmin(t, e.store), DB: e.pool,
+		Store: e.store, Ops: ops, DB: e.pool,
 		Providers:    map[string]console.Provider{"charge.create": {Name: "stripe", Link: stripeLink}, "email.receipt": {Name: "mail"}},
 		HiddenFields: []string{"personalizations.to.email", "customer_email"},
 		Auth:         console.Auth{Tokens: tokens},
@@ -906,6 +913,10 @@ func TestConsole_PausesByRole(t *testing.T) {
 	}
 	if s := pause(op, token, "provider", "stripe", "pause"); s != http.StatusForbidden {
 		t.Errorf("an operator pausing a provider: %d, want 403", s)
+	}
+	// A typo pauses nothing, and says so.
+	if a := op.post("/pause", url.Values{"csrf": {token}, "scope": {"kind"}, "name": {"emial.receipt"}, "op": {"pause"}, "note": {"incident 42"}}); a.status != http.StatusBadRequest || !strings.Contains(a.body, "did you mean &#34;email.receipt&#34;") {
+		t.Errorf("an operator pausing a misspelt kind: %d\n%s", a.status, a.body)
 	}
 	boss := e.login(console.Admin)
 	atoken := csrf(t, boss.page("/"))
