@@ -420,6 +420,10 @@ func (o *Admin) Preview(ctx context.Context, r Request, f effects.Filter) (Previ
 type Result struct {
 	Done    []*effects.Effect
 	Skipped []Skip
+	// More: when the cap was reached, effects the filter matches were
+	// left (they came after the count): never acted on in silence, they
+	// are for another run.
+	More bool
 }
 
 // Skip is an effect a bulk action left, and why (another state by now, a
@@ -460,6 +464,7 @@ func (o *Admin) ApplyAll(ctx context.Context, r Request, f effects.Filter, max i
 	}
 	page := f
 	page.Limit = 500
+	var lastID int64 // the last effect acted on, in id order
 	for len(res.Done)+len(res.Skipped) < max {
 		list, err := o.store.List(ctx, page)
 		if err != nil {
@@ -469,6 +474,7 @@ func (o *Admin) ApplyAll(ctx context.Context, r Request, f effects.Filter, max i
 			if len(res.Done)+len(res.Skipped) >= max {
 				break
 			}
+			lastID = e.ID
 			done, err := o.Apply(ctx, e, r)
 			if err != nil {
 				res.Skipped = append(res.Skipped, Skip{ID: e.ID, Reason: err.Error(), Err: err})
@@ -480,6 +486,15 @@ func (o *Admin) ApplyAll(ctx context.Context, r Request, f effects.Filter, max i
 			break
 		}
 		page.AfterID = list[len(list)-1].ID
+	}
+	if len(res.Done)+len(res.Skipped) >= max {
+		rest := f
+		rest.AfterID, rest.Limit = lastID, 1
+		left, err := o.store.List(ctx, rest)
+		if err != nil {
+			return res, err
+		}
+		res.More = len(left) > 0
 	}
 	return res, nil
 }

@@ -414,3 +414,34 @@ func TestAdmin_OnADatabaseSQLHandle(t *testing.T) {
 		t.Fatalf("get a missing effect: %v", err)
 	}
 }
+
+// Effects that come to match a bulk action's filter while it runs, past
+// its cap, are never left in silence: the result says more matched.
+func TestApplyAll_SaysWhenMoreMatchedThanItDid(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	s := setupOn(t, pool, "email.receipt", 2, 0, effects.Pending)
+	ctx := context.Background()
+	o := newAdmin(t, s, nil)
+	arrived := false
+	r := admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"template":"new"}`), Actor: "ops", Note: "template fixed",
+		Guard: func(e *effects.Effect, payload json.RawMessage) error {
+			if !arrived { // a producer enqueues another while the bulk action runs
+				arrived = true
+				if _, err := s.Insert(ctx, []effects.NewEffect{{SourceID: "order-late", Kind: "email.receipt", Payload: json.RawMessage(`{"template":"old"}`)}}, 0, ""); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+	f := effects.Filter{Kinds: []string{"email.receipt"}, States: []effects.State{effects.Pending}}
+	res, err := o.ApplyAll(ctx, r, f, 2)
+	if err != nil || len(res.Done) != 2 || !res.More {
+		t.Fatalf("bulk with a late arrival past the cap: done %d, more %v, %v", len(res.Done), res.More, err)
+	}
+	r.Guard = nil
+	res, err = o.ApplyAll(ctx, r, effects.Filter{Kinds: []string{"email.receipt"}, SourceID: "order-late"}, 2)
+	if err != nil || len(res.Done) != 1 || res.More {
+		t.Fatalf("the late one, on its own: done %d, more %v, %v", len(res.Done), res.More, err)
+	}
+}

@@ -128,6 +128,9 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	for _, s := range res.Skipped {
 		fmt.Fprintf(io.Out, "  skipped %d: %s\n", s.ID, printable(s.Reason))
 	}
+	if res.More {
+		fmt.Fprintf(io.Out, "--max %d reached, and more effects match the filter now (they came while it ran): run it again to act on them\n", *max)
+	}
 	return nil
 }
 

@@ -324,6 +324,7 @@ type doneData struct {
 	Action  admin.Action
 	Done    []int64
 	Skipped []admin.Skip
+	More    bool // the cap was reached with more effects matching
 }
 
 // bulk performs a confirmed bulk action.
@@ -345,7 +346,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, id *identity) {
 	}
 	h.log.Info("console: bulk action", "actor", id.Actor, "role", id.Role.String(), "action", string(b.req.Action),
 		"done", len(res.Done), "skipped", len(res.Skipped), "cap", b.max)
-	d := doneData{Action: b.req.Action}
+	d := doneData{Action: b.req.Action, More: res.More}
 	for _, e := range res.Done {
 		d.Done = append(d.Done, e.ID)
 	}
