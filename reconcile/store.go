@@ -3,25 +3,23 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/providers"
 )
 
-// The reconciliation tables are this package's own: this file holds all
-// their SQL.
+// The reconciliation tables are this package's own; their statements are
+// the engine's (engine.Reconciliation).
 
-func runsTable(schema string) string     { return engine.Quote(schema) + ".sidefx_reconcile_runs" }
-func findingsTable(schema string) string { return engine.Quote(schema) + ".sidefx_reconcile_findings" }
-func evidenceTable(schema string) string { return engine.Quote(schema) + ".sidefx_evidence" }
-func effectsTable(schema string) string  { return engine.Quote(schema) + ".side_effects" }
+func runsTable(schema string) string { return engine.Quote(schema) + ".sidefx_reconcile_runs" }
+
+// statements returns the engine's statements on schema.
+func statements(schema string) engine.Reconciliation {
+	return engine.NewReconciliation(engine.Quote(schema))
+}
 
 // Stored is one piece of evidence as stored.
 type Stored struct {
@@ -43,22 +41,17 @@ func Record(ctx context.Context, db engine.DB, schema string, effectID int64, ke
 	if err != nil {
 		return false, err
 	}
-	var detail pgtype.Text
+	var detail []byte
 	if len(ev.Detail) > 0 && json.Valid(ev.Detail) {
-		detail = pgtype.Text{String: string(ev.Detail), Valid: true}
+		detail = ev.Detail
 	}
-	tag, err := db.Exec(ctx, `INSERT INTO `+evidenceTable(schema)+`
-		(effect_id, key, provider, source, verdict, ref, status, succeeded, observed_at, event_id, detail)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text::jsonb)
-		ON CONFLICT (provider, event_id) DO NOTHING`,
-		pgtype.Int8{Int64: effectID, Valid: effectID != 0}, key, provider, source, ev.Verdict.String(),
-		pgtype.Text{String: ev.Ref, Valid: ev.Ref != ""}, pgtype.Text{String: ev.Status, Valid: ev.Status != ""},
-		pgtype.Bool{Bool: ev.Succeeded, Valid: ev.Verdict == providers.Found},
-		pgtype.Timestamptz{Time: ev.At, Valid: !ev.At.IsZero()}, pgtype.Text{String: eventID, Valid: eventID != ""}, detail)
+	stored, err := statements(schema).RecordEvidence(ctx, db, engine.EvidenceRow{EffectID: effectID, Key: key, Provider: provider,
+		Source: source, Verdict: ev.Verdict.String(), Ref: ev.Ref, Status: ev.Status, Succeeded: ev.Succeeded,
+		ObservedAt: ev.At, EventID: eventID, Detail: detail})
 	if err != nil {
 		return false, fmt.Errorf("record evidence for key %s: %w", key, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return stored, nil
 }
 
 // Evidence returns the evidence stored for an effect (by its id, or its
@@ -68,27 +61,20 @@ func Evidence(ctx context.Context, db engine.DB, schema string, effectID int64, 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, `SELECT id, coalesce(effect_id, 0), key, provider, source, verdict, coalesce(ref, ''), coalesce(status, ''),
-			coalesce(succeeded, false), observed_at, coalesce(event_id, ''), recorded_at, detail
-		FROM `+evidenceTable(schema)+` WHERE effect_id = $1 OR key = $2 ORDER BY recorded_at, id`, effectID, key)
+	rows, err := statements(schema).Evidence(ctx, db, effectID, key)
 	if err != nil {
 		return nil, fmt.Errorf("read evidence: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Stored, error) {
-		var s Stored
-		var verdict string
-		var observed pgtype.Timestamptz
-		var detail []byte
-		err := r.Scan(&s.ID, &s.EffectID, &s.Key, &s.Provider, &s.Source, &verdict, &s.Evidence.Ref, &s.Evidence.Status,
-			&s.Evidence.Succeeded, &observed, &s.EventID, &s.RecordedAt, &detail)
-		s.Evidence.Verdict = verdictOf(verdict)
-		s.Evidence.At = observed.Time
-		s.Evidence.Source = s.Source
-		if len(detail) > 0 {
-			s.Evidence.Detail = detail
+	out := make([]Stored, len(rows))
+	for i, e := range rows {
+		out[i] = Stored{ID: e.ID, EffectID: e.EffectID, Key: e.Key, Provider: e.Provider, Source: e.Source, EventID: e.EventID,
+			RecordedAt: e.RecordedAt, Evidence: providers.Evidence{Verdict: verdictOf(e.Verdict), Ref: e.Ref, Status: e.Status,
+				Succeeded: e.Succeeded, At: e.ObservedAt, Source: e.Source}}
+		if len(e.Detail) > 0 {
+			out[i].Evidence.Detail = e.Detail
 		}
-		return s, err
-	})
+	}
+	return out, nil
 }
 
 func verdictOf(s string) providers.Verdict {
@@ -126,48 +112,31 @@ type eventEvidence struct {
 // performed first, then the latest. Events of another provider are never
 // read for it: they speak of another account's objects.
 func uncertainOf(ctx context.Context, db engine.DB, schema, kind, provider string, limit int) ([]uncertain, error) {
-	rows, err := db.Query(ctx, `SELECT e.id, e.source_id, e.idempotency_key, e.attempts, coalesce(e.first_fired_at, e.created_at),
-			coalesce(greatest(e.fired_at, e.first_fired_at), e.created_at)
-		FROM `+effectsTable(schema)+` e
-		WHERE e.state = 'uncertain' AND e.kind = $1
-		ORDER BY e.id LIMIT $2`, kind, limit)
+	st := statements(schema)
+	rows, err := st.Uncertain(ctx, db, kind, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list uncertain %s effects: %w", kind, err)
 	}
-	us, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (uncertain, error) {
-		var u uncertain
-		err := r.Scan(&u.id, &u.sourceID, &u.key, &u.attempts, &u.firstFiredAt, &u.lastFiredAt)
-		return u, err
-	})
-	if err != nil || len(us) == 0 {
-		return us, err
+	if len(rows) == 0 {
+		return nil, nil
 	}
-	keys := make([]string, len(us))
-	byKey := make(map[string]*uncertain, len(us))
-	for i := range us {
-		keys[i] = us[i].key
-		byKey[us[i].key] = &us[i]
+	us := make([]uncertain, len(rows))
+	keys := make([]string, len(rows))
+	byKey := make(map[string]*uncertain, len(rows))
+	for i, u := range rows {
+		us[i] = uncertain{id: u.ID, sourceID: u.SourceID, key: u.Key, attempts: u.Attempts, firstFiredAt: u.FirstFiredAt, lastFiredAt: u.LastFiredAt}
+		keys[i] = u.Key
+		byKey[u.Key] = &us[i]
 	}
-	rows, err = db.Query(ctx, `SELECT key, ref, coalesce(status, ''), coalesce(succeeded, false), observed_at
-		FROM `+evidenceTable(schema)+`
-		WHERE key = ANY($1) AND provider = $2 AND source = 'event' AND verdict = 'found' AND ref IS NOT NULL
-		ORDER BY succeeded DESC, recorded_at DESC, id DESC`, keys, provider)
+	evs, err := st.EventsAbout(ctx, db, keys, provider)
 	if err != nil {
 		return nil, fmt.Errorf("read %s's events about uncertain %s effects: %w", provider, kind, err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var key string
-		var ev eventEvidence
-		var at pgtype.Timestamptz
-		if err := rows.Scan(&key, &ev.ref, &ev.status, &ev.succeeded, &at); err != nil {
-			return nil, err
-		}
-		ev.at = at.Time
-		u := byKey[key]
-		u.events = append(u.events, ev)
+	for _, ev := range evs {
+		u := byKey[ev.Key]
+		u.events = append(u.events, eventEvidence{ref: ev.Ref, status: ev.Status, succeeded: ev.Succeeded, at: ev.At})
 	}
-	return us, rows.Err()
+	return us, nil
 }
 
 // confirmedRef is a confirmed effect and the reference it was confirmed
@@ -190,30 +159,23 @@ func effectsOf(ctx context.Context, db engine.DB, schema, kind string, objects [
 		}
 	}
 	out := map[string]stateRef{}
-	read := func(where string, arg []string) error {
-		if len(arg) == 0 {
-			return nil
+	st := statements(schema)
+	for _, read := range []struct {
+		by   func(context.Context, engine.DB, string, []string) ([]engine.EffectRef, error)
+		args []string
+	}{{st.EffectsBySource, sources}, {st.EffectsByKey, keys}} {
+		if len(read.args) == 0 {
+			continue
 		}
-		rows, err := db.Query(ctx, `SELECT idempotency_key, id, state, coalesce(provider_ref, '') FROM `+effectsTable(schema)+`
-			WHERE kind = $1 AND `+where+` = ANY($2)`, kind, arg)
+		refs, err := read.by(ctx, db, kind, read.args)
 		if err != nil {
-			return fmt.Errorf("read %s effects: %w", kind, err)
+			return nil, fmt.Errorf("read %s effects: %w", kind, err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var key string
-			var s stateRef
-			if err := rows.Scan(&key, &s.id, &s.state, &s.ref); err != nil {
-				return err
-			}
-			out[key] = s
+		for _, r := range refs {
+			out[r.Key] = stateRef{id: r.ID, state: effects.State(r.State), ref: r.Ref}
 		}
-		return rows.Err()
 	}
-	if err := read("source_id", sources); err != nil {
-		return nil, err
-	}
-	return out, read("idempotency_key", keys)
+	return out, nil
 }
 
 type stateRef struct {
@@ -225,28 +187,27 @@ type stateRef struct {
 // confirmedIn returns the effects of kind confirmed whose first fire was
 // in [from, to).
 func confirmedIn(ctx context.Context, db engine.DB, schema, kind string, from, to time.Time) ([]confirmedRef, error) {
-	rows, err := db.Query(ctx, `SELECT id, idempotency_key, coalesce(provider_ref, '') FROM `+effectsTable(schema)+`
-		WHERE kind = $1 AND state = 'confirmed' AND first_fired_at >= $2 AND coalesce(fired_at, first_fired_at) < $3`, kind, from, to)
+	refs, err := statements(schema).ConfirmedIn(ctx, db, kind, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("list confirmed %s effects: %w", kind, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (confirmedRef, error) {
-		var c confirmedRef
-		err := r.Scan(&c.id, &c.key, &c.ref)
-		return c, err
-	})
+	out := make([]confirmedRef, len(refs))
+	for i, r := range refs {
+		out[i] = confirmedRef{id: r.ID, key: r.Key, ref: r.Ref}
+	}
+	return out, nil
 }
 
 // save stores a run's findings and finishes its record.
 func save(ctx context.Context, db engine.DB, schema string, rep *Report) error {
+	st := statements(schema)
 	for _, f := range rep.Findings {
-		if _, err := db.Exec(ctx, `INSERT INTO `+findingsTable(schema)+` (run_id, finding, kind, provider, effect_id, key, ref, detail)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, rep.RunID, string(f.Finding), f.Kind, f.Provider,
-			pgtype.Int8{Int64: f.EffectID, Valid: f.EffectID != 0}, f.Key, f.Ref, f.Detail); err != nil {
+		if err := st.SaveFinding(ctx, db, rep.RunID, engine.FindingRow{Finding: string(f.Finding), Kind: f.Kind, Provider: f.Provider,
+			EffectID: f.EffectID, Key: f.Key, Ref: f.Ref, Detail: f.Detail}); err != nil {
 			return fmt.Errorf("save reconciliation finding: %w", err)
 		}
 	}
-	if _, err := db.Exec(ctx, `UPDATE `+runsTable(schema)+` SET finished_at = now(), errors = $2 WHERE id = $1`, rep.RunID, rep.Count(Error)); err != nil {
+	if err := st.FinishRun(ctx, db, rep.RunID, rep.Count(Error)); err != nil {
 		return fmt.Errorf("finish reconciliation run: %w", err)
 	}
 	return nil
@@ -270,57 +231,39 @@ func Runs(ctx context.Context, db engine.DB, schema string, limit, findings int)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, `SELECT id, tick, started_at, finished_at, runner, errors FROM `+runsTable(schema)+`
-		ORDER BY started_at DESC, id DESC LIMIT $1`, limit)
+	st := statements(schema)
+	rows, err := st.Runs(ctx, db, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list reconciliation runs: %w", err)
 	}
-	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Run, error) {
-		var run Run
-		var tick, finished pgtype.Timestamptz
-		err := r.Scan(&run.ID, &tick, &run.StartedAt, &finished, &run.Runner, &run.Errors)
-		run.Tick, run.Finished = tick.Time, finished.Time
-		return run, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	for i := range runs {
-		runs[i].Counts = map[FindingKind]int{}
-		rows, err := db.Query(ctx, `SELECT finding, count(*) FROM `+findingsTable(schema)+` WHERE run_id = $1 GROUP BY finding`, runs[i].ID)
+	runs := make([]Run, len(rows))
+	for i, r := range rows {
+		runs[i] = Run{ID: r.ID, Tick: r.Tick, StartedAt: r.StartedAt, Finished: r.Finished, Runner: r.Runner, Errors: r.Errors,
+			Counts: map[FindingKind]int{}}
+		counts, err := st.FindingCounts(ctx, db, r.ID)
 		if err != nil {
 			return nil, fmt.Errorf("count reconciliation findings: %w", err)
 		}
-		for rows.Next() {
-			var f string
-			var n int
-			if err := rows.Scan(&f, &n); err != nil {
-				rows.Close()
-				return nil, err
-			}
+		for f, n := range counts {
 			runs[i].Counts[FindingKind(f)] = n
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		rows, err = db.Query(ctx, `SELECT finding, kind, provider, coalesce(effect_id, 0), coalesce(key, ''), coalesce(ref, ''), coalesce(detail, '')
-			FROM `+findingsTable(schema)+` WHERE run_id = $1 ORDER BY id LIMIT $2`, runs[i].ID, findings)
+		fs, err := st.Findings(ctx, db, r.ID, findings)
 		if err != nil {
 			return nil, fmt.Errorf("list reconciliation findings: %w", err)
 		}
-		runs[i].Findings, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Finding, error) {
-			var f Finding
-			var kind string
-			err := r.Scan(&kind, &f.Kind, &f.Provider, &f.EffectID, &f.Key, &f.Ref, &f.Detail)
-			f.Finding = FindingKind(kind)
-			return f, err
-		})
-		if err != nil {
-			return nil, err
-		}
+		runs[i].Findings = findingsOf(fs)
 	}
 	return runs, nil
+}
+
+// findingsOf turns stored findings into Findings.
+func findingsOf(rows []engine.FindingRow) []Finding {
+	var out []Finding
+	for _, f := range rows {
+		out = append(out, Finding{Finding: FindingKind(f.Finding), Kind: f.Kind, Provider: f.Provider, EffectID: f.EffectID,
+			Key: f.Key, Ref: f.Ref, Detail: f.Detail})
+	}
+	return out
 }
 
 // eventObject is one object a provider's events named, with the effect of
@@ -337,19 +280,15 @@ type eventObject struct {
 // since from, each with its effect among kinds, the provider's own: a key
 // of another provider's effect is no effect of this one's.
 func eventObjects(ctx context.Context, db engine.DB, schema, provider string, kinds []string, from time.Time) ([]eventObject, error) {
-	rows, err := db.Query(ctx, `SELECT v.key, v.ref, coalesce(e.id, 0), coalesce(e.kind, ''), coalesce(e.state, ''), coalesce(e.provider_ref, '')
-		FROM (SELECT DISTINCT key, ref FROM `+evidenceTable(schema)+`
-			WHERE provider = $1 AND source = 'event' AND verdict = 'found' AND ref IS NOT NULL AND recorded_at >= $2) v
-		LEFT JOIN `+effectsTable(schema)+` e ON e.idempotency_key = v.key AND e.kind = ANY($3)
-		ORDER BY v.key, v.ref`, provider, from, kinds)
+	rows, err := statements(schema).EventObjects(ctx, db, provider, kinds, from)
 	if err != nil {
 		return nil, fmt.Errorf("read %s's events: %w", provider, err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (eventObject, error) {
-		var o eventObject
-		err := r.Scan(&o.key, &o.ref, &o.effectID, &o.kind, &o.state, &o.effectRef)
-		return o, err
-	})
+	out := make([]eventObject, len(rows))
+	for i, o := range rows {
+		out[i] = eventObject{key: o.Key, ref: o.Ref, effectID: o.EffectID, kind: o.Kind, state: effects.State(o.State), effectRef: o.EffectRef}
+	}
+	return out, nil
 }
 
 // pruneEvidence deletes the evidence recorded before before of effects that
@@ -358,19 +297,15 @@ func eventObjects(ctx context.Context, db engine.DB, schema, provider string, ki
 // fired or uncertain is kept, whatever its age, for it may settle it. It
 // returns how many rows it deleted.
 func pruneEvidence(ctx context.Context, db engine.DB, schema string, before time.Time) (int64, error) {
-	q := engine.Quote(schema)
+	st := statements(schema)
 	var total int64
 	for {
-		tag, err := db.Exec(ctx, `DELETE FROM `+q+`.sidefx_evidence WHERE id IN (
-			SELECT ev.id FROM `+q+`.sidefx_evidence ev
-			WHERE ev.recorded_at < $1 AND NOT EXISTS (
-				SELECT FROM `+q+`.side_effects e WHERE e.id = ev.effect_id AND e.state IN ('pending', 'fired', 'uncertain'))
-			LIMIT 1000)`, before)
+		n, err := st.PruneEvidence(ctx, db, before)
 		if err != nil {
 			return total, fmt.Errorf("prune evidence: %w", err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < 1000 || ctx.Err() != nil {
+		total += n
+		if n < engine.PruneBatch || ctx.Err() != nil {
 			return total, nil
 		}
 	}
@@ -379,29 +314,19 @@ func pruneEvidence(ctx context.Context, db engine.DB, schema string, before time
 // latest returns the latest finished run, as a Report of its finish time
 // and its findings' kind, provider and finding; found is false before any.
 func latest(ctx context.Context, db engine.DB, schema string) (rep Report, found bool, err error) {
-	var id int64
-	err = db.QueryRow(ctx, `SELECT id, finished_at FROM `+runsTable(schema)+`
-		WHERE finished_at IS NOT NULL ORDER BY finished_at DESC, id DESC LIMIT 1`).Scan(&id, &rep.Finished)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return rep, false, nil
-	}
+	st := statements(schema)
+	id, finished, found, err := st.LatestRun(ctx, db)
 	if err != nil {
 		return rep, false, fmt.Errorf("read the latest reconciliation run: %w", err)
 	}
-	rep.RunID = id
-	rows, err := db.Query(ctx, `SELECT finding, kind, provider FROM `+findingsTable(schema)+` WHERE run_id = $1`, id)
+	if !found {
+		return rep, false, nil
+	}
+	rep.RunID, rep.Finished = id, finished
+	fs, err := st.Findings(ctx, db, id, -1)
 	if err != nil {
 		return rep, false, fmt.Errorf("read the latest reconciliation run's findings: %w", err)
 	}
-	rep.Findings, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Finding, error) {
-		var f Finding
-		var kind string
-		err := r.Scan(&kind, &f.Kind, &f.Provider)
-		f.Finding = FindingKind(kind)
-		return f, err
-	})
-	if err != nil {
-		return rep, false, fmt.Errorf("read the latest reconciliation run's findings: %w", err)
-	}
+	rep.Findings = findingsOf(fs)
 	return rep, true, nil
 }

@@ -34,7 +34,6 @@ var sqlHomes = map[string]int{
 	"drift/run.go":                 1,
 	"drift/store.go":               3,
 	"migrations/migrations.go":     9,
-	"reconcile/store.go":           17,
 	"sidefxtest/contract/cases.go": 6,
 }
 
