@@ -341,13 +341,13 @@ func checkNamespace(ctx context.Context, pool *pgxpool.Pool, schema, want string
 	if want == "" {
 		return nil
 	}
-	s, err := engine.CheckSchema(schema)
+	store, err := engine.NewStore(pool, &engine.StoreConfig{Schema: schema})
 	if err != nil {
 		return err
 	}
 	const source, kind = "sidefx-namespace-check", "sidefx.check"
-	var key string
-	if err := pool.QueryRow(ctx, `SELECT `+engine.Quote(s)+`.sidefx_key($1::text, $2::text)`, source, kind).Scan(&key); err != nil {
+	key, err := store.DatabaseKey(ctx, source, kind)
+	if err != nil {
 		return fmt.Errorf("check the database's key namespace: %w", err)
 	}
 	if key != derive.KeyNS(want, source, kind) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
@@ -89,7 +88,7 @@ func (r *Rule) check() error {
 	}
 	if strings.TrimSpace(r.SQL) == "" {
 		errs = append(errs, errors.New("sql is empty"))
-	} else if err := checkPlaceholders(r.SQL); err != nil {
+	} else if err := engine.CheckDriftPlaceholders(r.SQL); err != nil {
 		errs = append(errs, err)
 	}
 	if r.Grace < 0 || r.Window < 0 || r.Sample < 0 || r.CheckAtMost < 0 || r.StatementTimeout < 0 {
@@ -133,53 +132,39 @@ func Validate(ctx context.Context, db DB, rules []Rule) map[string]error {
 	return bad
 }
 
-// readOnly runs fn in a read-only transaction (a savepoint if db is a
-// transaction) whose statements the database cancels after the rule's
-// statement timeout. It always rolls back: a rule has nothing to keep.
+// readOnly runs fn in the rule's read-only transaction (a savepoint if db
+// is a transaction), whose statements the database cancels after the
+// rule's statement timeout. fn's errors are returned as they are.
 func readOnly(ctx context.Context, db DB, r Rule, fn func(pgx.Tx) error) error {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("drift rule %q: begin its read-only transaction: %w", r.Name, engine.Brief(err))
+	var fnErr error
+	err := engine.DriftReadOnly(ctx, db, r.timeout(), func(tx pgx.Tx) error {
+		fnErr = fn(tx)
+		return fnErr
+	})
+	if err != nil && fnErr == nil {
+		return fmt.Errorf("drift rule %q: %w", r.Name, err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // nothing was written; a failed rollback ends the session
-	// A whole number of milliseconds, at least one (0 would mean none).
-	ms := max(r.timeout().Milliseconds(), 1)
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = %d", ms)); err != nil {
-		return fmt.Errorf("drift rule %q: begin its read-only transaction: %w", r.Name, engine.Brief(err))
-	}
-	return fn(tx)
+	return err
 }
 
-// problem says what the database made of the rule's SQL, run inside q:
-// positions are placed in the rule's own text, and a statement timeout is
-// named with its value.
-func (r *Rule) problem(q *query, err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "57014" && strings.Contains(pe.Message, "statement timeout") {
-		return fmt.Sprintf("its sql ran past its statement timeout %s", r.timeout())
-	}
-	return q.explain(err, r.SQL)
+// engineRule is what the engine's statements need of r.
+func (r *Rule) engineRule() engine.DriftRule {
+	return engine.DriftRule{SQL: r.SQL, Kind: r.Kind, Grace: r.Grace, Window: r.Window, Sample: r.Sample,
+		CheckAtMost: r.CheckAtMost, Timeout: r.timeout()}
 }
 
 // checkShape runs the rule's SQL for no rows and checks its result is one
 // text-compatible column.
 func checkShape(ctx context.Context, db engine.DB, r Rule) error {
-	q := new(query).add(`WITH params AS (SELECT $1::timestamptz, $2::timestamptz)
-		SELECT * FROM (`).rule(r.bind(1, 2)).add(`) AS q LIMIT 0`)
-	rows, err := db.Query(ctx, q.String(), time.Now(), pgxInfinity())
+	oids, err := engine.DriftShape(ctx, db, r.engineRule())
 	if err != nil {
-		return fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, r.problem(q, err))
+		return fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, err)
 	}
-	fields := rows.FieldDescriptions()
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%w %q: the database refuses its sql: %s", ErrRule, r.Name, r.problem(q, err))
+	if len(oids) != 1 {
+		return fmt.Errorf("%w %q: its sql returns %d columns, want one (the source id)", ErrRule, r.Name, len(oids))
 	}
-	if len(fields) != 1 {
-		return fmt.Errorf("%w %q: its sql returns %d columns, want one (the source id)", ErrRule, r.Name, len(fields))
-	}
-	if _, ok := textOIDs[fields[0].DataTypeOID]; !ok {
-		return fmt.Errorf("%w %q: its sql returns a column of type oid %d, want text, varchar, uuid or an integer", ErrRule, r.Name, fields[0].DataTypeOID)
+	if _, ok := textOIDs[oids[0]]; !ok {
+		return fmt.Errorf("%w %q: its sql returns a column of type oid %d, want text, varchar, uuid or an integer", ErrRule, r.Name, oids[0])
 	}
 	return nil
 }
@@ -213,74 +198,32 @@ type Finding struct {
 // checkRule runs one rule in one statement, so missing and extra are
 // computed on one snapshot.
 func checkRule(ctx context.Context, db DB, schema string, r Rule) Finding {
-	f := Finding{Rule: r.Name, Kind: r.Kind}
-	sample := r.Sample
-	if sample == 0 {
-		sample = 100
-	}
-	t := engine.Quote(schema) + ".side_effects"
-	// $1 due_before for missing, $2 window start, $3 kind, $4 now (every
-	// existing source, for extra), $5 grace, $6 sample.
-	// With CheckAtMost, a random sample of the due sources and of the
-	// effects in the window is compared instead of all of them.
-	sampling := ""
-	if r.CheckAtMost > 0 {
-		sampling = fmt.Sprintf(" ORDER BY random() LIMIT %d", r.CheckAtMost)
-		f.Sampled = true
-	}
-	// params names every parameter's type, so a rule that uses neither
-	// placeholder leaves none of them untyped. A NULL the rule returns is no
-	// source id: due leaves it out, and known counts it (GROUP BY puts the
-	// NULLs in one group) for Finding.Problem.
-	q := new(query).add(`WITH params AS (SELECT $1::timestamptz, $2::timestamptz, $3::text, $4::timestamptz, $5::interval, $6::integer),
-		due AS MATERIALIZED (
-			SELECT source_id FROM (SELECT DISTINCT x.src::text AS source_id FROM (`).rule(r.bind(1, 2)).add(`) AS x(src)
-				WHERE x.src IS NOT NULL) d` + sampling + `
-		), known AS MATERIALIZED (
-			SELECT x.src::text AS source_id, count(*) AS n FROM (`).rule(r.bind(4, 2)).add(`) AS x(src) GROUP BY 1
-		), missing AS (
-			SELECT d.source_id FROM due d
-			WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` s WHERE s.source_id = d.source_id AND s.kind = $3)
-		), recent AS (
-			SELECT s.source_id FROM ` + t + ` s
-			WHERE s.kind = $3 AND s.state <> 'cancelled' AND s.created_at >= $2::timestamptz + $5::interval` + sampling + `
-		), extra AS (
-			SELECT r.source_id FROM recent r
-			WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.source_id = r.source_id)
-		)
-		SELECT coalesce((SELECT n FROM known WHERE source_id IS NULL), 0),
-			(SELECT count(*) FROM missing),
-			coalesce((SELECT pg_catalog.array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM missing ORDER BY source_id LIMIT $6) m), '{}'),
-			(SELECT count(*) FROM extra),
-			coalesce((SELECT pg_catalog.array_agg(source_id ORDER BY source_id) FROM (SELECT source_id FROM extra ORDER BY source_id LIMIT $6) e), '{}')`)
+	f := Finding{Rule: r.Name, Kind: r.Kind, Sampled: r.CheckAtMost > 0}
 	start := time.Now()
-	var nulls, missing, extra int64
+	var c engine.DriftCounts
 	err := readOnly(ctx, db, r, func(tx pgx.Tx) error {
 		if err := checkShape(ctx, tx, r); err != nil {
 			return err
 		}
-		windowStart := pgxInfinity()
-		var now time.Time
-		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-			return fmt.Errorf("drift rule %q: %w", r.Name, engine.Brief(err))
-		}
-		if r.Window > 0 {
-			windowStart = now.Add(-r.Window)
-		}
-		err := tx.QueryRow(ctx, q.String(), now.Add(-r.Grace), windowStart, r.Kind, now, r.Grace, sample).
-			Scan(&nulls, &missing, &f.MissingIDs, &extra, &f.ExtraIDs)
-		if err != nil {
-			return fmt.Errorf("drift rule %q: %s", r.Name, r.problem(q, err))
+		var err error
+		c, err = engine.DriftCompare(ctx, tx, engine.Quote(schema), r.engineRule())
+		var se *engine.RuleSQLError
+		switch {
+		case errors.As(err, &se):
+			return fmt.Errorf("drift rule %q: %s", r.Name, se.Problem)
+		case err != nil:
+			return fmt.Errorf("drift rule %q: %w", r.Name, err)
 		}
 		return nil
 	})
 	f.Duration = time.Since(start)
 	if err != nil {
-		f.Err, f.MissingIDs, f.ExtraIDs = err, nil, nil
+		f.Err = err
 		return f
 	}
-	f.Missing, f.Extra = int(missing), int(extra)
-	f.Problem = nullProblem(nulls)
+	f.Missing, f.Extra = int(c.Missing), int(c.Extra)
+	f.MissingIDs, f.ExtraIDs = c.MissingIDs, c.ExtraIDs
+	f.Problem = nullProblem(c.Nulls)
 	return f
 }
 
@@ -295,6 +238,3 @@ func nullProblem(n int64) string {
 	}
 	return fmt.Sprintf("the rule's query returned %d NULL ids: they were left out", n)
 }
-
-// pgxInfinity is a time far enough in the past to stand for "no window".
-func pgxInfinity() time.Time { return time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC) }

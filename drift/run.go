@@ -89,14 +89,8 @@ func checkStuck(ctx context.Context, db engine.DB, schema string, pendingAfter t
 		pendingAfter = time.Hour
 	}
 	var s Stuck
-	err := db.QueryRow(ctx, `SELECT
-			count(*) FILTER (WHERE state = 'pending' AND next_attempt_at < now() - $1::interval),
-			count(*) FILTER (WHERE state = 'fired' AND lease_until < now()),
-			count(*) FILTER (WHERE state = 'uncertain'),
-			count(*) FILTER (WHERE state = 'failed')
-		FROM `+engine.Quote(schema)+`.side_effects
-		WHERE state IN ('pending', 'fired', 'uncertain', 'failed')`, pendingAfter).
-		Scan(&s.PendingTooLong, &s.FiredPastLease, &s.Uncertain, &s.Failed)
+	var err error
+	s.PendingTooLong, s.FiredPastLease, s.Uncertain, s.Failed, err = engine.DriftStuck(ctx, db, engine.Quote(schema), pendingAfter)
 	if err != nil {
 		return Stuck{}, fmt.Errorf("drift stuck check: %w", engine.Brief(err))
 	}

@@ -462,3 +462,12 @@ func (s *Store) Cancel(ctx context.Context, sourceID, kind string) (int64, error
 	}
 	return 0, effects.Refusal("cancel", cur, effects.Pending)
 }
+
+// DatabaseKey returns the key the database derives for (source, kind)
+// with its namespace (sidefx_key, schema 21, which reads the namespace with
+// its owner's rights).
+func (s *Store) DatabaseKey(ctx context.Context, source, kind string) (string, error) {
+	var key string
+	err := s.db.QueryRow(ctx, `SELECT `+Quote(s.schema)+`.sidefx_key($1::text, $2::text)`, source, kind).Scan(&key)
+	return key, translate(err)
+}

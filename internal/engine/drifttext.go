@@ -1,4 +1,4 @@
-package drift
+package engine
 
 import (
 	"errors"
@@ -8,6 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// The SQL text of drift rules: what a rule's own SQL may hold, and the
+// statements sidefx writes around it, with the database's error positions
+// placed back in the rule's text.
 
 // placeholderNames are the placeholders a rule's SQL may use.
 var placeholderNames = []string{"due_before", "window_start"}
@@ -133,9 +137,9 @@ func skipDollarQuoted(sql string, i int) int {
 	return len(sql)
 }
 
-// checkPlaceholders names the first placeholder that is not one of
-// placeholderNames, with where it is in sql.
-func checkPlaceholders(sql string) error {
+// CheckDriftPlaceholders names the first placeholder of a drift rule's sql
+// that is not :due_before or :window_start, with where it is in sql.
+func CheckDriftPlaceholders(sql string) error {
 	for _, p := range placeholders(sql) {
 		if p.name != "due_before" && p.name != "window_start" {
 			line, col := lineColumn(sql, utf8.RuneCountInString(sql[:p.start]))
@@ -154,33 +158,34 @@ type ruleText struct {
 	origin []int // origin[i]: 0-based character in the rule's SQL of bound character i
 }
 
-// bind replaces the rule's placeholders with $dueBefore and $windowStart.
-func (r *Rule) bind(dueBefore, windowStart int) ruleText {
+// bindRule replaces the placeholders of a rule's sql with $dueBefore and
+// $windowStart.
+func bindRule(sql string, dueBefore, windowStart int) ruleText {
 	var b strings.Builder
 	var origin []int
 	copyText := func(from, to int) {
-		base := utf8.RuneCountInString(r.SQL[:from])
-		for n := range []rune(r.SQL[from:to]) {
+		base := utf8.RuneCountInString(sql[:from])
+		for n := range []rune(sql[from:to]) {
 			origin = append(origin, base+n)
 		}
-		b.WriteString(r.SQL[from:to])
+		b.WriteString(sql[from:to])
 	}
 	last := 0
-	for _, p := range placeholders(r.SQL) {
+	for _, p := range placeholders(sql) {
 		copyText(last, p.start)
 		n := windowStart
 		if p.name == "due_before" {
 			n = dueBefore
 		}
 		param := fmt.Sprintf("$%d::timestamptz", n)
-		at := utf8.RuneCountInString(r.SQL[:p.start])
+		at := utf8.RuneCountInString(sql[:p.start])
 		for range param {
 			origin = append(origin, at)
 		}
 		b.WriteString(param)
 		last = p.end
 	}
-	copyText(last, len(r.SQL))
+	copyText(last, len(sql))
 	return ruleText{sql: b.String(), origin: origin}
 }
 
