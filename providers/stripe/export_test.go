@@ -4,10 +4,6 @@ package stripe
 // check the logs hold no secret.
 var NewWithLogger = newProvider
 
-// SetListPage sets the page size of listings, so that a test pages
-// through a few objects.
-func SetListPage(n int64) (restore func()) {
-	old := listPage
-	listPage = n
-	return func() { listPage = old }
-}
+// SetListPage sets the page size of p's listings, so that a test pages
+// through a few objects (p's own: tests in parallel keep theirs).
+func SetListPage(p *Provider, n int64) { p.listPage = n }

@@ -30,7 +30,7 @@ const DefaultLookupRate = 10
 const lookupSkew = 10 * time.Minute
 
 // listPage is the page size of a listing, Stripe's maximum.
-var listPage int64 = 100
+const listPage int64 = 100
 
 // lister lists one object type created in a span, a page at a time.
 type lister func(api *client.API, params stripego.ListParams, span *stripego.RangeQueryParams) (page []providers.Object, last string, more bool, err error)
@@ -210,7 +210,11 @@ func (p *Provider) List(ctx context.Context, kind string, from, to time.Time, fn
 		if err := p.limiter.Wait(ctx); err != nil {
 			return fmt.Errorf("stripe: list %s: %w", objects, err)
 		}
-		lp := stripego.ListParams{Context: ctx, Limit: stripego.Int64(listPage), Single: true}
+		size := listPage
+		if p.listPage > 0 {
+			size = p.listPage
+		}
+		lp := stripego.ListParams{Context: ctx, Limit: stripego.Int64(size), Single: true}
 		if after != "" {
 			lp.StartingAfter = stripego.String(after)
 		}

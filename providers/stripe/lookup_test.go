@@ -45,7 +45,7 @@ func TestLookup_FindsTheChargeAnEffectMade(t *testing.T) {
 	t.Parallel()
 	url := peers.StripeStateful(t)
 	p := statefulProvider(t, url, nil)
-	defer stripe.SetListPage(2)() // page through the listing
+	stripe.SetListPage(p, 2) // page through the listing
 	var made []providers.Result
 	var calls []providers.Call
 	for _, src := range []string{"order-1", "order-2", "order-3", "order-4", "order-5"} {

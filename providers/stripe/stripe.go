@@ -109,6 +109,7 @@ type Provider struct {
 	consistency time.Duration
 	limiter     *rate.Limiter
 	now         func() time.Time
+	listPage    int64 // 0: listPage; tests page through a few objects
 }
 
 var (
