@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"

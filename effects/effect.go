@@ -37,8 +37,8 @@ const (
 var States = []State{Pending, Fired, Confirmed, Failed, Uncertain, Cancelled}
 
 // Transitions lists, for each state, the states an effect may move to. It is
-// the single statement of the state machine: the Store refuses any other
-// move.
+// the single statement of the state machine: the engine's operator
+// transitions refuse any other move.
 //
 // Besides the dispatcher's and the operators' moves, a late answer (one
 // that arrives after its lease was rescued) may settle an effect: pending
@@ -46,7 +46,7 @@ var States = []State{Pending, Fired, Confirmed, Failed, Uncertain, Cancelled}
 // failure was the dispatcher's conclusion, not an operator's. A claim moves
 // a pending effect that may have been performed to uncertain instead of
 // fired when its provider's key window has passed. Superseding an effect
-// (Store.Supersede) replaces its payload and key: a failed effect goes to
+// (admin's Supersede) replaces its payload and key: a failed effect goes to
 // pending, a pending one stays pending.
 var Transitions = map[State][]State{
 	Pending:   {Fired, Cancelled, Uncertain, Confirmed, Failed},

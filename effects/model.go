@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// NewEffect is an effect to insert. Payload must be a JSON object; the Store
-// checks only what SQL cannot (the outbox package validates before calling).
+// NewEffect is an effect to insert. Payload must be a JSON object; the
+// engine checks only what SQL cannot (package outbox validates before it
+// inserts).
 type NewEffect struct {
 	SourceID    string
 	Kind        string

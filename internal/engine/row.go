@@ -1,11 +1,17 @@
 package engine
 
 import (
+	"encoding/json"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sidefx/sidefx/effects"
 )
 
 // Columns lists the columns every read of side_effects returns, in the
-// registered scan's order, qualified by alias (such as "e.") or not ("").
+// order scanEffect reads them, qualified by alias (such as "e.") or not ("").
 func Columns(alias string) string {
 	a := alias
 	return a + "id, " + a + "source_id, " + a + "kind, " + a + "idempotency_key, " + a + "payload, " +
@@ -19,7 +25,7 @@ func Columns(alias string) string {
 // kindStatusRow is one kind's entry of sidefx_dispatchers.kind_status. A
 // heartbeat (the engine) writes the time left of a pause (PausedMS, with the
 // kind); the database stores the pause's end on its clock (PausedUntil)
-// under the kind, which the read API reads back.
+// under the kind, which Store.KindStatuses reads back.
 type kindStatusRow struct {
 	Kind        string    `json:"kind,omitempty"`
 	Provider    string    `json:"provider"`
@@ -32,4 +38,44 @@ type kindStatusRow struct {
 	// for an effect without a max_attempts of its own (0: not said, by a
 	// dispatcher of an earlier release).
 	MaxAttempts int `json:"max_attempts,omitempty"`
+}
+
+// columns lists what every read returns, in scanEffect's order.
+var columns = Columns("")
+
+func scanEffect(row pgx.Row) (*effects.Effect, error) {
+	var (
+		e                                 effects.Effect
+		state                             string
+		lease, fired, confirmed           pgtype.Timestamptz
+		firstFired, reaped, due           pgtype.Timestamptz
+		claimedBy, providerRef, lastError pgtype.Text
+		flag                              pgtype.Text
+		outcome, payload                  []byte
+		attempts, maxAttempts             int32
+		maybe                             []int32
+		revision                          int32
+	)
+	err := row.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Key, &payload, &e.PayloadHash, &state, &attempts,
+		&maxAttempts, &e.NextAttemptAt, &lease, &claimedBy, &providerRef, &outcome,
+		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt, &maybe, &firstFired, &flag, &reaped, &revision, &due, &e.Traceparent)
+	if err != nil {
+		return nil, err
+	}
+	if payload != nil {
+		e.Payload = json.RawMessage(payload)
+	}
+	for _, a := range maybe {
+		e.MaybeAttempts = append(e.MaybeAttempts, int(a))
+	}
+	e.FirstFiredAt, e.ReapedAt, e.Flag = firstFired.Time, reaped.Time, flag.String
+	e.Revision, e.DueAt = int(revision), due.Time
+	e.State = effects.State(state)
+	e.Attempts, e.MaxAttempts = int(attempts), int(maxAttempts)
+	e.LeaseUntil, e.FiredAt, e.ConfirmedAt = lease.Time, fired.Time, confirmed.Time
+	e.ClaimedBy, e.ProviderRef, e.LastError = claimedBy.String, providerRef.String, lastError.String
+	if outcome != nil {
+		e.Outcome = json.RawMessage(outcome)
+	}
+	return &e, nil
 }

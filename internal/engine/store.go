@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/sidefx/sidefx/effects"
 )
 
@@ -56,9 +56,6 @@ func (s *Store) Schema() string { return s.schema }
 // dispatchers probe for due effects every poll interval).
 func (s *Store) Channel() string { return Channel(s.schema) }
 
-// columns lists what every read returns, in scanEffect's order.
-var columns = Columns("")
-
 type queries struct {
 	table, enqueue, enqueueTraced, enqueueKnown, get, getByKey, getBySource, cancel, counts, list, stats string
 }
@@ -86,43 +83,6 @@ func buildQueries(q string) *queries {
 				FROM ` + t + ` GROUP BY kind, state) AS s(kind, state, n, oldest)
 			ORDER BY kind, state`,
 	}
-}
-
-func scanEffect(row pgx.Row) (*effects.Effect, error) {
-	var (
-		e                                 effects.Effect
-		state                             string
-		lease, fired, confirmed           pgtype.Timestamptz
-		firstFired, reaped, due           pgtype.Timestamptz
-		claimedBy, providerRef, lastError pgtype.Text
-		flag                              pgtype.Text
-		outcome, payload                  []byte
-		attempts, maxAttempts             int32
-		maybe                             []int32
-		revision                          int32
-	)
-	err := row.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Key, &payload, &e.PayloadHash, &state, &attempts,
-		&maxAttempts, &e.NextAttemptAt, &lease, &claimedBy, &providerRef, &outcome,
-		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt, &maybe, &firstFired, &flag, &reaped, &revision, &due, &e.Traceparent)
-	if err != nil {
-		return nil, err
-	}
-	if payload != nil {
-		e.Payload = json.RawMessage(payload)
-	}
-	for _, a := range maybe {
-		e.MaybeAttempts = append(e.MaybeAttempts, int(a))
-	}
-	e.FirstFiredAt, e.ReapedAt, e.Flag = firstFired.Time, reaped.Time, flag.String
-	e.Revision, e.DueAt = int(revision), due.Time
-	e.State = effects.State(state)
-	e.Attempts, e.MaxAttempts = int(attempts), int(maxAttempts)
-	e.LeaseUntil, e.FiredAt, e.ConfirmedAt = lease.Time, fired.Time, confirmed.Time
-	e.ClaimedBy, e.ProviderRef, e.LastError = claimedBy.String, providerRef.String, lastError.String
-	if outcome != nil {
-		e.Outcome = json.RawMessage(outcome)
-	}
-	return &e, nil
 }
 
 // Insert enqueues effects. maxPayloadBytes bounds each payload (0: the
