@@ -11,6 +11,7 @@ import (
 
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/builtin"
 )
 
 // smsSettings are the own fields of the test's registered type.
@@ -63,6 +64,12 @@ var smsType = config.NewProviderType("sms",
 		return &smsProvider{name: b.Name, token: token, window: time.Duration(s.KeyWindow), timeout: b.Timeout}, nil
 	})
 
+// withBuiltins returns the built-in types and types, as the daemon passes
+// them.
+func withBuiltins(types ...config.ProviderType) []config.ProviderType {
+	return append(builtin.Types(), types...)
+}
+
 const smsDoc = `
 database_url: postgres://localhost/app
 providers:
@@ -77,7 +84,7 @@ kinds:
 `
 
 func TestProviderType_DecodesChecksAndBuilds(t *testing.T) {
-	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), smsType)
+	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), withBuiltins(smsType)...)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -103,7 +110,7 @@ func TestProviderType_DecodesChecksAndBuilds(t *testing.T) {
 		t.Errorf("CheckPayload = %v, want the provider's own check", err)
 	}
 	// Without the type, the same file names the types there are.
-	if _, err := config.Parse([]byte(smsDoc), getenv(nil)); err == nil || !strings.Contains(err.Error(), `providers["gateway"].type: "sms" is not a provider type`) {
+	if _, err := config.Parse([]byte(smsDoc), getenv(nil), builtin.Types()...); err == nil || !strings.Contains(err.Error(), `providers["gateway"].type: "sms" is not a provider type`) {
 		t.Errorf("Parse without the type: %v", err)
 	}
 }
@@ -134,7 +141,7 @@ func TestProviderType_ProblemsNameTheField(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := config.Parse([]byte(tc.doc), getenv(nil), smsType)
+			_, err := config.Parse([]byte(tc.doc), getenv(nil), withBuiltins(smsType)...)
 			if err == nil {
 				t.Fatalf("Parse accepted:\n%s", tc.doc)
 			}
@@ -151,7 +158,7 @@ func TestProviderType_ProblemsNameTheField(t *testing.T) {
 }
 
 func TestProviderType_BuildProblems(t *testing.T) {
-	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), smsType)
+	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), withBuiltins(smsType)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +167,7 @@ func TestProviderType_BuildProblems(t *testing.T) {
 		t.Errorf("Build without the token: %v", err)
 	}
 
-	cfg, err = config.Parse([]byte(strings.Replace(smsDoc, "token_env: SMS_TOKEN", "token_env: SMS_TOKEN\n    fail_build: true", 1)), getenv(nil), smsType)
+	cfg, err = config.Parse([]byte(strings.Replace(smsDoc, "token_env: SMS_TOKEN", "token_env: SMS_TOKEN\n    fail_build: true", 1)), getenv(nil), withBuiltins(smsType)...)
 	if err == nil {
 		t.Fatalf("a build that fails on the stand-in passed Load")
 	}
@@ -177,7 +184,7 @@ func TestProviderType_BuildErrorsAreRedacted(t *testing.T) {
 		}
 		return nil, fmt.Errorf("the gateway refuses token %s", token)
 	})
-	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), failing)
+	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), withBuiltins(failing)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +199,7 @@ func TestProviderType_Registration(t *testing.T) {
 		types []config.ProviderType
 		want  string
 	}{
-		{[]config.ProviderType{config.NewProviderType[smsSettings]("stripe", nil, nil)}, "built in already"},
+		{withBuiltins(config.NewProviderType[smsSettings]("stripe", nil, nil)), "registered twice"},
 		{[]config.ProviderType{smsType, smsType}, "registered twice"},
 		{[]config.ProviderType{config.NewProviderType[smsSettings]("SMS", nil, nil)}, "not a type name"},
 		{[]config.ProviderType{config.NewProviderType[string]("text", nil, nil)}, "not a struct"},
@@ -200,7 +207,7 @@ func TestProviderType_Registration(t *testing.T) {
 	} {
 		_, err := config.Parse([]byte(smsDoc), getenv(nil), tc.types...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, config.ErrInvalid) {
-			t.Errorf("Parse with %v = %v, want a programming error saying %q", tc.types[0].Name, err, tc.want)
+			t.Errorf("Parse with %v = %v, want a programming error saying %q", tc.types[len(tc.types)-1].Name, err, tc.want)
 		}
 	}
 }
