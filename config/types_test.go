@@ -211,3 +211,65 @@ func TestProviderType_Registration(t *testing.T) {
 		}
 	}
 }
+
+// A field of another type is refused as such, naming the types it is for,
+// unless it is left empty (as the file of one struct for every type
+// allowed); so is a field of a type the program added.
+func TestProviderType_FieldsOfAnotherType(t *testing.T) {
+	t.Parallel()
+	const doc = `
+database_url: postgres://localhost/app
+providers:
+  stripe:
+    type: stripe
+    api_key_env: STRIPE_API_KEY
+    %s
+kinds:
+  stripe.charges.create: {provider: stripe}
+`
+	for field, want := range map[string]string{
+		"url: https://p.example/h":      `line 7: providers["stripe"].url: only for webhook, http and sms providers, this one is stripe`,
+		"event_delay: 1h":               `line 7: providers["stripe"].event_delay: only for sendgrid providers, this one is stripe`,
+		"statuses: {for_key: ['422']}":  `line 7: providers["stripe"].statuses: only for http providers, this one is stripe`,
+		"token_env: SMS_TOKEN":          `line 7: providers["stripe"].token_env: only for sms providers, this one is stripe`,
+		"tokn_env: SMS_TOKEN":           `line 7: providers["stripe"].tokn_env: unknown field (want one of api_key_env, base_url, consistency_delay, lookup_rate, webhook_secret_env)`,
+		"key_window: 1":                 `line 7: providers["stripe"].key_window: only for webhook, http and sms providers, this one is stripe`,
+		"webhook_secret_env: lower":     `line 7: providers["stripe"].webhook_secret_env: "lower" is not an environment variable name`,
+		"consistency_delay: 60":         `line 7: providers["stripe"].consistency_delay: 60 is not a duration`,
+		"lookup_rate: [1]":              `line 7: providers["stripe"].lookup_rate: want a number, got a list`,
+		"base_url: https://u:p@s.local": `line 7: providers["stripe"].base_url: holds user information`,
+	} {
+		_, err := config.Parse([]byte(fmt.Sprintf(doc, field)), getenv(nil), withBuiltins(smsType)...)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v\nwant %s", field, err, want)
+		}
+	}
+	for _, empty := range []string{`url: ""`, "statuses: {}", "secrets_env:", "key_window: 0s"} {
+		if _, err := config.Parse([]byte(fmt.Sprintf(doc, empty)), getenv(nil), withBuiltins(smsType)...); err != nil {
+			t.Errorf("%s, empty, is refused: %v", empty, err)
+		}
+	}
+}
+
+// A Config made by hand names its types; a provider's settings may be
+// left nil (the type's zero settings) but not be another type's.
+func TestProviderType_ConfigMadeByHand(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{
+		DatabaseURL:   "postgres://localhost/app",
+		Providers:     map[string]config.ProviderConfig{"gateway": {Type: "sms"}},
+		Kinds:         map[string]config.KindConfig{"sms.send": {Provider: "gateway"}},
+		ProviderTypes: []config.ProviderType{smsType},
+	}
+	if _, err := config.Build(cfg, getenv(nil), nil); err == nil || !strings.Contains(err.Error(), `providers["gateway"].url: required`) {
+		t.Errorf("Build with nil settings: %v, want the type's check of its zero settings", err)
+	}
+	cfg.Providers["gateway"] = config.ProviderConfig{Type: "sms", Settings: &struct{ URL string }{"https://sms.example.com"}}
+	if _, err := config.Build(cfg, getenv(nil), nil); err == nil || !strings.Contains(err.Error(), `providers["gateway"]: settings are *struct { URL string }, want *config_test.smsSettings`) {
+		t.Errorf("Build with another type's settings: %v", err)
+	}
+	cfg.ProviderTypes = nil
+	if _, err := config.Build(cfg, getenv(nil), nil); err == nil || !strings.Contains(err.Error(), `providers["gateway"].type: "sms" is not a provider type`) {
+		t.Errorf("Build without the types: %v", err)
+	}
+}

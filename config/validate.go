@@ -282,12 +282,16 @@ func checkBaseURL(v *checker, path, raw string) {
 func isTokenChar(r rune) bool { return ptype.IsToken(string(r)) }
 
 // typeList names the providers of the types names ("stripe providers",
-// "webhook and http providers"), or says none when there are none.
+// "webhook and http providers", "webhook, http and sms providers"), or
+// says none when there are none.
 func typeList(names []string, none string) string {
-	if len(names) == 0 {
+	switch len(names) {
+	case 0:
 		return none
+	case 1:
+		return names[0] + " providers"
 	}
-	return strings.Join(names, " and ") + " providers"
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " providers"
 }
 
 func (c *Config) checkKinds(v *checker) {
