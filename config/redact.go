@@ -29,6 +29,7 @@ const redacted = providers.Redacted
 func (c Config) String() string {
 	type plain Config // without methods, so that Sprintf does not recurse
 	p := plain(c)
+	p.reg = nil // ProviderTypes, by name
 	p.DatabaseURL = RedactDatabaseURL(c.DatabaseURL)
 	if p.SessionDatabaseURL != "" {
 		p.SessionDatabaseURL = RedactDatabaseURL(c.SessionDatabaseURL)

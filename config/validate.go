@@ -301,6 +301,9 @@ func (c *Config) checkKinds(v *checker) {
 	names := slices.Sorted(maps.Keys(c.Providers))
 	used := map[string]bool{}
 	lease := time.Duration(c.Dispatcher.Lease)
+	types := c.types()
+	withOperations := types.which((*ProviderType).HasOperations)
+	keyless := types.which(func(t *ProviderType) bool { return t.Keys() == ptype.WithoutKeys })
 	for _, kind := range slices.Sorted(maps.Keys(c.Kinds)) {
 		k := c.Kinds[kind]
 		path := kindPath(kind)
@@ -320,16 +323,17 @@ func (c *Config) checkKinds(v *checker) {
 		}
 		used[k.Provider] = true
 
-		t := c.types().lookup(p.Type)
+		// What the kind asks of its provider, from what the provider's type
+		// declares.
+		t := types.lookup(p.Type)
 		if k.Operation != "" && ok && (t == nil || !t.HasOperations()) {
-			v.fail(path+".operation", "only for %s; provider %q is %s", typeList(c.types().which((*ProviderType).HasOperations), "providers whose type has operations"), k.Provider, p.Type)
+			v.fail(path+".operation", "only for %s; provider %q is %s", typeList(withOperations, "providers whose type has operations"), k.Provider, p.Type)
 		}
 		if ok && t != nil && p.fits(t) {
 			problems := ptype.NewProblems(path)
 			t.CheckKind(p.Settings, c.kindUse(kind, k), problems)
 			v.addProblems(problems.List())
 		}
-		keyless := c.types().which(func(t *ProviderType) bool { return t.Keys() == ptype.WithoutKeys })
 		if k.AtLeastOnce && ok && t != nil {
 			switch t.Keys() {
 			case ptype.WithKeys:
