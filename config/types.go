@@ -228,11 +228,11 @@ func (r *registry) decodeSettings(c *Config, entries []entry, decoded []*FieldEr
 }
 
 // isEmpty reports whether n, decoded into a value of type t, is that
-// type's zero value: a field of another type left empty, which the file
-// may hold.
+// type's zero value, with no field t lacks: a field of another type left
+// empty, which the file may hold.
 func isEmpty(n *yaml.Node, t reflect.Type) bool {
 	v := reflect.New(t)
-	return n.Decode(v.Interface()) == nil && v.Elem().IsZero()
+	return n.Decode(v.Interface()) == nil && v.Elem().IsZero() && len(unknownFields(n, t, "")) == 0
 }
 
 // unknownFields reports the keys of the mapping n that the struct t has no

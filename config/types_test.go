@@ -231,6 +231,7 @@ kinds:
 		"url: https://p.example/h":      `line 7: providers["stripe"].url: only for webhook, http and sms providers, this one is stripe`,
 		"event_delay: 1h":               `line 7: providers["stripe"].event_delay: only for sendgrid providers, this one is stripe`,
 		"statuses: {for_key: ['422']}":  `line 7: providers["stripe"].statuses: only for http providers, this one is stripe`,
+		"statuses: {confirmd: ['1']}":   `line 7: providers["stripe"].statuses: only for http providers, this one is stripe`,
 		"token_env: SMS_TOKEN":          `line 7: providers["stripe"].token_env: only for sms providers, this one is stripe`,
 		"tokn_env: SMS_TOKEN":           `line 7: providers["stripe"].tokn_env: unknown field (want one of api_key_env, base_url, consistency_delay, lookup_rate, webhook_secret_env)`,
 		"key_window: 1":                 `line 7: providers["stripe"].key_window: only for webhook, http and sms providers, this one is stripe`,
