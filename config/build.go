@@ -1,14 +1,13 @@
 package config
 
 import (
-	"cmp"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,10 +18,7 @@ import (
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/migrations"
 	"github.com/sidefx/sidefx/providers"
-	"github.com/sidefx/sidefx/providers/httpapi"
-	"github.com/sidefx/sidefx/providers/sendgrid"
-	"github.com/sidefx/sidefx/providers/stripe"
-	"github.com/sidefx/sidefx/providers/webhook"
+	"github.com/sidefx/sidefx/providers/ptype"
 	"github.com/sidefx/sidefx/reconcile"
 )
 
@@ -56,9 +52,9 @@ type Runtime struct {
 	Log  LogConfig
 
 	// EventSources verify and read the providers' signed events, by
-	// provider name: those with event_public_key (sendgrid) or
-	// webhook_secret_env (stripe). The daemon serves them at POST
-	// /events/NAME.
+	// provider name: those whose type and settings give some (sendgrid
+	// with event_public_key, stripe with webhook_secret_env). The daemon
+	// serves them at POST /events/NAME.
 	EventSources map[string]providers.EventSource
 
 	// Reconcile is ready for reconcile.New: every served kind with its
@@ -103,6 +99,11 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 		getenv = os.Getenv
 	}
 	c := cfg.clone()
+	reg, err := newRegistry(c.ProviderTypes)
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	c.reg = reg
 	c.fillDefaults()
 	if _, problems := c.validate(nil); len(problems) > 0 {
 		return nil, joinErrors(problems)
@@ -119,7 +120,8 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 	}
 	var problems []*FieldError
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
-		p, ps := buildProvider(name, c.Providers[name], getenv, c.stripeOperations(name))
+		pc := c.Providers[name]
+		p, ps := pc.build(name, reg.lookup(pc.Type), getenv, c.operations(name))
 		if len(ps) > 0 {
 			problems = append(problems, ps...)
 			continue
@@ -129,30 +131,19 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 	rt.EventSources = map[string]providers.EventSource{}
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
 		pc, path := c.Providers[name], providerPath(name)
+		b := ptype.NewBuild(path, getenv)
+		b.Name, b.Timeout = name, time.Duration(pc.Timeout)
+		var built providers.Provider
+		if p, ok := rt.Providers[name]; ok {
+			built = p
+		}
+		src, err := reg.lookup(pc.Type).Events(pc.Settings, b, built)
 		switch {
-		case pc.Type == TypeSendGrid && pc.EventPublicKey != "":
-			src, err := sendgrid.NewEvents(pc.EventPublicKey, &sendgrid.EventsConfig{Tolerance: cmp.Or(time.Duration(pc.EventTolerance), DefaultEventTolerance)})
-			if err != nil {
-				problems = append(problems, &FieldError{Path: path + ".event_public_key", Problem: err.Error()})
-				continue
-			}
-			rt.EventSources[name] = src
-		case pc.Type == TypeStripe && pc.WebhookSecretEnv != "":
-			v := getenv(pc.WebhookSecretEnv)
-			if v == "" {
-				problems = append(problems, &FieldError{Path: path + ".webhook_secret_env", Problem: fmt.Sprintf("environment variable %s is not set or empty", pc.WebhookSecretEnv)})
-				continue
-			}
-			src, err := stripe.NewEvents(v)
-			if err != nil {
-				problems = append(problems, &FieldError{Path: path + ".webhook_secret_env", Problem: fmt.Sprintf("the value of %s is not usable: %s", pc.WebhookSecretEnv, providers.NewRedactor(v).String(err.Error()))})
-				continue
-			}
-			if p, ok := rt.Providers[name].(*stripe.Provider); ok {
-				if live, known := p.Livemode(); known {
-					src = src.ForMode(live) // events of the API key's mode only
-				}
-			}
+		case len(b.Problems()) > 0:
+			problems = append(problems, fieldErrors(b.Problems())...)
+		case err != nil:
+			problems = append(problems, &FieldError{Path: path, Problem: b.Redact(err.Error())})
+		case src != nil:
 			rt.EventSources[name] = src
 		}
 	}
@@ -222,10 +213,9 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 	rt.DriftSchedule = sched
 	rt.ReconcileKinds = make(map[string]reconcile.Kind, len(c.Kinds))
 	for kind, k := range c.Kinds {
-		rk := reconcile.Kind{Provider: rt.Providers[k.Provider], RefireWhenAbsentAfter: time.Duration(k.RefireWhenAbsentAfter)}
-		if pc := c.Providers[k.Provider]; pc.Type == TypeSendGrid && pc.EventPublicKey != "" {
-			rk.EventsWithin = cmp.Or(time.Duration(pc.EventDelay), DefaultEventDelay)
-		}
+		pc := c.Providers[k.Provider]
+		rk := reconcile.Kind{Provider: rt.Providers[k.Provider], RefireWhenAbsentAfter: time.Duration(k.RefireWhenAbsentAfter),
+			EventsWithin: reg.lookup(pc.Type).EventsWithin(pc.Settings)}
 		rt.ReconcileKinds[kind] = rk
 	}
 	if c.Reconcile.Schedule != "" {
@@ -233,182 +223,6 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 			Window: time.Duration(c.Reconcile.Window), Limit: c.Reconcile.Limit, Retention: time.Duration(c.Reconcile.Retention), Logger: logger}
 	}
 	return rt, nil
-}
-
-// stripeOperations maps each kind served by provider name to its
-// operation, for stripe.Config.Operations; nil for another type.
-func (c *Config) stripeOperations(name string) map[string]string {
-	if c.Providers[name].Type != TypeStripe {
-		return nil
-	}
-	ops := map[string]string{}
-	for kind, k := range c.Kinds {
-		if k.Provider == name {
-			ops[kind] = k.Operation
-		}
-	}
-	return ops
-}
-
-// secrets are the values a provider's *_env fields name, read at Build.
-type secrets struct {
-	apiKey  string            // stripe, sendgrid: api_key_env
-	signing []string          // webhook: secret_env, then secrets_env
-	headers map[string]string // webhook: headers_env, by header name
-}
-
-// all returns every secret value, for a Redactor.
-func (s secrets) all() []string {
-	out := append([]string{s.apiKey}, s.signing...)
-	for _, v := range s.headers {
-		out = append(out, providers.HeaderSecrets(v)...)
-	}
-	return out
-}
-
-// buildProvider reads the secrets pc names from the environment and builds
-// the provider. Its problems name the field and the variable, never a
-// value.
-func buildProvider(name string, pc ProviderConfig, getenv func(string) string, ops map[string]string) (providers.Provider, []*FieldError) {
-	if pc.ptype != nil {
-		return pc.buildRegistered(name, getenv)
-	}
-	path := providerPath(name)
-	var problems []*FieldError
-	var s secrets
-	// read returns the value of env, named by field, checked by check (nil:
-	// any value but empty).
-	read := func(field, env string, check func(string) error) string {
-		v := getenv(env)
-		if v == "" {
-			problems = append(problems, &FieldError{Path: path + "." + field, Problem: fmt.Sprintf("environment variable %s is not set or empty", env)})
-			return ""
-		}
-		if check != nil {
-			if err := check(v); err != nil {
-				problems = append(problems, &FieldError{Path: path + "." + field, Problem: fmt.Sprintf("the value of %s is not usable: %s",
-					env, providers.NewRedactor(v).String(err.Error()))})
-			}
-		}
-		return v
-	}
-	switch pc.Type {
-	case TypeStripe, TypeSendGrid:
-		s.apiKey = read("api_key_env", pc.APIKeyEnv, nil)
-	case TypeHTTP:
-		for _, h := range slices.Sorted(maps.Keys(pc.HeadersEnv)) {
-			if s.headers == nil {
-				s.headers = map[string]string{}
-			}
-			s.headers[h] = read("headers_env["+strconv.Quote(h)+"]", pc.HeadersEnv[h], func(v string) error {
-				hc := pc
-				hc.Headers, hc.HeadersEnv = nil, nil
-				p, err := newProvider(name, hc, secrets{headers: map[string]string{h: v}}, nil)
-				if err == nil {
-					closeProvider(p)
-				}
-				return err
-			})
-		}
-	case TypeWebhook:
-		// Each secret and header value is tried on its own, so that a
-		// refusal names its field.
-		checkSecret := func(v string) error {
-			return tryWebhook(webhook.Config{URL: pc.URL, Secret: v})
-		}
-		if pc.SecretEnv != "" {
-			s.signing = append(s.signing, read("secret_env", pc.SecretEnv, checkSecret))
-		}
-		for i, env := range pc.SecretsEnv {
-			s.signing = append(s.signing, read("secrets_env["+strconv.Itoa(i)+"]", env, checkSecret))
-		}
-		for _, h := range slices.Sorted(maps.Keys(pc.HeadersEnv)) {
-			if s.headers == nil {
-				s.headers = map[string]string{}
-			}
-			s.headers[h] = read("headers_env["+strconv.Quote(h)+"]", pc.HeadersEnv[h], func(v string) error {
-				return tryWebhook(webhook.Config{URL: pc.URL, Secret: standIn[TypeWebhook], Headers: map[string]string{h: v}})
-			})
-		}
-	}
-	if len(problems) > 0 {
-		return nil, problems
-	}
-	p, err := newProvider(name, pc, s, ops)
-	if err != nil {
-		// The configuration passed its dry run in validate, and each
-		// webhook secret its own check: what the provider refuses now is a
-		// secret.
-		field, what := "api_key_env", "the value of "+pc.APIKeyEnv
-		switch pc.Type {
-		case TypeWebhook:
-			field, what = "secret_env", "a secret or header value"
-		case TypeHTTP:
-			field, what = "headers_env", "a header value"
-		}
-		return nil, []*FieldError{{Path: path + "." + field, Problem: fmt.Sprintf("%s is not usable: %s",
-			what, providers.NewRedactor(s.all()...).String(err.Error()))}}
-	}
-	return p, nil
-}
-
-// tryWebhook reports whether webhook.New accepts cfg.
-func tryWebhook(cfg webhook.Config) error {
-	p, err := webhook.New(&cfg)
-	if err == nil {
-		p.Close()
-	}
-	return err
-}
-
-// newProvider builds the provider pc describes, with its secrets.
-func newProvider(name string, pc ProviderConfig, s secrets, ops map[string]string) (providers.Provider, error) {
-	switch pc.Type {
-	case TypeStripe:
-		return stripe.New(&stripe.Config{Name: name, APIKey: s.apiKey, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout), Operations: ops,
-			ConsistencyDelay: time.Duration(pc.ConsistencyDelay), LookupRate: pc.LookupRate})
-	case TypeSendGrid:
-		return sendgrid.New(&sendgrid.Config{Name: name, APIKey: s.apiKey, BaseURL: pc.BaseURL, Timeout: time.Duration(pc.Timeout)})
-	case TypeWebhook:
-		return webhook.New(&webhook.Config{Name: name, URL: pc.URL, Secrets: s.signing, Timeout: time.Duration(pc.Timeout),
-			KeyWindow: time.Duration(pc.KeyWindow), Headers: mergeHeaders(pc.Headers, s.headers)})
-	case TypeHTTP:
-		return httpapi.New(&httpapi.Config{Name: name, Method: pc.Method, URL: pc.URL, KeyHeader: pc.KeyHeader, KeyMaxLength: pc.KeyMaxLength,
-			Headers: mergeHeaders(pc.Headers, s.headers), Timeout: time.Duration(pc.Timeout), KeyWindow: time.Duration(pc.KeyWindow),
-			Confirmed: pc.Statuses.Confirmed, Rejected: pc.Statuses.Rejected, Retryable: pc.Statuses.Retryable, Unknown: pc.Statuses.Unknown, ForKey: pc.Statuses.ForKey,
-			RefPointer: pc.Reference.JSONPointer, RefHeader: pc.Reference.Header, ReplayedHeader: pc.ReplayedHeader})
-	}
-	return nil, fmt.Errorf("unknown provider type %q", pc.Type)
-}
-
-// mergeHeaders returns the static headers and those read from the
-// environment, in one map.
-func mergeHeaders(static, fromEnv map[string]string) map[string]string {
-	headers := maps.Clone(static)
-	if len(fromEnv) > 0 && headers == nil {
-		headers = map[string]string{}
-	}
-	maps.Copy(headers, fromEnv)
-	return headers
-}
-
-// standIn is a well-formed secret of each type, for dryRun.
-var standIn = map[string]string{
-	TypeStripe:   "sk_test_sidefx_config_check",
-	TypeSendGrid: "SG.sidefx-config-check",
-	TypeWebhook:  webhook.SecretPrefix + base64.StdEncoding.EncodeToString(make([]byte, 32)),
-}
-
-// dryRun builds the provider pc describes with stand-in secrets, to find
-// what only the provider checks (a header it sets itself, say) at Load
-// rather than at Build. Building a provider opens no connection.
-func dryRun(name string, pc ProviderConfig) error {
-	p, err := newProvider(name, pc, standInSecrets(pc), nil)
-	if err != nil {
-		return err
-	}
-	closeProvider(p)
-	return nil
 }
 
 func closeProvider(p providers.Provider) {
@@ -466,9 +280,9 @@ func (c *Config) clone() *Config {
 	n := *c
 	n.Providers = make(map[string]ProviderConfig, len(c.Providers))
 	for name, p := range c.Providers {
-		p.Headers = maps.Clone(p.Headers)
-		p.HeadersEnv = maps.Clone(p.HeadersEnv)
-		p.SecretsEnv = slices.Clone(p.SecretsEnv)
+		if p.Settings != nil {
+			p.Settings = deepCopy(reflect.ValueOf(p.Settings)).Interface()
+		}
 		n.Providers[name] = p
 	}
 	n.Kinds = maps.Clone(c.Kinds)
@@ -476,5 +290,55 @@ func (c *Config) clone() *Config {
 	n.Warnings = slices.Clone(c.Warnings)
 	n.Console.TrustedProxies = slices.Clone(c.Console.TrustedProxies)
 	n.Console.HiddenFields = slices.Clone(c.Console.HiddenFields)
+	n.ProviderTypes = slices.Clone(c.ProviderTypes)
 	return &n
+}
+
+// deepCopy returns a copy of v that shares no pointer, map or slice with
+// it: settings, which are plain data.
+func deepCopy(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return v
+		}
+		n := reflect.New(v.Type().Elem())
+		n.Elem().Set(deepCopy(v.Elem()))
+		return n
+	case reflect.Struct:
+		n := reflect.New(v.Type()).Elem()
+		n.Set(v)
+		for i := range n.NumField() {
+			if n.Field(i).CanSet() {
+				n.Field(i).Set(deepCopy(v.Field(i)))
+			}
+		}
+		return n
+	case reflect.Slice:
+		if v.IsNil() {
+			return v
+		}
+		n := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := range v.Len() {
+			n.Index(i).Set(deepCopy(v.Index(i)))
+		}
+		return n
+	case reflect.Map:
+		if v.IsNil() {
+			return v
+		}
+		n := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			n.SetMapIndex(it.Key(), deepCopy(it.Value()))
+		}
+		return n
+	case reflect.Interface:
+		if v.IsNil() {
+			return v
+		}
+		n := reflect.New(v.Type()).Elem()
+		n.Set(deepCopy(v.Elem()))
+		return n
+	}
+	return v
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/internal/engine"
-	"github.com/sidefx/sidefx/providers/stripe"
 )
 
 // The environment variables that override the file. Each wins over the
@@ -21,7 +20,10 @@ const (
 	EnvLogFormat          = "SIDEFX_LOG_FORMAT"           // log.format
 )
 
-// The provider types, the values of ProviderConfig.Type.
+// The names of the built-in provider types (stripe.TypeName,
+// sendgrid.TypeName, webhook.TypeName, httpapi.TypeName), values of
+// ProviderConfig.Type. The configuration knows a type only when it is
+// given to Load (builtin.Types()).
 const (
 	TypeStripe   = "stripe"
 	TypeSendGrid = "sendgrid"
@@ -42,7 +44,8 @@ const (
 	DefaultDriftPending  = time.Hour
 	DefaultDriftKeep     = 720 * time.Hour
 	DefaultServiceName   = "sidefx"
-	DefaultEventDelay    = time.Hour
+	// DefaultEventDelay is sendgrid.DefaultEventDelay.
+	DefaultEventDelay = time.Hour
 	// DefaultEventTolerance is sendgrid.DefaultEventTolerance.
 	DefaultEventTolerance = 5 * time.Minute
 )
@@ -52,7 +55,7 @@ const (
 // refused unless it sets outlast_key_window, as is a webhook kind whose
 // retries can outlast its provider's key_window: a retry after the window
 // may perform the effect again.
-const StripeKeyWindow = stripe.KeyWindow
+const StripeKeyWindow = 24 * time.Hour
 
 // ErrInvalid is matched (errors.Is) by every error that Load, Parse and
 // Build return for a configuration that is wrong, as opposed to a file that
@@ -141,7 +144,12 @@ type Config struct {
 	// file.
 	Warnings []string `yaml:"-"`
 
-	types registry // the registered provider types Load was given
+	// ProviderTypes are the provider types a provider's type may name:
+	// those Load or Parse was given. A Config made by hand sets them for
+	// Build (builtin.Types(), say). They are not read from the file.
+	ProviderTypes []ProviderType `yaml:"-"`
+
+	reg *registry // ProviderTypes by name, when Load or Build made it
 }
 
 // HTTPConfig configures the daemon's HTTP endpoint.
@@ -212,128 +220,25 @@ type DispatcherConfig struct {
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 }
 
-// ProviderConfig configures one provider instance. Which fields apply
-// depends on Type; setting one that does not apply is an error.
+// ProviderConfig configures one provider instance: the fields every
+// provider has, and the settings of its type.
+//
+// In the file, the type's own fields sit beside the common ones, in the
+// provider's mapping; they are decoded into the type's settings struct
+// (stripe.Settings, webhook.Settings…), which Settings holds. A field of
+// another type is refused as such ("only for webhook and http
+// providers").
 type ProviderConfig struct {
-	// Type is stripe, sendgrid, webhook, http (any HTTP API that takes an
-	// idempotency key in a header), or a type the daemon's program
-	// registered. Required.
+	// Type is the provider's type: stripe, sendgrid, webhook, http (any
+	// HTTP API that takes an idempotency key in a header), or a type the
+	// daemon's program added. Required.
 	Type string `yaml:"type"`
 
-	// APIKeyEnv names the environment variable holding the API key (stripe,
-	// sendgrid). Required for those types. Build reads it; the key is never
-	// in the Config.
-	APIKeyEnv string `yaml:"api_key_env"`
-
-	// BaseURL is the API's address (stripe, sendgrid): an http(s) URL
-	// without credentials, query or fragment. Default
-	// "https://api.stripe.com" or "https://api.sendgrid.com".
-	BaseURL string `yaml:"base_url"`
-
-	// URL is the receiver's endpoint (webhook), or the API's (http):
-	// required for both, http or https. Its user information and query
-	// values are secrets: it is never printed whole.
-	URL string `yaml:"url"`
-
-	// Method is the request's method (http). Default POST.
-	Method string `yaml:"method"`
-
-	// KeyHeader is the request header that carries the effect's derived
-	// idempotency key (http): Idempotency-Key, PayPal-Request-Id,
-	// I-Twilio-Idempotency-Token… Required for http providers.
-	KeyHeader string `yaml:"key_header"`
-
-	// KeyMaxLength is the longest key the API takes (http), at least 32:
-	// a longer derived key (69 characters) is sent as that many
-	// hexadecimal digits of its SHA-256, the same on every attempt.
-	// Adyen takes 64. Default 0: the key as it is.
-	KeyMaxLength int `yaml:"key_max_length"`
-
-	// Statuses are rules that classify the API's answers (http), beyond
-	// the provider contract's defaults.
-	Statuses StatusRules `yaml:"statuses"`
-
-	// Reference says where a confirmed answer holds the API's reference
-	// for what it made (http). Default: none, and the effect is confirmed
-	// with its key as the reference.
-	Reference ReferenceConfig `yaml:"reference"`
-
-	// ReplayedHeader is a response header whose value "true" says the API
-	// answered from its record of an earlier request under the key (http),
-	// such as Idempotent-Replayed. Default none.
-	ReplayedHeader string `yaml:"replayed_header"`
-
-	// SecretEnv names the environment variable holding the Standard
-	// Webhooks signing secret, "whsec_…" (webhook). SecretEnv or SecretsEnv
-	// is required for webhooks.
-	SecretEnv string `yaml:"secret_env"`
-
-	// SecretsEnv names more environment variables holding signing secrets
-	// (webhook), for rotation: every delivery is signed with secret_env's
-	// secret and with each of these, so a receiver that knows any one of
-	// them verifies it. Default none. A variable may appear once, here or
-	// in secret_env.
-	SecretsEnv []string `yaml:"secrets_env"`
-
-	// Headers are static request headers sent with every request (webhook,
-	// http). Default none. Their values are treated as secrets: never
-	// printed, and redacted from whatever a receiver echoes back.
-	Headers map[string]string `yaml:"headers"`
-
-	// HeadersEnv are request headers whose values Build reads from the
-	// environment (webhook, http): header name → the name of the environment
-	// variable holding its value (an Authorization token, say). Default
-	// none. A header may not be in both headers and headers_env. Their
-	// values are secrets, as Headers' are.
-	HeadersEnv map[string]string `yaml:"headers_env"`
-
-	// KeyWindow is how long the receiver keeps the webhook-ids it has
-	// processed, and so absorbs a repeated delivery (webhook), or how long
-	// the API keeps an idempotency key (http): sidefx never sends a
-	// possibly-performed effect again after it. Positive. Default 24h.
-	KeyWindow Duration `yaml:"key_window"`
-
-	// EventPublicKey is the verification key of SendGrid's Signed Event
-	// Webhook (sendgrid): base64 DER of an ECDSA public key, as SendGrid's
-	// Mail Settings show it; not a secret. With it, the daemon takes the
-	// provider's signed events at POST /events/NAME on http.listen and
-	// stores those that name an effect as evidence for reconciliation.
-	// Default none: no endpoint.
-	EventPublicKey string `yaml:"event_public_key"`
-
-	// EventDelay is how soon SendGrid's events follow a mail it accepted
-	// (sendgrid, with event_public_key): reconciliation takes an uncertain
-	// email with no event this long after its latest attempt as never
-	// received. Default 1h.
-	EventDelay Duration `yaml:"event_delay"`
-
-	// EventTolerance is how far the signed timestamp of a SendGrid event
-	// delivery may be from now, in the past or the future, for the
-	// delivery to be taken (sendgrid, with event_public_key): an older one
-	// is refused with 401, so that a captured delivery cannot be replayed
-	// later. Positive. Default 5m, as Stripe's webhook signatures.
-	EventTolerance Duration `yaml:"event_tolerance"`
-
-	// WebhookSecretEnv names the environment variable holding the signing
-	// secret (whsec_…) of a Stripe webhook endpoint (stripe). With it, the
-	// daemon takes Stripe's events at POST /events/NAME on http.listen and
-	// stores those whose object carries sidefx's metadata as evidence for
-	// reconciliation. Default none: no endpoint.
-	WebhookSecretEnv string `yaml:"webhook_secret_env"`
-
-	// ConsistencyDelay is how long after an effect's latest attempt a
-	// reconciliation lookup that does not find its object takes it as
-	// absent (stripe). Default 5m.
-	ConsistencyDelay Duration `yaml:"consistency_delay"`
-
-	// LookupRate bounds the list requests of reconciliation's lookups and
-	// listings, per second (stripe), under Stripe's read limit. Default 10.
-	LookupRate float64 `yaml:"lookup_rate"`
-
-	// Timeout bounds one request. Default 30s for stripe, sendgrid and
-	// http, 10s for webhook. It is also the default timeout of the provider's kinds,
-	// so it must be below dispatcher.lease unless each of them sets its
-	// own. A kind's timeout bounds the call too; the shorter wins.
+	// Timeout bounds one request. Default the type's: 30s for stripe,
+	// sendgrid and http, 10s for webhook, 30s for a type that sets none. It
+	// is also the default timeout of the provider's kinds, so it must be
+	// below dispatcher.lease unless each of them sets its own. A kind's
+	// timeout bounds the call too; the shorter wins.
 	Timeout Duration `yaml:"timeout"`
 
 	// Concurrency bounds the calls to this provider in flight. Default 0:
@@ -350,53 +255,15 @@ type ProviderConfig struct {
 	// with a rate. Default 0: max(1, rate_per_second).
 	Burst int `yaml:"burst"`
 
-	// Settings are the own fields of a provider of a registered type
-	// (ProviderType), decoded into a pointer to its settings struct; nil
-	// for the built-in types. Printing a ProviderConfig hides them.
+	// Settings are the provider's own fields, decoded into a pointer to
+	// its type's settings struct (*stripe.Settings for a stripe provider,
+	// *webhook.Settings…). A Config made by hand may leave them nil: the
+	// type's zero settings. Printing a ProviderConfig prints them through
+	// their String method, which hides their secrets, or as [redacted]
+	// when they have none.
 	Settings any `yaml:"-"`
 
-	ptype     *ProviderType // the registered type, if Type is one
-	undecoded bool          // Settings did not decode: no check, no build
-}
-
-// StatusRules classify an http provider's answers. Each rule is a status
-// ("409"), a class of statuses ("4xx") or a range ("500-504"), optionally
-// followed by a JSON pointer condition on the answer's body
-// ("4xx /errorCode=704"). An answer takes the class of the most specific
-// rule that matches it (a body condition before none, then the narrowest
-// range); one no rule matches takes the contract's class: 2xx confirmed;
-// 408, 425, 429 retryable; 409 unknown; other 4xx rejected; 5xx unknown.
-type StatusRules struct {
-	// Confirmed: the API performed the request, or replayed its answer.
-	// Default none beyond 2xx.
-	Confirmed []string `yaml:"confirmed"`
-	// Rejected: definitely not performed, and retrying will not help.
-	// Default none beyond the contract's.
-	Rejected []string `yaml:"rejected"`
-	// Retryable: definitely not performed, worth asking again later.
-	// Default none beyond 408, 425 and 429.
-	Retryable []string `yaml:"retryable"`
-	// Unknown: may have been performed (another request under the key in
-	// flight, a failure after the work began): retried with the same key
-	// inside the key window. Default none beyond 409 and 5xx.
-	Unknown []string `yaml:"unknown"`
-	// ForKey: the refusals the API makes behind its idempotency layer,
-	// stored under the key and replayed (a declined payment, for one): a
-	// rejected answer matching one of these speaks for every attempt under
-	// the key. Default none: a refusal speaks for its own attempt, and an
-	// effect an earlier attempt may have performed ends uncertain, never
-	// failed.
-	ForKey []string `yaml:"for_key"`
-}
-
-// ReferenceConfig says where an http provider's confirmed answer holds the
-// API's reference. At most one of its fields.
-type ReferenceConfig struct {
-	// JSONPointer is an RFC 6901 pointer into the answer's JSON body, such
-	// as /id. Default "".
-	JSONPointer string `yaml:"json_pointer"`
-	// Header is a response header that holds it. Default "".
-	Header string `yaml:"header"`
+	undecoded bool // Settings did not decode, or hold unknown fields: no check, no build
 }
 
 // KindConfig is the policy of one effect kind (dispatcher.Kind).
@@ -405,9 +272,10 @@ type KindConfig struct {
 	// the kind's effects. Required.
 	Provider string `yaml:"provider"`
 
-	// Operation is the Stripe operation the kind performs, one of
-	// stripe.Operations() (stripe providers only). Default the kind's last
-	// two dot-separated words (stripe.DefaultOperation).
+	// Operation is the operation the kind performs, for a provider whose
+	// type has operations: for stripe, one of stripe.Operations(). Default
+	// the type's for the kind: for stripe, the kind's last two
+	// dot-separated words (stripe.DefaultOperation).
 	Operation string `yaml:"operation"`
 
 	// MaxAttempts bounds the attempts per effect. Default 25.
@@ -415,7 +283,7 @@ type KindConfig struct {
 
 	// Timeout bounds one provider call; it must be below dispatcher.lease.
 	// Default the provider's timeout (ProviderConfig.Timeout): 30s for
-	// stripe and sendgrid, 10s for webhook.
+	// stripe, sendgrid and http, 10s for webhook.
 	Timeout Duration `yaml:"timeout"`
 
 	// BackoffBase is the delay before the second attempt, doubled for each

@@ -16,6 +16,7 @@ import (
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/migrations"
+	"github.com/sidefx/sidefx/providers/builtin"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
 	"github.com/sidefx/sidefx/providers/webhook"
@@ -62,7 +63,7 @@ kinds:
 
 func mustParse(t *testing.T, doc string, env map[string]string) *config.Config {
 	t.Helper()
-	cfg, err := config.Parse([]byte(doc), getenv(env))
+	cfg, err := config.Parse([]byte(doc), getenv(env), builtin.Types()...)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -132,9 +133,21 @@ func TestReference_ParsesAndBuilds(t *testing.T) {
 // documents it.
 func TestReference_DocumentsEveryField(t *testing.T) {
 	t.Parallel()
+	types := []reflect.Type{}
 	for _, v := range []any{config.Config{}, config.HTTPConfig{}, config.LogConfig{}, config.DispatcherConfig{},
-		config.ProviderConfig{}, config.KindConfig{}, config.DriftConfig{}, config.DriftRule{}, config.TracingConfig{}, config.StatusRules{}, config.ReferenceConfig{}, config.ConsoleConfig{}} {
-		typ := reflect.TypeOf(v)
+		config.ProviderConfig{}, config.KindConfig{}, config.DriftConfig{}, config.DriftRule{}, config.TracingConfig{}, config.ConsoleConfig{}} {
+		types = append(types, reflect.TypeOf(v))
+	}
+	// Each built-in provider type's settings, and the structs in them.
+	for _, pt := range builtin.Types() {
+		types = append(types, pt.Settings())
+		for f := range pt.Settings().Fields() {
+			if f.Type.Kind() == reflect.Struct && f.Type.NumField() > 0 {
+				types = append(types, f.Type)
+			}
+		}
+	}
+	for _, typ := range types {
 		for f := range typ.Fields() {
 			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 			if name == "-" || !f.IsExported() {
@@ -308,7 +321,7 @@ func TestParse_Invalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := config.Parse([]byte(tt.doc), getenv(tt.env))
+			cfg, err := config.Parse([]byte(tt.doc), getenv(tt.env), builtin.Types()...)
 			if err == nil {
 				t.Fatalf("Parse succeeded: %v", cfg)
 			}
@@ -351,7 +364,7 @@ drift:
     - {name: a, kind: charge.create, sql: SELECT 1}
     - {name: a, kind: nope, sql: SELECT 1}
 `
-	_, err := config.Parse([]byte(doc), nil)
+	_, err := config.Parse([]byte(doc), nil, builtin.Types()...)
 	if err == nil {
 		t.Fatal("Parse succeeded")
 	}
@@ -468,8 +481,15 @@ drift:
 		"partner": {"", webhook.DefaultTimeout},
 	} {
 		p := cfg.Providers[name]
-		if p.BaseURL != want.baseURL || time.Duration(p.Timeout) != want.timeout {
-			t.Errorf("providers[%s]: base_url %q timeout %s, want %q %s", name, p.BaseURL, p.Timeout, want.baseURL, want.timeout)
+		var baseURL string
+		switch s := p.Settings.(type) {
+		case *stripe.Settings:
+			baseURL = s.BaseURL
+		case *sendgrid.Settings:
+			baseURL = s.BaseURL
+		}
+		if baseURL != want.baseURL || time.Duration(p.Timeout) != want.timeout {
+			t.Errorf("providers[%s]: base_url %q timeout %s, want %q %s", name, baseURL, p.Timeout, want.baseURL, want.timeout)
 		}
 	}
 	if cfg.Drift.Schedule != "@every 5m" {
@@ -490,7 +510,7 @@ drift:
 	}
 
 	// An empty file is all defaults, which lack a database and kinds.
-	_, err := config.Parse(nil, nil)
+	_, err := config.Parse(nil, nil, builtin.Types()...)
 	if err == nil || !strings.Contains(err.Error(), "database_url: required") || !strings.Contains(err.Error(), "kinds: none configured") {
 		t.Errorf("empty file: %v", err)
 	}
@@ -536,8 +556,10 @@ kinds:
 	rt, err = config.Build(&config.Config{
 		DatabaseURL: "postgres://localhost/app",
 		Dispatcher:  config.DispatcherConfig{Lease: config.Duration(5 * time.Second)},
-		Providers:   map[string]config.ProviderConfig{"mail": {Type: "sendgrid", APIKeyEnv: "SENDGRID_API_KEY", Timeout: config.Duration(3 * time.Second)}},
-		Kinds:       map[string]config.KindConfig{"email.receipt": {Provider: "mail"}},
+		Providers: map[string]config.ProviderConfig{"mail": {Type: "sendgrid", Timeout: config.Duration(3 * time.Second),
+			Settings: &sendgrid.Settings{APIKeyEnv: "SENDGRID_API_KEY"}}},
+		Kinds:         map[string]config.KindConfig{"email.receipt": {Provider: "mail"}},
+		ProviderTypes: builtin.Types(),
 	}, getenv(secretEnv()), nil)
 	if err != nil {
 		t.Fatalf("Build of a Config value: %v", err)
@@ -592,7 +614,7 @@ kinds:
   charge.create: {provider: stripe, operation: charges.create, max_attempts: 40}
   refund.create: {provider: stripe, operation: refunds.create}
 `
-	_, err := config.Parse([]byte(doc), nil)
+	_, err := config.Parse([]byte(doc), nil, builtin.Types()...)
 	if err == nil {
 		t.Fatal("a policy outlasting Stripe's key window was accepted")
 	}
@@ -617,10 +639,10 @@ providers:
 kinds:
   charge.create: {provider: stripe, operation: charges.create, max_attempts: 35, timeout: 89s}
 `
-	if _, err := config.Parse([]byte(edge), nil); err == nil || !strings.Contains(err.Error(), "retries can span 24h0m") {
+	if _, err := config.Parse([]byte(edge), nil, builtin.Types()...); err == nil || !strings.Contains(err.Error(), "retries can span 24h0m") {
 		t.Errorf("the last attempt's timeout past the window: %v", err)
 	}
-	if _, err := config.Parse([]byte(strings.Replace(edge, "timeout: 89s", "timeout: 80s", 1)), nil); err != nil {
+	if _, err := config.Parse([]byte(strings.Replace(edge, "timeout: 89s", "timeout: 80s", 1)), nil, builtin.Types()...); err != nil {
 		t.Errorf("a policy ending inside the window: %v", err)
 	}
 }
@@ -683,16 +705,18 @@ kinds:
 func TestBuild_ValidatesAndDoesNotModify(t *testing.T) {
 	t.Parallel()
 	cfg := &config.Config{
-		DatabaseURL: "postgres://localhost/app",
-		Providers:   map[string]config.ProviderConfig{"mail": {Type: "sendgrid", APIKeyEnv: "SENDGRID_API_KEY"}},
-		Kinds:       map[string]config.KindConfig{"email.receipt": {Provider: "mail"}},
+		DatabaseURL:   "postgres://localhost/app",
+		Providers:     map[string]config.ProviderConfig{"mail": {Type: "sendgrid", Settings: &sendgrid.Settings{APIKeyEnv: "SENDGRID_API_KEY"}}},
+		Kinds:         map[string]config.KindConfig{"email.receipt": {Provider: "mail"}},
+		ProviderTypes: builtin.Types(),
 	}
 	rt, err := config.Build(cfg, getenv(secretEnv()), nil)
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
 	rt.Close()
-	if cfg.Kinds["email.receipt"].MaxAttempts != 0 || cfg.Providers["mail"].Timeout != 0 || cfg.Dispatcher.Workers != 0 {
+	if cfg.Kinds["email.receipt"].MaxAttempts != 0 || cfg.Providers["mail"].Timeout != 0 || cfg.Dispatcher.Workers != 0 ||
+		cfg.Providers["mail"].Settings.(*sendgrid.Settings).BaseURL != "" {
 		t.Errorf("Build filled the caller's config: %+v", cfg)
 	}
 	if rt.Dispatcher.Kinds["email.receipt"].MaxAttempts != 25 {
@@ -822,7 +846,7 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(good, []byte(minimal), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := config.Load(good, getenv(nil)); err != nil {
+	if _, err := config.Load(good, getenv(nil), builtin.Types()...); err != nil {
 		t.Errorf("Load: %v", err)
 	}
 
@@ -830,12 +854,12 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(minimal+"dispatcher: {lease: 60}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := config.Load(bad, getenv(nil))
+	_, err := config.Load(bad, getenv(nil), builtin.Types()...)
 	if want := bad + ":7: dispatcher.lease: 60 is not a duration"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("Load: %v, want %q", err, want)
 	}
 
-	_, err = config.Load(filepath.Join(dir, "missing.yaml"), getenv(nil))
+	_, err = config.Load(filepath.Join(dir, "missing.yaml"), getenv(nil), builtin.Types()...)
 	if !errors.Is(err, os.ErrNotExist) || errors.Is(err, config.ErrInvalid) {
 		t.Errorf("Load of a missing file: %v", err)
 	}
@@ -914,7 +938,7 @@ func TestDuration(t *testing.T) {
 		"{a: 1s}":  "want a duration such as 60s, got a mapping",
 		"1 minute": `"1 minute" is not a duration`,
 	} {
-		_, err := config.Parse([]byte(minimal+"dispatcher: {poll_interval: "+in+"}\n"), nil)
+		_, err := config.Parse([]byte(minimal+"dispatcher: {poll_interval: "+in+"}\n"), nil, builtin.Types()...)
 		if err == nil || !strings.Contains(err.Error(), "dispatcher.poll_interval: "+want) {
 			t.Errorf("%s: %v, want %q", in, err, want)
 		}
@@ -935,7 +959,7 @@ func TestLoad_ARepeatedKeyIsTheOnlyProblem(t *testing.T) {
 		"a provider": {"database_url: postgres://x/y\nproviders:\n  stripe: {type: stripe, api_key_env: K}\n  stripe: {type: stripe, api_key_env: K}\nkinds:\n  charge.create: {provider: stripe, operation: charges.create}\n",
 			`line 4: providers["stripe"]: repeated: already set at line 3`},
 	} {
-		_, err := config.Parse([]byte(c.yaml), env)
+		_, err := config.Parse([]byte(c.yaml), env, builtin.Types()...)
 		if err == nil || strings.TrimSpace(err.Error()) != c.want {
 			t.Errorf("%s repeated: %v, want only %q", name, err, c.want)
 		}

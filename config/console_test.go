@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sidefx/sidefx/config"
+	"github.com/sidefx/sidefx/providers/builtin"
 )
 
 func TestConsole_OffByDefaultAndValidated(t *testing.T) {
@@ -48,4 +49,6 @@ func TestConsole_OffByDefaultAndValidated(t *testing.T) {
 	}
 }
 
-func parseDoc(doc string) (any, error) { return config.Parse([]byte(doc), getenv(nil)) }
+func parseDoc(doc string) (any, error) {
+	return config.Parse([]byte(doc), getenv(nil), builtin.Types()...)
+}

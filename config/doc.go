@@ -1,7 +1,7 @@
 // Package config reads the sidefx daemon's YAML configuration and builds
 // what the daemon runs from it.
 //
-//	cfg, err := config.Load("sidefx.yaml", os.Getenv)
+//	cfg, err := config.Load("sidefx.yaml", os.Getenv, builtin.Types()...)
 //	if err != nil {
 //		return err // every problem, one per line, each naming its field
 //	}
@@ -15,23 +15,32 @@
 //
 // Reference is a complete, commented file with every default. It and the
 // table of docs/config-reference.md are generated from the documentation of the
-// fields of Config and the structs under it (go test ./config -run
-// TestReference -update), which is therefore the one place a field's
-// meaning and default are written.
+// fields of Config and the structs under it, and of the built-in provider
+// types' settings (go test ./config -run TestReference -update), which is
+// therefore the one place a field's meaning and default are written.
 //
 // # Provider types
 //
-// Besides the built-in types (stripe, sendgrid, webhook, http), a program may
-// register its own with NewProviderType and pass them to Load (package
-// daemon does, from daemon.Daemon.ProviderTypes). A provider of such a type
-// has the common fields (type, timeout, concurrency, rate_per_second,
-// burst); the rest of its mapping is decoded into the type's settings
-// struct with unknown fields refused, checked by the type's check function,
-// and built by its build function, which reads secrets with
-// ProviderBuild.Secret. Every problem is a *FieldError naming the file,
-// line and field, as for the built-in types. Load builds each such provider
-// once with stand-in secrets, to learn whether it is idempotent and its key
-// window (KeyWindower) for the kinds' checks.
+// The configuration knows no provider type of its own: Load and Parse take
+// the types a provider's type field may name (ProviderType, which is
+// ptype.Type). The built-in ones are exported by their packages
+// (stripe.Type, sendgrid.Type, webhook.Type, httpapi.Type) and listed by
+// providers/builtin; a program adds its own, made with NewProviderType or
+// ptype.New (package daemon passes the built-in types, then
+// daemon.Daemon.ProviderTypes). A provider of any type has the common
+// fields (type, timeout, concurrency, rate_per_second, burst); the rest of
+// its mapping is decoded into the type's settings struct
+// (ProviderConfig.Settings) with unknown fields refused, and a field of
+// another type refused as such; the settings are checked by the type's
+// check function and the provider built by its build function, which
+// reads secrets with ProviderBuild.Secret. Every problem is a *FieldError
+// naming the file, line and field. Load builds each provider once with
+// stand-in secrets, to catch what only the provider checks and, where the
+// type does not say, to learn whether it is idempotent and its key window
+// (KeyWindower) for the kinds' checks. What the kinds ask of a type — an
+// operation (stripe), at_least_once and refire_when_absent_after (for
+// providers without keys), signed events — is checked from what the type
+// declares (ptype.Spec).
 //
 // # Loading
 //
@@ -68,15 +77,18 @@
 // environment variables that hold its API key (api_key_env), its signing
 // secrets (secret_env, and secrets_env for rotation: every delivery is
 // signed with each, so a receiver that knows any one verifies it) and the
-// values of headers that carry tokens (headers_env), and Build reads them.
-// Config therefore never holds one; the built providers do, treat each as
-// a secret along with static header values and a webhook URL's user
-// information and query values, and redact all of them from whatever a
-// peer echoes back before it reaches a Result, a row or a log. A missing or
-// refused secret is an error naming the field and the variable, never the
-// value. The database URL may hold a password: Config and Runtime print it
-// as "xxxxx" (String, every fmt verb, slog), a webhook URL without its
-// credentials and query, and every static header value as "[redacted]".
+// values of headers that carry tokens (headers_env), and Build reads them
+// (ProviderBuild.Secret, for every type). Config therefore never holds
+// one; the built providers do, treat each as a secret along with static
+// header values and a webhook URL's user information and query values, and
+// redact all of them from whatever a peer echoes back before it reaches a
+// Result, a row or a log. A missing or refused secret is an error naming
+// the field and the variable, never the value. The database URL may hold a
+// password: Config and Runtime print it as "xxxxx" (String, every fmt
+// verb, slog); a provider's settings print through their String method,
+// the built-in types' with a URL's credentials and query and every static
+// header value as "[redacted]", and a type's settings without one print as
+// "[redacted]".
 //
 // # Key windows
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sidefx/sidefx/config"
+	"github.com/sidefx/sidefx/providers/builtin"
 )
 
 // Every problem is reported at once, each with its line and field path.
@@ -16,7 +17,7 @@ kinds:
   charge.create: {provider: strpe, operation: charges.create}
   refund.create: {provider: stripe, operation: refunds.create, at_least_once: true}
 `
-	_, err := config.Parse([]byte(doc), func(string) string { return "" })
+	_, err := config.Parse([]byte(doc), func(string) string { return "" }, builtin.Types()...)
 	fmt.Println(err)
 	// Output:
 	// line 2: dispatcher.lease: 60 is not a duration: a bare number has no unit (want e.g. 60s)
@@ -33,7 +34,7 @@ kinds:
   email.receipt: {provider: mail, at_least_once: true}
 `
 	env := map[string]string{"SENDGRID_API_KEY": "SG.example"}
-	cfg, err := config.Parse([]byte(doc), func(name string) string { return env[name] })
+	cfg, err := config.Parse([]byte(doc), func(name string) string { return env[name] }, builtin.Types()...)
 	if err != nil {
 		fmt.Println(err)
 		return

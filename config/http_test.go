@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sidefx/sidefx/config"
+	"github.com/sidefx/sidefx/providers/builtin"
 	"github.com/sidefx/sidefx/providers/httpapi"
 )
 
@@ -22,7 +23,7 @@ kinds:
 
 func TestHTTPProvider_ParsesBuildsAndNamesItsFields(t *testing.T) {
 	cfg := mustParse(t, httpDoc, nil)
-	if p := cfg.Providers["api"]; p.Method != "POST" || p.Timeout.String() != "30s" || p.KeyWindow.String() != "24h0m0s" {
+	if p, s := cfg.Providers["api"], cfg.Providers["api"].Settings.(*httpapi.Settings); s.Method != "POST" || p.Timeout.String() != "30s" || s.KeyWindow.String() != "24h0m0s" {
 		t.Errorf("defaults: %+v", p)
 	}
 	rt, err := config.Build(cfg, getenv(map[string]string{"API_AUTH": "Bearer SECRETapiTOKEN"}), nil)
@@ -52,7 +53,7 @@ func TestHTTPProvider_ParsesBuildsAndNamesItsFields(t *testing.T) {
 		{"{provider: api}", "{provider: api, at_least_once: true}"}:                                           `is idempotent`,
 	} {
 		doc := strings.Replace(httpDoc, change[0], change[1], 1)
-		_, err := config.Parse([]byte(doc), getenv(nil))
+		_, err := config.Parse([]byte(doc), getenv(nil), builtin.Types()...)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q → %q: %v, want %s", change[0], change[1], err, want)
 		}

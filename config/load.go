@@ -21,8 +21,11 @@ import (
 // each a *FieldError naming the file, line and field. The returned Config
 // carries the warnings in Warnings.
 //
-// types are provider types besides the built-in ones (NewProviderType); a
-// type named twice, or a built-in one, is an error that is not ErrInvalid.
+// types are the provider types a provider's type field may name: the
+// built-in ones (builtin.Types()) and a program's own (NewProviderType,
+// ptype.New). The configuration knows no other: a provider of another type
+// is an error naming those it knows. A type named twice, or not made by
+// NewProviderType or ptype.New, is an error that is not ErrInvalid.
 func Load(path string, getenv func(string) string, types ...ProviderType) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -45,7 +48,7 @@ func parse(file string, data []byte, getenv func(string) string, types []Provide
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{types: reg}
+	c := &Config{ProviderTypes: slices.Clone(types), reg: reg}
 	decodeProblems, lines := decode(data, c)
 	if len(decodeProblems) > 0 && lines == nil {
 		// Not YAML, or not one document: nothing else is worth saying.
@@ -160,8 +163,8 @@ func decode(data []byte, c *Config) ([]*FieldError, map[string]int) {
 			problems = append(problems, decodeError(msg, entries))
 		}
 	}
-	// The registered types' providers: their own fields are theirs.
-	return c.types.decodeSettings(c, entries, problems), lines
+	// The providers' own fields are their types'.
+	return c.types().decodeSettings(c, entries, problems), lines
 }
 
 var (
@@ -173,7 +176,7 @@ var (
 )
 
 func init() {
-	for _, v := range []any{Config{}, HTTPConfig{}, LogConfig{}, DispatcherConfig{}, ProviderConfig{}, KindConfig{}, DriftConfig{}, DriftRule{}, TracingConfig{}, StatusRules{}, ReferenceConfig{}} {
+	for _, v := range []any{Config{}, HTTPConfig{}, LogConfig{}, DispatcherConfig{}, ProviderConfig{}, KindConfig{}, DriftConfig{}, DriftRule{}, TracingConfig{}} {
 		t := reflect.TypeOf(v)
 		knownStructs[t.String()] = t
 	}

@@ -2,35 +2,40 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
-	"github.com/sidefx/sidefx/payloadcheck"
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/ptype"
 )
 
 // CheckPayload checks payload for kind as the kind's provider would before
-// sending it (Stripe's parameters, decoded strictly; SendGrid's mail-send
-// body), without a secret or a request: payloadcheck's check, which a
-// producer can link without the providers; a provider of a registered type
-// is built with stand-in secrets and asked. A kind the configuration lacks is an error; a provider
-// that cannot check payloads (webhook) accepts any JSON object.
+// sending it, without a secret or a request: its type's payload check
+// (Stripe's parameters, decoded strictly; SendGrid's mail-send body), the
+// same as payloadcheck's, which a producer can link without the providers;
+// for a type without one, a provider built with stand-in secrets is asked,
+// if it checks payloads (providers.PayloadChecker). A kind the
+// configuration lacks is an error; a provider that cannot check payloads
+// (webhook) accepts any JSON object.
 func (c *Config) CheckPayload(kind string, payload json.RawMessage) error {
 	k, ok := c.Kinds[kind]
 	if !ok {
 		return fmt.Errorf("kind %q is not configured", kind)
 	}
 	pc := c.Providers[k.Provider]
-	if pc.ptype == nil {
-		// A built-in type: the providers' own checks, without the providers.
-		check, err := payloadcheck.New(map[string]payloadcheck.Kind{kind: {Provider: k.Provider, Type: pc.Type, Operation: k.Operation}}, nil)
-		if err != nil {
-			return err
-		}
-		return check(kind, payload)
+	t := c.types().lookup(pc.Type)
+	if t == nil || !pc.fits(t) {
+		return fmt.Errorf("provider %s: %q is not a provider type the configuration knows", k.Provider, pc.Type)
 	}
-	p, err := pc.dryRun(k.Provider)
-	if err != nil {
+	if err := t.CheckPayload(pc.Settings, c.kindUse(kind, k), payload); !errors.Is(err, ptype.ErrNoPayloadCheck) {
+		return err
+	}
+	p, problems, err := pc.dryRun(k.Provider, t, c.operations(k.Provider))
+	switch {
+	case err != nil:
 		return fmt.Errorf("provider %s: %w", k.Provider, err)
+	case len(problems) > 0:
+		return fmt.Errorf("provider %s: %s: %s", k.Provider, problems[0].Path, problems[0].Message)
 	}
 	defer closeProvider(p)
 	if pch, ok := p.(providers.PayloadChecker); ok {
@@ -39,15 +44,11 @@ func (c *Config) CheckPayload(kind string, payload json.RawMessage) error {
 	return nil
 }
 
-// standInSecrets are well-formed secrets for the provider pc describes, to
-// build it without the real ones: building opens no connection.
-func standInSecrets(pc ProviderConfig) secrets {
-	s := secrets{apiKey: standIn[pc.Type], signing: []string{standIn[TypeWebhook]}}
-	for h := range pc.HeadersEnv {
-		if s.headers == nil {
-			s.headers = map[string]string{}
-		}
-		s.headers[h] = "stand-in"
+// types returns the provider types the configuration knows, by name.
+func (c *Config) types() *registry {
+	if c.reg != nil {
+		return c.reg
 	}
-	return s
+	r, _ := newRegistry(c.ProviderTypes) // Load and Build report the error
+	return r
 }

@@ -29,6 +29,7 @@ const redacted = providers.Redacted
 func (c Config) String() string {
 	type plain Config // without methods, so that Sprintf does not recurse
 	p := plain(c)
+	p.reg = nil // ProviderTypes, by name
 	p.DatabaseURL = RedactDatabaseURL(c.DatabaseURL)
 	if p.SessionDatabaseURL != "" {
 		p.SessionDatabaseURL = RedactDatabaseURL(c.SessionDatabaseURL)
@@ -42,25 +43,25 @@ func (c Config) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, c.String(
 // LogValue makes slog print String.
 func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
-// String describes p with its URL's credentials and query and its header
-// values hidden.
+// String describes p with its settings' secrets hidden: the settings are
+// printed by their String method (the built-in types' hide a URL's
+// credentials and query and header values), or as [redacted] when they
+// have none, since a type's own fields may hold tokens.
 func (p ProviderConfig) String() string {
 	type plain ProviderConfig
 	q := plain(p)
-	if q.Settings != nil {
-		q.Settings = redacted // a registered type's own fields may hold tokens
-	}
-	if q.URL != "" {
-		q.URL = providers.RedactURL(q.URL)
-	}
-	if q.Headers != nil {
-		q.Headers = make(map[string]string, len(p.Headers))
-		for name := range p.Headers {
-			q.Headers[name] = redacted
-		}
+	switch s := p.Settings.(type) {
+	case nil:
+	case fmt.Stringer:
+		q.Settings = printed(s.String())
+	default:
+		q.Settings = printed(redacted)
 	}
 	return fmt.Sprintf("%+v", q)
 }
+
+// printed is text that fmt prints as it is.
+type printed string
 
 // Format prints String for every verb.
 func (p ProviderConfig) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, p.String()) }

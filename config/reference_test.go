@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sidefx/sidefx/config"
+	"github.com/sidefx/sidefx/providers/builtin"
 )
 
 // The reference, config.Reference (reference.yaml) and the table of
@@ -90,19 +91,19 @@ console:
   hidden_fields: [personalizations.to.email, customer_email]
 `
 
-// sections are the configuration's structs, by where they are in the file.
+// sections are the configuration's structs, by where they are in the file:
+// the common fields of a provider, then each built-in type's own
+// (typeSections).
 var sections = []struct {
 	path string
 	typ  reflect.Type
-	what string
+	ptyp string // the provider type whose settings these are
 }{
-	{"", reflect.TypeFor[config.Config](), "The file"},
+	{"", reflect.TypeFor[config.Config](), ""},
 	{"http", reflect.TypeFor[config.HTTPConfig](), ""},
 	{"log", reflect.TypeFor[config.LogConfig](), ""},
 	{"dispatcher", reflect.TypeFor[config.DispatcherConfig](), ""},
 	{"providers.NAME", reflect.TypeFor[config.ProviderConfig](), ""},
-	{"providers.NAME.statuses", reflect.TypeFor[config.StatusRules](), ""},
-	{"providers.NAME.reference", reflect.TypeFor[config.ReferenceConfig](), ""},
 	{"kinds.KIND", reflect.TypeFor[config.KindConfig](), ""},
 	{"drift", reflect.TypeFor[config.DriftConfig](), ""},
 	{"drift.rules[]", reflect.TypeFor[config.DriftRule](), ""},
@@ -111,36 +112,85 @@ var sections = []struct {
 	{"console", reflect.TypeFor[config.ConsoleConfig](), ""},
 }
 
+// allSections are sections with, after the providers' common fields, one
+// section for each built-in type's settings and one for each struct in
+// them.
+func allSections() []struct {
+	path string
+	typ  reflect.Type
+	ptyp string
+} {
+	var out []struct {
+		path string
+		typ  reflect.Type
+		ptyp string
+	}
+	for _, s := range sections {
+		out = append(out, s)
+		if s.typ != reflect.TypeFor[config.ProviderConfig]() {
+			continue
+		}
+		for _, pt := range builtin.Types() {
+			out = append(out, struct {
+				path string
+				typ  reflect.Type
+				ptyp string
+			}{"providers.NAME", pt.Settings(), pt.Name})
+			for _, f := range yamlFields(pt.Settings()) {
+				if f.Type.Kind() == reflect.Struct && f.Type.NumField() > 0 {
+					out = append(out, struct {
+						path string
+						typ  reflect.Type
+						ptyp string
+					}{"providers.NAME." + yamlName(f), f.Type, pt.Name})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// docKey names a struct in fieldDocs: its package's path and its name.
+func docKey(t reflect.Type) string { return t.PkgPath() + "." + t.Name() }
+
 // fieldDocs reads the doc comment of every struct field of the package's
-// (non-test) sources: type name → field name → text.
+// (non-test) sources and of the built-in provider types' packages: docKey
+// → field name → text.
 func fieldDocs(t *testing.T) map[string]map[string]string {
 	t.Helper()
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
+	dirs := map[string]string{"github.com/sidefx/sidefx/config": "."}
+	for _, pt := range builtin.Types() {
+		pkg := pt.Settings().PkgPath()
+		dirs[pkg] = "../" + strings.TrimPrefix(pkg, "github.com/sidefx/sidefx/")
 	}
 	docs := map[string]map[string]string{}
-	for _, pkg := range pkgs {
-		for _, f := range pkg.Files {
-			ast.Inspect(f, func(n ast.Node) bool {
-				ts, ok := n.(*ast.TypeSpec)
-				if !ok {
-					return true
-				}
-				st, ok := ts.Type.(*ast.StructType)
-				if !ok {
-					return true
-				}
-				m := map[string]string{}
-				for _, fld := range st.Fields.List {
-					for _, name := range fld.Names {
-						m[name.Name] = strings.TrimSpace(fld.Doc.Text())
+	for pkgPath, dir := range dirs {
+		fset := token.NewFileSet()
+		pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pkg := range pkgs {
+			for _, f := range pkg.Files {
+				ast.Inspect(f, func(n ast.Node) bool {
+					ts, ok := n.(*ast.TypeSpec)
+					if !ok {
+						return true
 					}
-				}
-				docs[ts.Name.Name] = m
-				return true
-			})
+					st, ok := ts.Type.(*ast.StructType)
+					if !ok {
+						return true
+					}
+					m := map[string]string{}
+					for _, fld := range st.Fields.List {
+						for _, name := range fld.Names {
+							m[name.Name] = strings.TrimSpace(fld.Doc.Text())
+						}
+					}
+					docs[pkgPath+"."+ts.Name.Name] = m
+					return true
+				})
+			}
 		}
 	}
 	return docs
@@ -171,7 +221,7 @@ func yamlName(f reflect.StructField) string {
 func generateReference(t *testing.T) []byte {
 	t.Helper()
 	docs := fieldDocs(t)
-	cfg, err := config.Parse([]byte(referenceExample), getenv(nil))
+	cfg, err := config.Parse([]byte(referenceExample), getenv(nil), builtin.Types()...)
 	if err != nil {
 		t.Fatalf("the reference's example: %v", err)
 	}
@@ -196,8 +246,16 @@ func generateReference(t *testing.T) []byte {
 		switch {
 		case n.Kind == yaml.MappingNode && typ.Kind() == reflect.Struct:
 			fields := map[string]reflect.StructField{}
+			owner := map[string]reflect.Type{} // the struct each field is of
 			for _, f := range yamlFields(typ) {
-				fields[yamlName(f)] = f
+				fields[yamlName(f)], owner[yamlName(f)] = f, typ
+			}
+			if typ == reflect.TypeFor[config.ProviderConfig]() {
+				// A provider's own fields are its type's settings'.
+				settings := settingsOf(t, lookup(n, "type").Value)
+				for _, f := range yamlFields(settings) {
+					fields[yamlName(f)], owner[yamlName(f)] = f, settings
+				}
 			}
 			var kept []*yaml.Node
 			for i := 0; i+1 < len(n.Content); i += 2 {
@@ -212,9 +270,9 @@ func generateReference(t *testing.T) []byte {
 				if entries && g == nil && isZero(v) {
 					continue
 				}
-				if key := typ.Name() + "." + f.Name; !documented[key] {
+				if key := docKey(owner[k.Value]) + "." + f.Name; !documented[key] {
 					documented[key] = true
-					k.HeadComment = docs[typ.Name()][f.Name]
+					k.HeadComment = docs[docKey(owner[k.Value])][f.Name]
 				}
 				if f.Type == reflect.TypeFor[config.Duration]() {
 					d, err := time.ParseDuration(v.Value)
@@ -261,6 +319,18 @@ func generateReference(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// settingsOf returns the settings struct of the built-in type name.
+func settingsOf(t *testing.T, name string) reflect.Type {
+	t.Helper()
+	for _, pt := range builtin.Types() {
+		if pt.Name == name {
+			return pt.Settings()
+		}
+	}
+	t.Fatalf("no built-in provider type %q", name)
+	return nil
 }
 
 func lookup(n *yaml.Node, key string) *yaml.Node {
@@ -313,16 +383,21 @@ func generateTable(t *testing.T) []byte {
 	t.Helper()
 	docs := fieldDocs(t)
 	var b bytes.Buffer
-	for _, s := range sections {
+	for _, s := range allSections() {
 		title := "`" + s.path + "`"
-		if s.path == "" {
+		switch {
+		case s.path == "":
 			title = "top level"
+		case s.ptyp != "":
+			title += ", type `" + s.ptyp + "`"
+		case s.typ == reflect.TypeFor[config.ProviderConfig]():
+			title += ", every type"
 		}
 		fmt.Fprintf(&b, "\n**%s**\n\n| field | meaning |\n|---|---|\n", title)
 		for _, f := range yamlFields(s.typ) {
-			doc := docs[s.typ.Name()][f.Name]
+			doc := docs[docKey(s.typ)][f.Name]
 			if doc == "" {
-				t.Errorf("%s.%s has no documentation", s.typ.Name(), f.Name)
+				t.Errorf("%s.%s has no documentation", s.typ, f.Name)
 			}
 			doc = strings.ReplaceAll(strings.Join(strings.Fields(doc), " "), "|", `\|`)
 			fmt.Fprintf(&b, "| `%s` | %s |\n", yamlName(f), doc)
@@ -381,7 +456,7 @@ func TestReference_DocumentedDefaultsAreTheDefaults(t *testing.T) {
 	}{{reflect.ValueOf(*cfg)}, {reflect.ValueOf(cfg.HTTP)}, {reflect.ValueOf(cfg.Log)}, {reflect.ValueOf(cfg.Dispatcher)}, {reflect.ValueOf(cfg.Drift)}, {reflect.ValueOf(cfg.Console)}} {
 		typ := s.v.Type()
 		for _, f := range yamlFields(typ) {
-			m := defaultRE.FindStringSubmatch(docs[typ.Name()][f.Name])
+			m := defaultRE.FindStringSubmatch(docs[docKey(typ)][f.Name])
 			if m == nil {
 				continue
 			}

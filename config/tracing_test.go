@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sidefx/sidefx/config"
+	"github.com/sidefx/sidefx/providers/builtin"
 )
 
 func TestTracing_OffByDefaultValidatedAndSecret(t *testing.T) {
@@ -27,7 +28,7 @@ func TestTracing_OffByDefaultValidatedAndSecret(t *testing.T) {
 		"tracing: {otlp_endpoint: 'http://c:4318', headers_env: {'X Key': OTLP_KEY}}": `tracing.headers_env["X Key"]: not a valid header name`,
 		"tracing: {otlp_endpoint: 'http://c:4318', sampel_ratio: 0.5}":                `tracing.sampel_ratio: unknown field`,
 	} {
-		_, err := config.Parse([]byte(minimal+doc+"\n"), getenv(nil))
+		_, err := config.Parse([]byte(minimal+doc+"\n"), getenv(nil), builtin.Types()...)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %s", doc, err, want)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/builtin"
 )
 
 // smsSettings are the own fields of the test's registered type.
@@ -63,6 +64,12 @@ var smsType = config.NewProviderType("sms",
 		return &smsProvider{name: b.Name, token: token, window: time.Duration(s.KeyWindow), timeout: b.Timeout}, nil
 	})
 
+// withBuiltins returns the built-in types and types, as the daemon passes
+// them.
+func withBuiltins(types ...config.ProviderType) []config.ProviderType {
+	return append(builtin.Types(), types...)
+}
+
 const smsDoc = `
 database_url: postgres://localhost/app
 providers:
@@ -77,7 +84,7 @@ kinds:
 `
 
 func TestProviderType_DecodesChecksAndBuilds(t *testing.T) {
-	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), smsType)
+	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), withBuiltins(smsType)...)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -103,7 +110,7 @@ func TestProviderType_DecodesChecksAndBuilds(t *testing.T) {
 		t.Errorf("CheckPayload = %v, want the provider's own check", err)
 	}
 	// Without the type, the same file names the types there are.
-	if _, err := config.Parse([]byte(smsDoc), getenv(nil)); err == nil || !strings.Contains(err.Error(), `providers["gateway"].type: "sms" is not a provider type`) {
+	if _, err := config.Parse([]byte(smsDoc), getenv(nil), builtin.Types()...); err == nil || !strings.Contains(err.Error(), `providers["gateway"].type: "sms" is not a provider type`) {
 		t.Errorf("Parse without the type: %v", err)
 	}
 }
@@ -134,7 +141,7 @@ func TestProviderType_ProblemsNameTheField(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := config.Parse([]byte(tc.doc), getenv(nil), smsType)
+			_, err := config.Parse([]byte(tc.doc), getenv(nil), withBuiltins(smsType)...)
 			if err == nil {
 				t.Fatalf("Parse accepted:\n%s", tc.doc)
 			}
@@ -151,7 +158,7 @@ func TestProviderType_ProblemsNameTheField(t *testing.T) {
 }
 
 func TestProviderType_BuildProblems(t *testing.T) {
-	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), smsType)
+	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), withBuiltins(smsType)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +167,7 @@ func TestProviderType_BuildProblems(t *testing.T) {
 		t.Errorf("Build without the token: %v", err)
 	}
 
-	cfg, err = config.Parse([]byte(strings.Replace(smsDoc, "token_env: SMS_TOKEN", "token_env: SMS_TOKEN\n    fail_build: true", 1)), getenv(nil), smsType)
+	cfg, err = config.Parse([]byte(strings.Replace(smsDoc, "token_env: SMS_TOKEN", "token_env: SMS_TOKEN\n    fail_build: true", 1)), getenv(nil), withBuiltins(smsType)...)
 	if err == nil {
 		t.Fatalf("a build that fails on the stand-in passed Load")
 	}
@@ -177,7 +184,7 @@ func TestProviderType_BuildErrorsAreRedacted(t *testing.T) {
 		}
 		return nil, fmt.Errorf("the gateway refuses token %s", token)
 	})
-	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), failing)
+	cfg, err := config.Parse([]byte(smsDoc), getenv(nil), withBuiltins(failing)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +199,7 @@ func TestProviderType_Registration(t *testing.T) {
 		types []config.ProviderType
 		want  string
 	}{
-		{[]config.ProviderType{config.NewProviderType[smsSettings]("stripe", nil, nil)}, "built in already"},
+		{withBuiltins(config.NewProviderType[smsSettings]("stripe", nil, nil)), "registered twice"},
 		{[]config.ProviderType{smsType, smsType}, "registered twice"},
 		{[]config.ProviderType{config.NewProviderType[smsSettings]("SMS", nil, nil)}, "not a type name"},
 		{[]config.ProviderType{config.NewProviderType[string]("text", nil, nil)}, "not a struct"},
@@ -200,7 +207,70 @@ func TestProviderType_Registration(t *testing.T) {
 	} {
 		_, err := config.Parse([]byte(smsDoc), getenv(nil), tc.types...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, config.ErrInvalid) {
-			t.Errorf("Parse with %v = %v, want a programming error saying %q", tc.types[0].Name, err, tc.want)
+			t.Errorf("Parse with %v = %v, want a programming error saying %q", tc.types[len(tc.types)-1].Name, err, tc.want)
 		}
+	}
+}
+
+// A field of another type is refused as such, naming the types it is for,
+// unless it is left empty (as the file of one struct for every type
+// allowed); so is a field of a type the program added.
+func TestProviderType_FieldsOfAnotherType(t *testing.T) {
+	t.Parallel()
+	const doc = `
+database_url: postgres://localhost/app
+providers:
+  stripe:
+    type: stripe
+    api_key_env: STRIPE_API_KEY
+    %s
+kinds:
+  stripe.charges.create: {provider: stripe}
+`
+	for field, want := range map[string]string{
+		"url: https://p.example/h":      `line 7: providers["stripe"].url: only for webhook, http and sms providers, this one is stripe`,
+		"event_delay: 1h":               `line 7: providers["stripe"].event_delay: only for sendgrid providers, this one is stripe`,
+		"statuses: {for_key: ['422']}":  `line 7: providers["stripe"].statuses: only for http providers, this one is stripe`,
+		"statuses: {confirmd: ['1']}":   `line 7: providers["stripe"].statuses: only for http providers, this one is stripe`,
+		"token_env: SMS_TOKEN":          `line 7: providers["stripe"].token_env: only for sms providers, this one is stripe`,
+		"tokn_env: SMS_TOKEN":           `line 7: providers["stripe"].tokn_env: unknown field (want one of api_key_env, base_url, consistency_delay, lookup_rate, webhook_secret_env)`,
+		"key_window: 1":                 `line 7: providers["stripe"].key_window: only for webhook, http and sms providers, this one is stripe`,
+		"webhook_secret_env: lower":     `line 7: providers["stripe"].webhook_secret_env: "lower" is not an environment variable name`,
+		"consistency_delay: 60":         `line 7: providers["stripe"].consistency_delay: 60 is not a duration`,
+		"lookup_rate: [1]":              `line 7: providers["stripe"].lookup_rate: want a number, got a list`,
+		"base_url: https://u:p@s.local": `line 7: providers["stripe"].base_url: holds user information`,
+	} {
+		_, err := config.Parse([]byte(fmt.Sprintf(doc, field)), getenv(nil), withBuiltins(smsType)...)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v\nwant %s", field, err, want)
+		}
+	}
+	for _, empty := range []string{`url: ""`, "statuses: {}", "secrets_env:", "key_window: 0s"} {
+		if _, err := config.Parse([]byte(fmt.Sprintf(doc, empty)), getenv(nil), withBuiltins(smsType)...); err != nil {
+			t.Errorf("%s, empty, is refused: %v", empty, err)
+		}
+	}
+}
+
+// A Config made by hand names its types; a provider's settings may be
+// left nil (the type's zero settings) but not be another type's.
+func TestProviderType_ConfigMadeByHand(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{
+		DatabaseURL:   "postgres://localhost/app",
+		Providers:     map[string]config.ProviderConfig{"gateway": {Type: "sms"}},
+		Kinds:         map[string]config.KindConfig{"sms.send": {Provider: "gateway"}},
+		ProviderTypes: []config.ProviderType{smsType},
+	}
+	if _, err := config.Build(cfg, getenv(nil), nil); err == nil || !strings.Contains(err.Error(), `providers["gateway"].url: required`) {
+		t.Errorf("Build with nil settings: %v, want the type's check of its zero settings", err)
+	}
+	cfg.Providers["gateway"] = config.ProviderConfig{Type: "sms", Settings: &struct{ URL string }{"https://sms.example.com"}}
+	if _, err := config.Build(cfg, getenv(nil), nil); err == nil || !strings.Contains(err.Error(), `providers["gateway"]: settings are *struct { URL string }, want *config_test.smsSettings`) {
+		t.Errorf("Build with another type's settings: %v", err)
+	}
+	cfg.ProviderTypes = nil
+	if _, err := config.Build(cfg, getenv(nil), nil); err == nil || !strings.Contains(err.Error(), `providers["gateway"].type: "sms" is not a provider type`) {
+		t.Errorf("Build without the types: %v", err)
 	}
 }

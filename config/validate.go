@@ -20,23 +20,18 @@ import (
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/schedule"
-	"github.com/sidefx/sidefx/providers/httpapi"
-	"github.com/sidefx/sidefx/providers/sendgrid"
-	"github.com/sidefx/sidefx/providers/stripe"
-	"github.com/sidefx/sidefx/providers/webhook"
+	"github.com/sidefx/sidefx/providers/ptype"
 	"github.com/sidefx/sidefx/reconcile"
 )
 
 var (
 	namespaceRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{0,64}$`)
-	envNameRE   = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 	nameRE      = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
 )
 
 var (
-	providerTypes = []string{TypeStripe, TypeSendGrid, TypeWebhook, TypeHTTP}
-	logLevels     = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
-	logFormats    = []string{"text", "json"}
+	logLevels  = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+	logFormats = []string{"text", "json"}
 )
 
 func providerPath(name string) string { return "providers[" + strconv.Quote(name) + "]" }
@@ -78,24 +73,16 @@ func (c *Config) fillDefaults() {
 	defD(&d.ReapInterval, dispatcher.DefaultReapInterval)
 	defD(&d.ShutdownTimeout, dispatcher.DefaultShutdownTimeout)
 
+	types := c.types()
 	for name, p := range c.Providers {
-		switch p.Type {
-		case TypeStripe:
-			def(&p.BaseURL, stripe.DefaultBaseURL)
-			defD(&p.Timeout, stripe.DefaultTimeout)
-		case TypeSendGrid:
-			def(&p.BaseURL, sendgrid.DefaultBaseURL)
-			defD(&p.Timeout, sendgrid.DefaultTimeout)
-		case TypeWebhook:
-			defD(&p.Timeout, webhook.DefaultTimeout)
-			defD(&p.KeyWindow, webhook.DefaultKeyWindow)
-		case TypeHTTP:
-			defD(&p.Timeout, httpapi.DefaultTimeout)
-			defD(&p.KeyWindow, httpapi.DefaultKeyWindow)
-			def(&p.Method, httpapi.DefaultMethod)
-		}
-		if p.ptype != nil {
-			defD(&p.Timeout, registeredTimeout(p.ptype))
+		if t := types.lookup(p.Type); t != nil {
+			if p.Settings == nil {
+				p.Settings = t.NewSettings()
+			}
+			if p.fits(t) {
+				t.FillDefaults(p.Settings)
+			}
+			defD(&p.Timeout, t.DefaultTimeoutOf())
 		}
 		c.Providers[name] = p
 	}
@@ -111,8 +98,8 @@ func (c *Config) fillDefaults() {
 		defD(&k.Timeout, dispatcher.DefaultTimeout)
 		defD(&k.BackoffBase, dispatcher.DefaultBackoffBase)
 		defD(&k.BackoffMax, dispatcher.DefaultBackoffMax)
-		if p, ok := c.Providers[k.Provider]; ok && p.Type == TypeStripe && k.Operation == "" {
-			k.Operation = stripe.DefaultOperation(name)
+		if t := types.lookup(c.Providers[k.Provider].Type); t != nil && t.HasOperations() && k.Operation == "" {
+			k.Operation = t.DefaultOperation(name)
 		}
 		c.Kinds[name] = k
 	}
@@ -172,7 +159,7 @@ func (c *Config) validate(env map[string]string) (warnings []string, problems []
 	}
 	c.Dispatcher.check(v)
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
-		c.Providers[name].check(v, name, c.types)
+		c.checkProvider(v, name)
 	}
 	c.checkKinds(v)
 	c.Drift.check(v, c.Kinds)
@@ -224,131 +211,43 @@ func (d *DispatcherConfig) check(v *checker) {
 	}
 }
 
-// applies says which provider types each type-specific field is for.
-var applies = []struct {
-	field string
-	types []string
-	set   func(p *ProviderConfig) bool
-}{
-	{"api_key_env", []string{TypeStripe, TypeSendGrid}, func(p *ProviderConfig) bool { return p.APIKeyEnv != "" }},
-	{"base_url", []string{TypeStripe, TypeSendGrid}, func(p *ProviderConfig) bool { return p.BaseURL != "" }},
-	{"url", []string{TypeWebhook, TypeHTTP}, func(p *ProviderConfig) bool { return p.URL != "" }},
-	{"secret_env", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.SecretEnv != "" }},
-	{"secrets_env", []string{TypeWebhook}, func(p *ProviderConfig) bool { return p.SecretsEnv != nil }},
-	{"headers", []string{TypeWebhook, TypeHTTP}, func(p *ProviderConfig) bool { return p.Headers != nil }},
-	{"headers_env", []string{TypeWebhook, TypeHTTP}, func(p *ProviderConfig) bool { return p.HeadersEnv != nil }},
-	{"key_window", []string{TypeWebhook, TypeHTTP}, func(p *ProviderConfig) bool { return p.KeyWindow != 0 }},
-	{"method", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.Method != "" }},
-	{"key_header", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.KeyHeader != "" }},
-	{"key_max_length", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.KeyMaxLength != 0 }},
-	{"statuses", []string{TypeHTTP}, func(p *ProviderConfig) bool {
-		s := p.Statuses
-		return s.Confirmed != nil || s.Rejected != nil || s.Retryable != nil || s.Unknown != nil
-	}},
-	{"reference", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.Reference != (ReferenceConfig{}) }},
-	{"replayed_header", []string{TypeHTTP}, func(p *ProviderConfig) bool { return p.ReplayedHeader != "" }},
-	{"event_public_key", []string{TypeSendGrid}, func(p *ProviderConfig) bool { return p.EventPublicKey != "" }},
-	{"webhook_secret_env", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.WebhookSecretEnv != "" }},
-	{"consistency_delay", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.ConsistencyDelay != 0 }},
-	{"event_delay", []string{TypeSendGrid}, func(p *ProviderConfig) bool { return p.EventDelay != 0 }},
-	{"event_tolerance", []string{TypeSendGrid}, func(p *ProviderConfig) bool { return p.EventTolerance != 0 }},
-	{"lookup_rate", []string{TypeStripe}, func(p *ProviderConfig) bool { return p.LookupRate != 0 }},
-}
-
-func (p ProviderConfig) check(v *checker, name string, types registry) {
+func (c *Config) checkProvider(v *checker, name string) {
+	p := c.Providers[name]
+	types := c.types()
 	path := providerPath(name)
 	before := len(v.problems)
 	if !nameRE.MatchString(name) {
 		v.fail(path, "%q is not a provider name: lowercase, a letter then letters, digits, _ - or ., at most 64", name)
 	}
+	t := types.lookup(p.Type)
 	switch {
 	case p.Type == "":
 		v.fail(path+".type", "required (%s)", strings.Join(types.names(), ", "))
 		return
-	case p.ptype == nil && !slices.Contains(providerTypes, p.Type):
+	case t == nil:
 		v.fail(path+".type", "%q is not a provider type (want %s)", p.Type, strings.Join(types.names(), ", "))
 		return
-	}
-	if p.ptype != nil {
-		p.checkCommon(v, path)
-		if len(v.problems) == before {
-			p.checkRegistered(v, name)
-		}
+	case !p.fits(t):
+		v.fail(path, "settings are %T, want *%s for a %s provider", p.Settings, t.Settings(), p.Type)
 		return
 	}
-	for _, a := range applies {
-		if a.set(&p) && !slices.Contains(a.types, p.Type) {
-			v.fail(path+"."+a.field, "only for %s providers, this one is %s", strings.Join(a.types, " and "), p.Type)
-		}
-	}
-	envName := func(field, value, example string) {
-		switch {
-		case value == "":
-			v.fail(path+"."+field, "required for %s providers: the name of the environment variable holding the secret", p.Type)
-		case !envNameRE.MatchString(value):
-			v.fail(path+"."+field, "%q is not an environment variable name (want e.g. %s)", value, example)
-		}
-	}
-	switch p.Type {
-	case TypeStripe, TypeSendGrid:
-		envName("api_key_env", p.APIKeyEnv, exampleEnv(p.Type))
-		checkBaseURL(v, path+".base_url", p.BaseURL)
-		if p.EventPublicKey != "" {
-			if _, err := sendgrid.NewEvents(p.EventPublicKey, nil); err != nil {
-				v.fail(path+".event_public_key", "%v", err)
-			}
-		}
-		if p.EventDelay < 0 {
-			v.fail(path+".event_delay", "must not be negative")
-		}
-		if p.EventDelay > 0 && p.EventPublicKey == "" {
-			v.fail(path+".event_delay", "only with event_public_key: without the events, their absence says nothing")
-		}
-		if p.EventTolerance < 0 {
-			v.fail(path+".event_tolerance", "must not be negative")
-		}
-		if p.EventTolerance > 0 && p.EventPublicKey == "" {
-			v.fail(path+".event_tolerance", "only with event_public_key: it bounds the age of the events it verifies")
-		}
-		if p.ConsistencyDelay < 0 {
-			v.fail(path+".consistency_delay", "must not be negative")
-		}
-		if p.LookupRate < 0 {
-			v.fail(path+".lookup_rate", "must not be negative")
-		}
-		if p.WebhookSecretEnv != "" && !envNameRE.MatchString(p.WebhookSecretEnv) {
-			v.fail(path+".webhook_secret_env", "%q is not an environment variable name (want e.g. STRIPE_WEBHOOK_SECRET)", p.WebhookSecretEnv)
-		}
-	case TypeWebhook:
-		switch {
-		case p.SecretEnv == "" && len(p.SecretsEnv) == 0:
-			v.fail(path+".secret_env", "required for webhook providers (or secrets_env): the name of the environment variable holding the signing secret")
-		case p.SecretEnv != "":
-			envName("secret_env", p.SecretEnv, exampleEnv(p.Type))
-		}
-		seen := map[string]string{p.SecretEnv: "secret_env"}
-		for i, name := range p.SecretsEnv {
-			field := "secrets_env[" + strconv.Itoa(i) + "]"
-			envName(field, name, "PARTNER_WEBHOOK_SECRET_NEW")
-			if first, dup := seen[name]; dup && name != "" {
-				v.fail(path+"."+field, "%s is already named by %s: each secret once", name, first)
-			}
-			seen[name] = field
-		}
-		checkWebhookURL(v, path+".url", p.URL, p.Type)
-		p.checkHeaders(v, path)
-		if p.KeyWindow <= 0 {
-			v.fail(path+".key_window", "%s: want a positive duration, how long the receiver keeps webhook-ids (default %s)", p.KeyWindow, Duration(webhook.DefaultKeyWindow))
-		}
-	case TypeHTTP:
-		p.checkHTTP(v, path)
+	if !p.undecoded {
+		problems := ptype.NewProblems(path)
+		t.Check(p.Settings, problems)
+		v.addProblems(problems.List())
 	}
 	p.checkCommon(v, path)
-	if len(v.problems) == before {
+	if len(v.problems) == before && !p.undecoded {
 		// What only the provider knows (a header it sets itself…), checked
-		// with a stand-in secret: Build fails only on the secret itself.
-		if err := dryRun(name, p); err != nil {
+		// with stand-in secrets: Build fails only on the secrets themselves.
+		prov, problems, err := p.dryRun(name, t, nil)
+		switch {
+		case err != nil:
 			v.fail(path, "%v", err)
+		case len(problems) > 0:
+			v.addProblems(problems)
+		default:
+			closeProvider(prov)
 		}
 	}
 }
@@ -371,131 +270,28 @@ func (p ProviderConfig) checkCommon(v *checker, path string) {
 	}
 }
 
-func exampleEnv(typ string) string {
-	if typ == TypeWebhook {
-		return "PARTNER_WEBHOOK_SECRET"
-	}
-	return strings.ToUpper(typ) + "_API_KEY"
-}
-
-// checkBaseURL checks an API's address. Its errors do not quote the URL,
-// which may hold a credential.
+// checkBaseURL checks an address (ptype.BaseURLProblem). Its errors do not
+// quote the URL, which may hold a credential.
 func checkBaseURL(v *checker, path, raw string) {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		v.fail(path, "not a URL")
-	case u.Scheme != "http" && u.Scheme != "https":
-		v.fail(path, "scheme %q is not http or https", u.Scheme)
-	case u.Host == "":
-		v.fail(path, "no host")
-	case u.User != nil:
-		v.fail(path, "holds user information: the API key goes in api_key_env")
-	case u.RawQuery != "" || u.Fragment != "":
-		v.fail(path, "holds a query or fragment: want scheme://host[:port][/path]")
-	}
-}
-
-// checkHeaders checks the names of headers and headers_env, and the
-// variables headers_env names.
-func (p ProviderConfig) checkHeaders(v *checker, path string) {
-	for _, h := range slices.Sorted(maps.Keys(p.Headers)) {
-		if !isToken(h) {
-			v.fail(path+".headers["+strconv.Quote(h)+"]", "not a valid header name")
-		}
-	}
-	for _, h := range slices.Sorted(maps.Keys(p.HeadersEnv)) {
-		hp := path + ".headers_env[" + strconv.Quote(h) + "]"
-		if !isToken(h) {
-			v.fail(hp, "not a valid header name")
-		}
-		if slices.ContainsFunc(slices.Collect(maps.Keys(p.Headers)), func(s string) bool { return strings.EqualFold(s, h) }) {
-			v.fail(hp, "also set in headers: give each header once")
-		}
-		if name := p.HeadersEnv[h]; !envNameRE.MatchString(name) {
-			v.fail(hp, "%q is not an environment variable name (want e.g. PARTNER_API_TOKEN)", name)
-		}
-	}
-}
-
-// checkHTTP checks the fields of an http provider.
-func (p ProviderConfig) checkHTTP(v *checker, path string) {
-	checkWebhookURL(v, path+".url", p.URL, p.Type)
-	if !isToken(p.Method) {
-		v.fail(path+".method", "%q is not an HTTP method", p.Method)
-	}
-	switch {
-	case p.KeyHeader == "":
-		v.fail(path+".key_header", "required for http providers: the request header that carries the idempotency key (Idempotency-Key, PayPal-Request-Id…)")
-	case !isToken(p.KeyHeader):
-		v.fail(path+".key_header", "%q is not a header name", p.KeyHeader)
-	}
-	if p.KeyMaxLength != 0 && p.KeyMaxLength < 32 {
-		v.fail(path+".key_max_length", "%d: want at least 32, or 0 for no limit (a key that short could collide)", p.KeyMaxLength)
-	}
-	p.checkHeaders(v, path)
-	for _, h := range slices.Concat(slices.Collect(maps.Keys(p.Headers)), slices.Collect(maps.Keys(p.HeadersEnv))) {
-		if strings.EqualFold(h, p.KeyHeader) || strings.EqualFold(h, "Content-Type") {
-			v.fail(path+".headers", "%s is set by the provider", h)
-		}
-	}
-	if p.KeyWindow <= 0 {
-		v.fail(path+".key_window", "%s: want a positive duration, how long the API keeps an idempotency key (default %s)", p.KeyWindow, Duration(httpapi.DefaultKeyWindow))
-	}
-	for _, l := range []struct {
-		name  string
-		rules []string
-	}{{"confirmed", p.Statuses.Confirmed}, {"rejected", p.Statuses.Rejected}, {"retryable", p.Statuses.Retryable}, {"unknown", p.Statuses.Unknown}, {"for_key", p.Statuses.ForKey}} {
-		for i, r := range l.rules {
-			if _, _, _, _, err := httpapi.ParseRule(r); err != nil {
-				v.fail(fmt.Sprintf("%s.statuses.%s[%d]", path, l.name, i), "%v", err)
-			}
-		}
-	}
-	ref := p.Reference
-	switch {
-	case ref.JSONPointer != "" && ref.Header != "":
-		v.fail(path+".reference", "json_pointer or header, not both")
-	case ref.JSONPointer != "" && !strings.HasPrefix(ref.JSONPointer, "/"):
-		v.fail(path+".reference.json_pointer", "%q is not a JSON pointer (want e.g. /id)", ref.JSONPointer)
-	case ref.Header != "" && !isToken(ref.Header):
-		v.fail(path+".reference.header", "%q is not a header name", ref.Header)
-	}
-	if p.ReplayedHeader != "" && !isToken(p.ReplayedHeader) {
-		v.fail(path+".replayed_header", "%q is not a header name", p.ReplayedHeader)
-	}
-}
-
-// isToken reports whether s is an HTTP token: a header name or a method.
-func isToken(s string) bool {
-	return s != "" && !strings.ContainsFunc(s, func(r rune) bool { return !isTokenChar(r) })
-}
-
-// checkWebhookURL checks a receiver's or an API's endpoint; its errors do
-// not quote the URL, which may hold a token.
-func checkWebhookURL(v *checker, path, raw, typ string) {
-	if raw == "" {
-		v.fail(path, "required for %s providers", typ)
-		return
-	}
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		v.fail(path, "not a URL")
-	case u.Scheme != "http" && u.Scheme != "https":
-		v.fail(path, "scheme %q is not http or https", u.Scheme)
-	case u.Host == "":
-		v.fail(path, "no host")
+	if msg := ptype.BaseURLProblem(raw); msg != "" {
+		v.fail(path, "%s", msg)
 	}
 }
 
 // isTokenChar reports whether r may appear in an HTTP header name.
-func isTokenChar(r rune) bool {
-	switch {
-	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-		return true
+func isTokenChar(r rune) bool { return ptype.IsToken(string(r)) }
+
+// typeList names the providers of the types names ("stripe providers",
+// "webhook and http providers", "webhook, http and sms providers"), or
+// says none when there are none.
+func typeList(names []string, none string) string {
+	switch len(names) {
+	case 0:
+		return none
+	case 1:
+		return names[0] + " providers"
 	}
-	return strings.ContainsRune("!#$%&'*+-.^_`|~", r)
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1] + " providers"
 }
 
 func (c *Config) checkKinds(v *checker) {
@@ -505,6 +301,9 @@ func (c *Config) checkKinds(v *checker) {
 	names := slices.Sorted(maps.Keys(c.Providers))
 	used := map[string]bool{}
 	lease := time.Duration(c.Dispatcher.Lease)
+	types := c.types()
+	withOperations := types.which((*ProviderType).HasOperations)
+	keyless := types.which(func(t *ProviderType) bool { return t.Keys() == ptype.WithoutKeys })
 	for _, kind := range slices.Sorted(maps.Keys(c.Kinds)) {
 		k := c.Kinds[kind]
 		path := kindPath(kind)
@@ -524,41 +323,37 @@ func (c *Config) checkKinds(v *checker) {
 		}
 		used[k.Provider] = true
 
-		if k.Operation != "" && ok && p.Type != TypeStripe {
-			v.fail(path+".operation", "only for stripe providers; provider %q is %s", k.Provider, p.Type)
+		// What the kind asks of its provider, from what the provider's type
+		// declares.
+		t := types.lookup(p.Type)
+		if k.Operation != "" && ok && (t == nil || !t.HasOperations()) {
+			v.fail(path+".operation", "only for %s; provider %q is %s", typeList(withOperations, "providers whose type has operations"), k.Provider, p.Type)
 		}
-		if ok && p.Type == TypeStripe && !slices.Contains(stripe.Operations(), k.Operation) {
-			hint := ""
-			unset := k.Operation == stripe.DefaultOperation(kind)
-			if unset {
-				hint = " (unset, a kind maps to its last two words)"
-			}
-			if plural := pluralOperation(k.Operation); plural != "" {
-				fix := "set operation: " + plural
-				if unset {
-					fix += ", or end the kind's name with ." + plural
+		if ok && t != nil && p.fits(t) {
+			problems := ptype.NewProblems(path)
+			t.CheckKind(p.Settings, c.kindUse(kind, k), problems)
+			v.addProblems(problems.List())
+		}
+		if k.AtLeastOnce && ok && t != nil {
+			switch t.Keys() {
+			case ptype.WithKeys:
+				v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for %s", k.Provider, p.Type,
+					typeList(keyless, "providers without idempotency keys"))
+			case ptype.KeysBySettings:
+				if idem, _ := c.facts(k.Provider); idem {
+					v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for providers without idempotency keys", k.Provider, p.Type)
 				}
-				v.fail(path+".operation", "%q%s is not a Stripe operation: did you mean %s? (%s)", k.Operation, hint, plural, fix)
-			} else {
-				v.fail(path+".operation", "%q%s is not a Stripe operation (want one of %s)", k.Operation, hint, strings.Join(stripe.Operations(), ", "))
 			}
-		}
-		if k.AtLeastOnce && ok && (p.Type == TypeStripe || p.Type == TypeWebhook || p.Type == TypeHTTP) {
-			v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for sendgrid providers", k.Provider, p.Type)
 		}
 		if k.RefireWhenAbsentAfter < 0 {
 			v.fail(path+".refire_when_absent_after", "must not be negative")
 		}
-		if k.RefireWhenAbsentAfter > 0 && ok && (p.Type == TypeStripe || p.Type == TypeWebhook || p.Type == TypeHTTP) {
-			v.fail(path+".refire_when_absent_after", "provider %q (%s) takes idempotency keys: reconciliation confirms what it finds, and an absent effect is left to an operator; refire_when_absent_after is for providers without keys (sendgrid)", k.Provider, p.Type)
-		}
-		if k.RefireWhenAbsentAfter > 0 && ok && p.Type == TypeSendGrid && p.EventPublicKey == "" {
-			v.fail(path+".refire_when_absent_after", "provider %q has no event_public_key: reconciliation learns that an email never arrived from SendGrid's signed events, and without them finds none absent, so nothing would ever be refired; set providers.%s.event_public_key", k.Provider, k.Provider)
-		}
-		if k.AtLeastOnce && ok && p.ptype != nil {
-			if idem, _ := p.registeredFacts(k.Provider); idem {
-				v.fail(path+".at_least_once", "provider %q (%s) is idempotent: an unknown outcome is retried with the same key anyway; at_least_once is only for providers without idempotency keys", k.Provider, p.Type)
+		if k.RefireWhenAbsentAfter > 0 && ok && t != nil && t.Keys() == ptype.WithKeys {
+			which := ""
+			if len(keyless) > 0 {
+				which = " (" + strings.Join(keyless, ", ") + ")"
 			}
+			v.fail(path+".refire_when_absent_after", "provider %q (%s) takes idempotency keys: reconciliation confirms what it finds, and an absent effect is left to an operator; refire_when_absent_after is for providers without keys%s", k.Provider, p.Type, which)
 		}
 
 		if k.MaxAttempts < 0 {
@@ -584,7 +379,7 @@ func (c *Config) checkKinds(v *checker) {
 		case k.BackoffMax < k.BackoffBase:
 			v.fail(path+".backoff_max", "%s is below backoff_base %s", k.BackoffMax, k.BackoffBase)
 		}
-		if window, which := keyWindow(k.Provider, p); ok && window > 0 && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase && !k.OutlastKeyWindow {
+		if window, which := c.keyWindow(k.Provider); ok && window > 0 && k.MaxAttempts > 0 && k.BackoffBase > 0 && k.BackoffMax >= k.BackoffBase && !k.OutlastKeyWindow {
 			// The last attempt starts after RetrySpan and may run its timeout.
 			if span := RetrySpan(k) + time.Duration(k.Timeout); span >= window {
 				v.fail(path, "retries can span %s (max_attempts %d, timeout %s, backoff_base %s, backoff_max %s), beyond %s: an attempt after it could perform the effect twice, so it would not be made and the effect would be left uncertain; lower max_attempts or backoff_max, or set outlast_key_window: true to accept that",
@@ -606,7 +401,7 @@ func (c *Config) KeyWindow(kind string) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	w, _ := keyWindow(k.Provider, c.Providers[k.Provider])
+	w, _ := c.keyWindow(k.Provider)
 	return w, true
 }
 
@@ -635,24 +430,43 @@ func (c *Config) CheckKnownPayload(kind string, payload json.RawMessage) error {
 	return c.CheckPayload(kind, payload)
 }
 
-// keyWindow returns how long the provider p configures remembers a key,
-// and names that window for a warning; 0 for a provider without keys.
-func keyWindow(name string, p ProviderConfig) (time.Duration, string) {
-	if p.ptype != nil {
-		if _, w := p.registeredFacts(name); w > 0 {
-			return w, fmt.Sprintf("the %s key window of provider %q (%s)", w, name, p.Type)
-		}
+// keyWindow returns how long the provider name remembers a key, and names
+// that window for an error; 0 for a provider without keys.
+func (c *Config) keyWindow(name string) (time.Duration, string) {
+	p := c.Providers[name]
+	t := c.types().lookup(p.Type)
+	if t == nil || !p.fits(t) {
 		return 0, ""
 	}
-	switch p.Type {
-	case TypeStripe:
-		return StripeKeyWindow, fmt.Sprintf("Stripe's %s idempotency-key window", StripeKeyWindow)
-	case TypeWebhook:
-		return time.Duration(p.KeyWindow), fmt.Sprintf("the receiver's %s key window (key_window)", p.KeyWindow)
-	case TypeHTTP:
-		return time.Duration(p.KeyWindow), fmt.Sprintf("the API's %s key window (key_window)", p.KeyWindow)
+	if w, which, ok := t.KeyWindow(p.Settings); ok {
+		return w, which
+	}
+	if _, w := c.facts(name); w > 0 {
+		return w, fmt.Sprintf("the %s key window of provider %q (%s)", w, name, p.Type)
 	}
 	return 0, ""
+}
+
+// kindUse is what kind asks of its provider, for the provider's type.
+func (c *Config) kindUse(kind string, k KindConfig) ptype.Kind {
+	return ptype.Kind{Name: kind, Provider: k.Provider, Operation: k.Operation, AtLeastOnce: k.AtLeastOnce,
+		RefireWhenAbsentAfter: time.Duration(k.RefireWhenAbsentAfter)}
+}
+
+// operations maps each kind served by provider name to its operation, for
+// ptype.Build.Operations; nil for a type without operations.
+func (c *Config) operations(name string) map[string]string {
+	t := c.types().lookup(c.Providers[name].Type)
+	if t == nil || !t.HasOperations() {
+		return nil
+	}
+	ops := map[string]string{}
+	for kind, k := range c.Kinds {
+		if k.Provider == name {
+			ops[kind] = k.Operation
+		}
+	}
+	return ops
 }
 
 func (t *TracingConfig) check(v *checker) {
@@ -667,7 +481,7 @@ func (t *TracingConfig) check(v *checker) {
 		if h == "" || strings.ContainsFunc(h, func(r rune) bool { return !isTokenChar(r) }) {
 			v.fail(hp, "not a valid header name")
 		}
-		if name := t.HeadersEnv[h]; !envNameRE.MatchString(name) {
+		if name := t.HeadersEnv[h]; !ptype.IsEnvName(name) {
 			v.fail(hp, "%q is not an environment variable name (want e.g. OTLP_API_KEY)", name)
 		}
 	}
@@ -683,7 +497,7 @@ func (c *ConsoleConfig) check(v *checker, httpListen string) {
 			v.fail("console.listen", "%q is http.listen's address: the console needs one of its own", c.Listen)
 		}
 	}
-	if c.TokensEnv != "" && !envNameRE.MatchString(c.TokensEnv) {
+	if c.TokensEnv != "" && !ptype.IsEnvName(c.TokensEnv) {
 		v.fail("console.tokens_env", "%q is not an environment variable name (want e.g. SIDEFX_CONSOLE_TOKENS)", c.TokensEnv)
 	}
 	for i, p := range c.TrustedProxies {
@@ -832,20 +646,4 @@ func listOrNone(names []string) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
-}
-
-// pluralOperation returns the Stripe operation op names with its object in
-// the singular ("payment_intent.create" → "payment_intents.create"), or ""
-// when there is none. Stripe's operations name their objects in the plural,
-// as its API paths do; a kind named after the object it makes is usually
-// singular.
-func pluralOperation(op string) string {
-	object, verb, ok := strings.Cut(op, ".")
-	if !ok || strings.HasSuffix(object, "s") {
-		return ""
-	}
-	if plural := object + "s." + verb; slices.Contains(stripe.Operations(), plural) {
-		return plural
-	}
-	return ""
 }

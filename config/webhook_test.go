@@ -18,6 +18,7 @@ import (
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/builtin"
 	"github.com/sidefx/sidefx/providers/webhook"
 )
 
@@ -164,7 +165,7 @@ kinds:
   webhook.paid: {provider: partner, max_attempts: 40}
   crm.sync: {provider: crm, max_attempts: 40}
 `
-	_, err := config.Parse([]byte(doc), nil)
+	_, err := config.Parse([]byte(doc), nil, builtin.Types()...)
 	// Retries of 28h (40 timeouts of 10s, the provider's, and the backoffs)
 	// outlast the default window, not a 72h one.
 	if err == nil || !strings.Contains(err.Error(), `kinds["webhook.paid"]: retries can span 28h15m0s (max_attempts 40, timeout 10s`) ||
@@ -172,7 +173,7 @@ kinds:
 		t.Fatalf("error %v, want the webhook's key window for webhook.paid only", err)
 	}
 	cfg := mustParse(t, strings.Replace(doc, "max_attempts: 40}\n  crm", "max_attempts: 40, outlast_key_window: true}\n  crm", 1), nil)
-	if w := cfg.Providers["partner"].KeyWindow; w != config.Duration(24*time.Hour) {
+	if w := cfg.Providers["partner"].Settings.(*webhook.Settings).KeyWindow; w != config.Duration(24*time.Hour) {
 		t.Fatalf("default key_window %s, want 24h", w)
 	}
 	if len(cfg.Warnings) != 0 {

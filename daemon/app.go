@@ -189,7 +189,11 @@ func (c *common) loadConfig(io *IO) (*config.Config, error) {
 			return io.Getenv(name)
 		}
 	}
-	cfg, err := config.Load(c.configPath, getenv, io.providerTypes()...)
+	types, err := io.providerTypes()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(c.configPath, getenv, types...)
 	if err != nil {
 		return nil, fmt.Errorf("configuration %s:\n%w", c.configPath, err)
 	}

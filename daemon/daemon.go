@@ -2,22 +2,27 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/sidefx/sidefx/config"
+	"github.com/sidefx/sidefx/providers/builtin"
 )
 
 // Daemon is the sidefx program: its commands (run, migrate, enqueue,
 // status, list, inspect, retry, resolve, cancel, supersede, bulk, pause,
 // resume, drift, reconcile, demo, version) with the
-// built-in provider types and those in ProviderTypes. The zero Daemon is
-// the sidefx binary.
+// built-in provider types (builtin.Types()) and those in ProviderTypes.
+// The zero Daemon is the sidefx binary.
 type Daemon struct {
 	// ProviderTypes are provider types besides the built-in ones (stripe,
 	// sendgrid, webhook, http), each named by its Name in a provider's
-	// type field. A name may appear once and may not be a built-in one.
+	// type field, made with config.NewProviderType or ptype.New. A name
+	// may appear once and may not be a built-in one. The configuration is
+	// loaded with the built-in types, then these.
 	ProviderTypes []config.ProviderType
 }
 
@@ -36,11 +41,17 @@ func (d *Daemon) Main() {
 // Main is (&Daemon{}).Main(): the sidefx binary.
 func Main() { (&Daemon{}).Main() }
 
-// providerTypes returns the extra provider types of the daemon running the
-// command.
-func (io *IO) providerTypes() []config.ProviderType {
+// providerTypes returns the provider types of the daemon running the
+// command: the built-in ones, then its own.
+func (io *IO) providerTypes() ([]config.ProviderType, error) {
+	types := builtin.Types()
 	if io.d == nil {
-		return nil
+		return types, nil
 	}
-	return io.d.ProviderTypes
+	for _, t := range io.d.ProviderTypes {
+		if slices.ContainsFunc(types, func(b config.ProviderType) bool { return b.Name == t.Name }) {
+			return nil, fmt.Errorf("provider type %q: built in already", t.Name)
+		}
+	}
+	return append(types, io.d.ProviderTypes...), nil
 }

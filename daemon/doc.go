@@ -16,10 +16,12 @@
 //		d.Main()
 //	}
 //
-// where ledger.Type is made by config.NewProviderType (see
-// examples/custom-provider). Everything else — the YAML configuration and
-// its errors, metrics, drift, the operators' commands — is the same as
-// sidefx's.
+// where ledger.Type is made by config.NewProviderType or ptype.New (see
+// examples/custom-provider). The configuration is read with the built-in
+// types (builtin.Types(): stripe.Type, sendgrid.Type, webhook.Type,
+// httpapi.Type), then these; a built-in type is made the same way.
+// Everything else — the YAML configuration and its errors, metrics, drift,
+// the operators' commands — is the same as sidefx's.
 //
 // # Connections
 //

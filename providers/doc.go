@@ -75,6 +75,14 @@
 // "[redacted]", and the Detail stays valid JSON. RedactURL shows a URL
 // without its secrets.
 //
+// # Provider types
+//
+// The daemon's configuration makes providers through provider types
+// (package ptype): each provider package exports its own (stripe.Type,
+// sendgrid.Type, webhook.Type, httpapi.Type, listed by package builtin),
+// with its settings as the configuration file spells them, their check and
+// the build of the provider, and a program adds its own the same way.
+//
 // Package providertest has fakes that count what was performed per key,
 // model key windows and inject faults, and the conformance suite every
 // provider passes.

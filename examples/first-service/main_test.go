@@ -17,6 +17,7 @@ import (
 
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/daemon"
+	"github.com/sidefx/sidefx/providers/builtin"
 	"github.com/sidefx/sidefx/sidefxtest"
 )
 
@@ -48,7 +49,7 @@ func (l *lockedBuffer) String() string {
 func TestFirstService(t *testing.T) {
 	env := map[string]string{"STRIPE_API_KEY": "sk_test_123", "SENDGRID_API_KEY": "SG.local"}
 	getenv := func(k string) string { return env[k] }
-	if _, err := config.Load("sidefx.yaml", getenv); err != nil {
+	if _, err := config.Load("sidefx.yaml", getenv, builtin.Types()...); err != nil {
 		t.Fatalf("sidefx.yaml: %v", err)
 	}
 

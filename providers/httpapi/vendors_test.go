@@ -16,6 +16,7 @@ import (
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/builtin"
 )
 
 // readmeExample returns the YAML block docs/providers.md marks with name.
@@ -210,7 +211,7 @@ func TestVendorStyles(t *testing.T) {
 			srv := httptest.NewServer(peer)
 			defer srv.Close()
 			doc := "database_url: postgres://localhost/app\n" + strings.Replace(readmeExample(t, tc.name), tc.host, srv.URL, 1)
-			cfg, err := config.Parse([]byte(doc), func(k string) string { return tc.env[k] })
+			cfg, err := config.Parse([]byte(doc), func(k string) string { return tc.env[k] }, builtin.Types()...)
 			if err != nil {
 				t.Fatalf("docs/providers.md's %s example: %v", tc.name, err)
 			}

@@ -5,7 +5,7 @@ import "time"
 // SetClock makes p sign with timestamps from now.
 func SetClock(p *Provider, now func() time.Time) { p.now = now }
 
-// Settings returns the effective timeout and response bound of p.
-func Settings(p *Provider) (timeout time.Duration, maxResponseBytes int64) {
+// ClientSettings returns the effective timeout and response bound of p.
+func ClientSettings(p *Provider) (timeout time.Duration, maxResponseBytes int64) {
 	return p.timeout, p.maxBody
 }

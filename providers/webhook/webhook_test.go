@@ -989,7 +989,7 @@ func TestNew_Defaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	timeout, maxBody := webhook.Settings(p)
+	timeout, maxBody := webhook.ClientSettings(p)
 	if p.Name() != "webhook" || timeout != 10*time.Second || maxBody != 64<<10 || !p.Idempotent() {
 		t.Fatalf("Name %q, Timeout %s, MaxResponseBytes %d, Idempotent %t", p.Name(), timeout, maxBody, p.Idempotent())
 	}
@@ -999,7 +999,7 @@ func TestNew_Defaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p2.Close()
-	timeout, maxBody = webhook.Settings(p2)
+	timeout, maxBody = webhook.ClientSettings(p2)
 	if p2.Name() != "webhook.crm" || timeout != time.Second || maxBody != 10 {
 		t.Fatalf("Name %q, Timeout %s, MaxResponseBytes %d", p2.Name(), timeout, maxBody)
 	}
