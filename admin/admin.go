@@ -89,11 +89,12 @@ type Request struct {
 	// PastKeyWindow accepts sending an effect that may have been performed
 	// after its provider's key window (Retry, Refire).
 	PastKeyWindow bool
-	// AtAttempt, when positive, is the attempt count this request was
+	// AtAttempt, when not nil, is the attempt count this request was
 	// decided from (Retry, Refire, Resolve, Cancel): it is refused,
 	// wrapping effects.ErrChanged, if the effect has made another attempt
-	// since. The console's forms send the attempt their page showed.
-	AtAttempt int
+	// since. The console's forms send the attempt their page showed. Nil:
+	// whatever its attempts.
+	AtAttempt *int
 	// Payload is Supersede's new payload, on one effect; Patch, a JSON
 	// merge patch (RFC 7396) applied to each effect's payload, in bulk.
 	Payload json.RawMessage
@@ -321,7 +322,7 @@ func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effec
 	if e == nil {
 		return nil, errors.New("admin: no effect to act on")
 	}
-	if r.AtAttempt != 0 && r.Action == Supersede {
+	if r.AtAttempt != nil && r.Action == Supersede {
 		// Never ignored in silence: Supersede names the version it read (From).
 		return nil, fmt.Errorf("admin: %s does not take AtAttempt (it takes From, the version read)", r.Action)
 	}

@@ -256,7 +256,7 @@ func TestNew_ApplyIDAndPauses(t *testing.T) {
 			}
 			e := list[0]
 			// Decided from an attempt it has moved past: refused, unchanged.
-			_, err = a.ApplyID(ctx, e.ID, admin.Request{Action: admin.Refire, AtAttempt: e.Attempts + 1, Actor: "ops@host", Note: "stale"})
+			_, err = a.ApplyID(ctx, e.ID, admin.Request{Action: admin.Refire, AtAttempt: ptr(e.Attempts + 1), Actor: "ops@host", Note: "stale"})
 			if !errors.Is(err, effects.ErrChanged) {
 				t.Fatalf("a refire decided from another attempt: %v, want ErrChanged", err)
 			}
@@ -328,10 +328,10 @@ func TestApply_RefusesWhatItWouldGetWrong(t *testing.T) {
 		t.Fatalf("the uncertain effect: %v %v", list, err)
 	}
 	e := list[0]
-	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"keep":2}`), AtAttempt: e.Attempts, Actor: "ops", Note: "x"}); err == nil || !strings.Contains(err.Error(), "does not take AtAttempt") {
+	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Supersede, Patch: json.RawMessage(`{"keep":2}`), AtAttempt: ptr(e.Attempts), Actor: "ops", Note: "x"}); err == nil || !strings.Contains(err.Error(), "does not take AtAttempt") {
 		t.Errorf("Supersede with AtAttempt: %v, want it refused, not ignored", err)
 	}
-	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Resolve, As: effects.Failed, AtAttempt: e.Attempts + 1, Actor: "ops", Note: "x"}); !errors.Is(err, effects.ErrChanged) {
+	if _, err := a.Apply(ctx, e, admin.Request{Action: admin.Resolve, As: effects.Failed, AtAttempt: ptr(e.Attempts + 1), Actor: "ops", Note: "x"}); !errors.Is(err, effects.ErrChanged) {
 		t.Errorf("Resolve at another attempt than the effect's: %v, want ErrChanged", err)
 	}
 	other := effects.Version{Revision: e.Revision + 1, PayloadHash: []byte("not this one")}
@@ -446,3 +446,5 @@ func TestApplyAll_SaysWhenMoreMatchedThanItDid(t *testing.T) {
 		t.Fatalf("the late one, on its own: done %d, more %v, %v", len(res.Done), res.More, err)
 	}
 }
+
+func ptr(n int) *int { return &n }

@@ -55,12 +55,12 @@ type RefireOptions struct {
 	// is refused with a *PastKeyWindowError. Its evidence stays (it is never
 	// cancelled afterwards); its key window starts again.
 	PastKeyWindow bool
-	// AtAttempt, when positive, is the attempt count the caller decided
+	// AtAttempt, when not nil, is the attempt count the caller decided
 	// from: the effect is sent again only if it has made no attempt since
 	// (the reconciler found an attempt absent, and a newer one may be on
 	// its way). Otherwise the request is refused with an error wrapping
-	// ErrChanged. Zero: whatever its attempts.
-	AtAttempt int
+	// ErrChanged. Nil: whatever its attempts.
+	AtAttempt *int
 }
 
 // Version is the version of an effect an operator's correction was

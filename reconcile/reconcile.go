@@ -418,7 +418,7 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 				// Only if no attempt was made since it was read: one
 				// made meanwhile (an operator's refire, a dispatcher's
 				// retry) may be on its way, and its absence is not known.
-				_, err := r.admin.ApplyID(ctx, u.id, admin.Request{Action: admin.Refire, Attempts: RefireAttempts, AtAttempt: u.attempts, Actor: r.cfg.Actor, Note: note})
+				_, err := r.admin.ApplyID(ctx, u.id, admin.Request{Action: admin.Refire, Attempts: RefireAttempts, AtAttempt: &u.attempts, Actor: r.cfg.Actor, Note: note})
 				switch {
 				case errors.Is(err, effects.ErrChanged):
 					continue // the next run looks again

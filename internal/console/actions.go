@@ -46,15 +46,14 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 	}
 	if action != admin.Supersede {
 		// The attempt the page showed: a decision on it never applies to
-		// a later attempt made since (Supersede names its version).
-		if at := r.PostFormValue("attempt"); at != "" {
-			n, err := strconv.Atoi(at)
-			if err != nil || n < 0 {
-				h.badRequest(w, r, id, "the form's attempt is not a count")
-				return
-			}
-			req.AtAttempt = n
+		// a later attempt made since (Supersede names its version). Every
+		// form carries it.
+		n, err := strconv.Atoi(r.PostFormValue("attempt"))
+		if err != nil || n < 0 {
+			h.badRequest(w, r, id, "the form carries no attempt count: reload the effect's page and act from it")
+			return
 		}
+		req.AtAttempt = &n
 	}
 	b := blotterOf(h.hider.hide(e.Payload).values)
 	switch action {
@@ -82,7 +81,10 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 			return
 		}
 		payload, err := h.hider.restore([]byte(written), e.Payload)
-		if err != nil {
+		if hw := new(hiddenWrite); errors.As(err, &hw) {
+			h.refuse(w, r, id, http.StatusForbidden, "supersede: "+err.Error())
+			return
+		} else if err != nil {
 			h.badRequest(w, r, id, "supersede: "+err.Error())
 			return
 		}
@@ -259,6 +261,11 @@ func (h *Handler) readBulk(v url.Values, id *identity) (bulkReq, error) {
 	case action == admin.Supersede:
 		if b.patch == "" || !json.Valid([]byte(b.patch)) {
 			return b, &statusError{http.StatusBadRequest, "supersede in bulk takes a patch: a JSON merge patch (RFC 7396) of each payload"}
+		}
+		// Decided from the patch alone: a patch that sets a hidden field
+		// is refused before any effect is read, whatever their values.
+		if field, err := h.hider.patchTouches([]byte(b.patch)); err != nil || field != "" {
+			return b, &statusError{http.StatusForbidden, fmt.Sprintf("refused: the patch sets the hidden field %s: the console keeps the fields it hides as they are; sidefx bulk supersede changes them", field)}
 		}
 		b.req.Patch = json.RawMessage(b.patch)
 	case b.patch != "":

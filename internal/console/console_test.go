@@ -351,7 +351,7 @@ func TestConsole_AnOperatorFindsAndResolvesAnUncertainEffect(t *testing.T) {
 	if a := op.post(fmt.Sprintf("/effects/%d/resolve", id), url.Values{"csrf": {token}, "as": {"confirmed"}}); a.status != http.StatusBadRequest {
 		t.Errorf("resolve without a note: %d, want 400", a.status)
 	}
-	a := op.post(fmt.Sprintf("/effects/%d/resolve", id), url.Values{"csrf": {token}, "as": {"confirmed"}, "ref": {"pi_3Abc"}, "note": {"the dashboard shows it paid"}})
+	a := op.post(fmt.Sprintf("/effects/%d/resolve", id), url.Values{"csrf": {token}, "as": {"confirmed"}, "ref": {"pi_3Abc"}, "note": {"the dashboard shows it paid"}, "attempt": {"1"}})
 	if a.status != http.StatusSeeOther || a.header.Get("Location") != fmt.Sprintf("/effects/%d?done=resolve", id) {
 		t.Fatalf("resolve: %d %s\n%s", a.status, a.header.Get("Location"), a.body)
 	}
@@ -368,11 +368,11 @@ func TestConsole_AnOperatorFindsAndResolvesAnUncertainEffect(t *testing.T) {
 		t.Errorf("history %+v", h)
 	}
 	// Resolving it again is refused with its state.
-	if a := op.post(fmt.Sprintf("/effects/%d/resolve", id), url.Values{"csrf": {token}, "as": {"failed"}, "note": {"again"}}); a.status != http.StatusConflict || !strings.Contains(a.body, "it is confirmed") {
+	if a := op.post(fmt.Sprintf("/effects/%d/resolve", id), url.Values{"csrf": {token}, "as": {"failed"}, "note": {"again"}, "attempt": {"1"}}); a.status != http.StatusConflict || !strings.Contains(a.body, "it is confirmed") {
 		t.Errorf("resolving a confirmed effect: %d\n%s", a.status, a.body)
 	}
 	// The failed one is retried.
-	if a := op.post(fmt.Sprintf("/effects/%d/retry", failed[0]), url.Values{"csrf": {token}, "note": {"the customer updated the card"}}); a.status != http.StatusSeeOther {
+	if a := op.post(fmt.Sprintf("/effects/%d/retry", failed[0]), url.Values{"csrf": {token}, "note": {"the customer updated the card"}, "attempt": {"1"}}); a.status != http.StatusSeeOther {
 		t.Errorf("retry: %d\n%s", a.status, a.body)
 	}
 	if got := e.effect(failed[0]); got.State != effects.Pending {
@@ -383,7 +383,7 @@ func TestConsole_AnOperatorFindsAndResolvesAnUncertainEffect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := op.post(fmt.Sprintf("/effects/%d/cancel", pending.ID), url.Values{"csrf": {token}, "note": {"order withdrawn"}}); a.status != http.StatusSeeOther {
+	if a := op.post(fmt.Sprintf("/effects/%d/cancel", pending.ID), url.Values{"csrf": {token}, "note": {"order withdrawn"}, "attempt": {"0"}}); a.status != http.StatusSeeOther {
 		t.Errorf("cancel: %d\n%s", a.status, a.body)
 	}
 	if got := e.effect(pending.ID); got.State != effects.Cancelled {
@@ -401,7 +401,7 @@ func TestConsole_AForgedPostIsRefused(t *testing.T) {
 	token := csrf(t, op.page(fmt.Sprintf("/effects/%d", id)))
 	path := fmt.Sprintf("/effects/%d/resolve", id)
 	form := func(csrf string) url.Values {
-		return url.Values{"csrf": {csrf}, "as": {"failed"}, "note": {"forged"}}
+		return url.Values{"csrf": {csrf}, "as": {"failed"}, "note": {"forged"}, "attempt": {"1"}}
 	}
 	for name, a := range map[string]answer{
 		"no CSRF token":                op.post(path, url.Values{"as": {"failed"}, "note": {"forged"}}),
@@ -682,16 +682,19 @@ func TestConsole_SupersedeKeepsTheHiddenFields(t *testing.T) {
 	op := e.login(console.Operator)
 	path := fmt.Sprintf("/effects/%d/supersede", ids[0])
 	page := op.page(fmt.Sprintf("/effects/%d", ids[0]))
-	for name, written := range map[string]string{
-		"another recipient":        `{"personalizations":[{"to":[{"email":"me@example.com","name":"A"}]}],"customer_email":"(hidden)","template_id":"d-new"}`,
-		"a recipient added":        `{"personalizations":[{"to":[{"email":"(hidden)","name":"A"},{"email":"me@example.com"}]}],"customer_email":"(hidden)","template_id":"d-new"}`,
-		"a hidden field removed":   `{"personalizations":[{"to":[{"email":"(hidden)","name":"A"}]}],"template_id":"d-new"}`,
-		"a hidden field rewritten": `{"personalizations":[{"to":[{"email":"(hidden)","name":"A"}]}],"customer_email":"me@example.com","template_id":"d-new"}`,
+	for name, c := range map[string]struct{ written, says string }{
+		"another recipient":        {`{"personalizations":[{"to":[{"email":"me@example.com","name":"A"}]}],"customer_email":"(hidden)","template_id":"d-new"}`, "writes a value at the hidden field"},
+		"a recipient added":        {`{"personalizations":[{"to":[{"email":"(hidden)","name":"A"},{"email":"me@example.com"}]}],"customer_email":"(hidden)","template_id":"d-new"}`, "writes a value at the hidden field"},
+		"a hidden field removed":   {`{"personalizations":[{"to":[{"email":"(hidden)","name":"A"}]}],"template_id":"d-new"}`, "it would change the hidden field"},
+		"a hidden field rewritten": {`{"personalizations":[{"to":[{"email":"(hidden)","name":"A"}]}],"customer_email":"me@example.com","template_id":"d-new"}`, "writes a value at the hidden field"},
+		// The right value is refused as a wrong one is: no answer tells
+		// a guess of a hidden value from the value.
+		"a hidden field guessed right": {`{"personalizations":[{"to":[{"email":"(hidden)","name":"A"}]}],"customer_email":"` + customer + `","template_id":"d-new"}`, "writes a value at the hidden field"},
 	} {
 		form := hiddenInputs(t, page, path)
-		form.Set("payload", written)
+		form.Set("payload", c.written)
 		form.Set("note", "send it to me")
-		if a := op.post(path, form); a.status != http.StatusForbidden || !strings.Contains(a.body, "it would change the hidden field") {
+		if a := op.post(path, form); a.status != http.StatusForbidden || !strings.Contains(a.body, c.says) {
 			t.Errorf("%s: %d\n%s", name, a.status, a.body)
 		}
 	}
@@ -704,13 +707,16 @@ func TestConsole_SupersedeKeepsTheHiddenFields(t *testing.T) {
 		form.Set("note", "the template was renamed")
 		return op.bulk(form)
 	}
+	// A patch that sets a hidden field is refused from the patch alone,
+	// before any effect is read: the right value as a wrong one.
 	for _, patch := range []string{
 		`{"customer_email":"me@example.com"}`,
+		`{"customer_email":"` + customer + `"}`,
 		`{"customer_email":null}`,
 		`{"personalizations":[{"to":[{"email":"me@example.com"}]}]}`,
 	} {
-		a := bulk(patch)
-		if a.status != http.StatusOK || !strings.Contains(a.body, "0 done, 2 skipped") || !strings.Contains(a.body, "it would change the hidden field") {
+		a := op.get("/bulk?action=supersede&state=failed&kind=email.receipt&patch=" + url.QueryEscape(patch))
+		if a.status != http.StatusForbidden || !strings.Contains(a.body, "sets the hidden field") {
 			t.Errorf("bulk patch %s: %d\n%s", patch, a.status, a.body)
 		}
 	}
@@ -778,7 +784,7 @@ func TestConsole_ProxyHeadersOnlyFromATrustedAddress(t *testing.T) {
 	}
 	// Behind a proxy that rewrites Host, its X-Forwarded-Host is the
 	// console's host; another origin is still refused.
-	form := url.Values{"csrf": {token}, "as": {"confirmed"}, "note": {"checked at SendGrid"}}
+	form := url.Values{"csrf": {token}, "as": {"confirmed"}, "note": {"checked at SendGrid"}, "attempt": {"1"}}
 	viaProxy := map[string]string{"Origin": "https://console.example", "X-Forwarded-Host": "evil.example"}
 	for k, v := range asOperator {
 		viaProxy[k] = v
@@ -880,7 +886,7 @@ func TestConsole_TokensSignInAndNeverShow(t *testing.T) {
 	if a := script.post(fmt.Sprintf("/effects/%d/refire", id), url.Values{"note": {"no csrf"}}); a.status != http.StatusForbidden {
 		t.Errorf("a bearer POST without a CSRF token: %d", a.status)
 	}
-	if a := script.post(fmt.Sprintf("/effects/%d/refire", id), url.Values{"csrf": {csrf(t, page)}, "note": {"scripted"}}); a.status != http.StatusSeeOther {
+	if a := script.post(fmt.Sprintf("/effects/%d/refire", id), url.Values{"csrf": {csrf(t, page)}, "note": {"scripted"}, "attempt": {"1"}}); a.status != http.StatusSeeOther {
 		t.Errorf("a bearer POST: %d\n%s", a.status, a.body)
 	}
 

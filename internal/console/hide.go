@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
@@ -161,7 +162,10 @@ func (b blotter) text(s string) string {
 // every hidden field left as Hidden given its current value back (from
 // old, at the same place): the form shows the payload hidden, and what it
 // did not show is kept. A hidden field left as Hidden with no current
-// value is refused.
+// value is refused, and so is a hidden field written with any other value,
+// whatever the current one: the answer never depends on a value the
+// operator cannot see (an equal guess and a different one are refused
+// alike).
 func (h hider) restore(written, old []byte) ([]byte, error) {
 	if len(h.paths) == 0 {
 		return written, nil
@@ -175,8 +179,16 @@ func (h hider) restore(written, old []byte) ([]byte, error) {
 		prev = nil
 	}
 	missing := false
+	var wrote []string
 	for _, p := range h.paths {
-		doc = walkRestore(doc, prev, p, &missing)
+		w := false
+		doc = walkRestore(doc, prev, p, &missing, &w)
+		if w {
+			wrote = append(wrote, strings.Join(p, "."))
+		}
+	}
+	if len(wrote) > 0 {
+		return nil, &hiddenWrite{field: wrote[0]}
 	}
 	if missing {
 		return nil, errors.New("a hidden field is left as " + strconv.Quote(Hidden) + " where the current payload has no value to keep: write its value, or remove it")
@@ -184,8 +196,12 @@ func (h hider) restore(written, old []byte) ([]byte, error) {
 	return json.Marshal(doc)
 }
 
-func walkRestore(v, old any, path []string, missing *bool) any {
+func walkRestore(v, old any, path []string, missing, wrote *bool) any {
 	if len(path) == 0 {
+		if !hasHidden(v) {
+			*wrote = true
+			return v
+		}
 		if hasHidden(v) {
 			if old == nil || hasHidden(old) {
 				*missing = true
@@ -205,7 +221,7 @@ func walkRestore(v, old any, path []string, missing *bool) any {
 		if om, ok := old.(map[string]any); ok {
 			oc = om[path[0]]
 		}
-		x[path[0]] = walkRestore(c, oc, path[1:], missing)
+		x[path[0]] = walkRestore(c, oc, path[1:], missing, wrote)
 	case []any:
 		oa, _ := old.([]any)
 		at := func(i int) any {
@@ -216,12 +232,12 @@ func walkRestore(v, old any, path []string, missing *bool) any {
 		}
 		if i, err := strconv.Atoi(path[0]); err == nil {
 			if i >= 0 && i < len(x) {
-				x[i] = walkRestore(x[i], at(i), path[1:], missing)
+				x[i] = walkRestore(x[i], at(i), path[1:], missing, wrote)
 			}
 			return x
 		}
 		for i := range x {
-			x[i] = walkRestore(x[i], at(i), path, missing)
+			x[i] = walkRestore(x[i], at(i), path, missing, wrote)
 		}
 	}
 	return v
@@ -310,4 +326,50 @@ func hasHidden(v any) bool {
 func jsonIndent(v any) (string, error) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	return string(b), err
+}
+
+// hiddenWrite refuses a supersession that writes a value at a hidden
+// field: only Hidden, which keeps the value, may stand there.
+type hiddenWrite struct{ field string }
+
+func (e *hiddenWrite) Error() string {
+	return fmt.Sprintf("refused: the payload writes a value at the hidden field %s: the console keeps the fields it hides as they are (leave them as %q); sidefx supersede changes them", e.field, Hidden)
+}
+
+// patchTouches returns the first hidden field (as the configuration names
+// it) that the JSON merge patch would set, remove or replace (a patch
+// member on the field's path that is not an object replaces all below
+// it), or "": decided from the patch alone, before any effect is read.
+func (h hider) patchTouches(patch []byte) (string, error) {
+	doc, err := decodeJSON(patch)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range h.paths {
+		if touches(doc, p) {
+			return strings.Join(p, "."), nil
+		}
+	}
+	return "", nil
+}
+
+func touches(patch any, path []string) bool {
+	m, ok := patch.(map[string]any)
+	if !ok {
+		return true // replaces the whole value, hidden fields included
+	}
+	if len(path) == 0 {
+		return true
+	}
+	c, ok := m[path[0]]
+	if !ok {
+		return false
+	}
+	if len(path) == 1 {
+		return true
+	}
+	if _, err := strconv.Atoi(path[1]); err == nil {
+		return true // an array on the path: a patch replaces arrays whole
+	}
+	return touches(c, path[1:])
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -65,11 +66,14 @@ func TestHide_RestoreKeepsWhatTheFormDidNotShow(t *testing.T) {
 	if wb, _ := json.Marshal(want); string(wb) != func() string { hb, _ := json.Marshal(have); return string(hb) }() {
 		t.Errorf("restored %s", got)
 	}
-	// An address written over the placeholder is taken as written (and
-	// keepHidden refuses the payload: changedField finds the change).
-	got, err = h.restore([]byte(`{"personalizations":[{"to":[{"email":"new@example.com"}]}],"customer":"(hidden)"}`), []byte(old))
-	if err != nil || !strings.Contains(string(got), "new@example.com") || !strings.Contains(string(got), "cus_1") {
-		t.Errorf("restored %s, %v", got, err)
+	// An address written over the placeholder is refused, and so is the
+	// address it replaces: a value at a hidden field is refused whatever
+	// it is, never compared with the one kept.
+	for _, addr := range []string{"new@example.com", "a@example.com"} {
+		_, err = h.restore([]byte(`{"personalizations":[{"to":[{"email":"`+addr+`"},{"email":"(hidden)"}]}],"customer":"(hidden)"}`), []byte(old))
+		if hw := new(hiddenWrite); !errors.As(err, &hw) || hw.field != "personalizations.to.email" {
+			t.Errorf("an address %s written over the placeholder: %v", addr, err)
+		}
 	}
 	// A placeholder where the current payload has nothing is refused.
 	if _, err := h.restore([]byte(`{"personalizations":[{"to":[{"email":"(hidden)"},{"email":"(hidden)"},{"email":"(hidden)"}]}]}`), []byte(old)); err == nil {
@@ -130,6 +134,32 @@ func TestParseTokens(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), hash) || strings.Contains(err.Error(), "root") {
 			t.Errorf("the error quotes the line: %v", err)
+		}
+	}
+}
+
+// A bulk patch is judged from itself: it touches a hidden field when it
+// sets, removes or replaces it, or replaces what holds it.
+func TestHide_PatchTouches(t *testing.T) {
+	t.Parallel()
+	h := newHider([]string{"personalizations.to.email", "customer.id", "items.1.card"})
+	for patch, want := range map[string]string{
+		`{"template_id":"d-new"}`:                       "",
+		`{"customer":{"name":"Ann"}}`:                   "",
+		`{"customer":{"id":"cus_guess"}}`:               "customer.id",
+		`{"customer":{"id":null}}`:                      "customer.id",
+		`{"customer":null}`:                             "customer.id",
+		`{"customer":"x"}`:                              "customer.id",
+		`{"personalizations":[{"to":[{"email":"x"}]}]}`: "personalizations.to.email",
+		`{"personalizations":{"to":{"email":"x"}}}`:     "personalizations.to.email",
+		`{"personalizations":{"subject":"hello"}}`:      "",
+		`{"items":[{"card":"x"}]}`:                      "items.1.card",
+		`{"items":{"1":{"card":"x"}}}`:                  "items.1.card",
+		`[]`:                                            "personalizations.to.email",
+	} {
+		got, err := h.patchTouches([]byte(patch))
+		if err != nil || got != want {
+			t.Errorf("patch %s touches %q, %v; want %q", patch, got, err, want)
 		}
 	}
 }

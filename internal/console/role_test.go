@@ -66,10 +66,10 @@ func TestConsole_WithTheDaemonsLeastPrivileges(t *testing.T) {
 	pause := func() int {
 		return act("/pause", url.Values{"scope": {"kind"}, "name": {"email.receipt"}, "op": {"pause"}})
 	}
-	if s := act(fmt.Sprintf("/effects/%d/resolve", unsure[0]), url.Values{"as": {"failed"}}); s != http.StatusSeeOther {
+	if s := act(fmt.Sprintf("/effects/%d/resolve", unsure[0]), url.Values{"as": {"failed"}, "attempt": {"1"}}); s != http.StatusSeeOther {
 		t.Errorf("resolve as the daemon's role: %d", s)
 	}
-	if s := act(fmt.Sprintf("/effects/%d/retry", failed[1]), url.Values{}); s != http.StatusSeeOther {
+	if s := act(fmt.Sprintf("/effects/%d/retry", failed[1]), url.Values{"attempt": {"1"}}); s != http.StatusSeeOther {
 		t.Errorf("retry as the daemon's role: %d", s)
 	}
 	if s := supersede(); s != http.StatusInternalServerError {

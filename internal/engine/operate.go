@@ -69,6 +69,10 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from effects
 	if o.KeyWindow < 0 {
 		return nil, effects.Invalid("key window", "must not be negative")
 	}
+	at, err := attemptOf(o.AtAttempt)
+	if err != nil {
+		return nil, err
+	}
 	// Past the window, an effect that may have been performed is sent again
 	// only when the operator says so; its evidence stays, and its window
 	// starts again from now, as the provider, having forgotten the key, will
@@ -76,7 +80,7 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from effects
 	// speaks only for the attempts from the next on (key_epoch).
 	guard := ` AND ($x2 OR $x3 = 0 OR pg_catalog.cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
 		OR now() < first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond'))
-		AND ($x4 = 0 OR attempts = $x4)`
+		AND ($x4 < 0 OR attempts = $x4)`
 	set := `, next_attempt_at = now(), max_attempts = attempts + $x1,
 		first_fired_at = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
 			AND now() >= first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond') THEN now() ELSE first_fired_at END,
@@ -88,7 +92,7 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from effects
 			return nil, err
 		}
 	}
-	e, err := s.guardedTransition(ctx, op, id, from, effects.Pending, guard, set, "", a, extra, o.PastKeyWindow, o.KeyWindow.Milliseconds(), o.AtAttempt)
+	e, err := s.guardedTransition(ctx, op, id, from, effects.Pending, guard, set, "", a, extra, o.PastKeyWindow, o.KeyWindow.Milliseconds(), at)
 	var se *effects.StateError
 	if errors.As(err, &se) && se.State == from && se.ReapedAt.IsZero() {
 		// The state was right: an attempt since, or the window, refused it.
@@ -96,8 +100,8 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from effects
 		if gerr != nil {
 			return nil, fmt.Errorf("%s: %w", op, gerr)
 		}
-		if o.AtAttempt > 0 && cur.Attempts != o.AtAttempt {
-			return nil, fmt.Errorf("%s effect %d: %w: it was read after attempt %d and has made attempt %d since", op, id, effects.ErrChanged, o.AtAttempt, cur.Attempts)
+		if at >= 0 && cur.Attempts != at {
+			return nil, fmt.Errorf("%s effect %d: %w: it was read after attempt %d and has made attempt %d since", op, id, effects.ErrChanged, at, cur.Attempts)
 		}
 		return nil, &effects.PastKeyWindowError{ID: id, Op: op, FirstFiredAt: cur.FirstFiredAt, Window: o.KeyWindow}
 	}
@@ -125,20 +129,35 @@ func (s *Store) Refire(ctx context.Context, id int64, extra int, o effects.Refir
 // Resolve settles an uncertain effect as confirmed (it happened; ref, if
 // given, is the provider's reference) or failed (it did not).
 func (s *Store) Resolve(ctx context.Context, id int64, to effects.State, ref string, a effects.By) (*effects.Effect, error) {
-	return s.ResolveAt(ctx, id, to, ref, 0, a)
+	return s.ResolveAt(ctx, id, to, ref, nil, a)
 }
 
 // atAttempt is the guard of an action decided from the effect as it was
-// after attempt $x1 (0: whatever its attempts).
-const atAttempt = ` AND ($x1 = 0 OR attempts = $x1)`
+// after attempt $x1 (negative: whatever its attempts).
+const atAttempt = ` AND ($x1 < 0 OR attempts = $x1)`
+
+// attemptOf is the attempt an action was decided from, as the statements
+// take it: -1 for none; a negative count is refused.
+func attemptOf(at *int) (int, error) {
+	switch {
+	case at == nil:
+		return -1, nil
+	case *at < 0:
+		return 0, effects.Invalid("at attempt", fmt.Sprintf("is %d: an attempt count is not negative", *at))
+	}
+	return *at, nil
+}
 
 // ResolveAt is Resolve decided from the effect as it was after attempt
-// at: refused, wrapping effects.ErrChanged, if it has made another attempt
-// since (an operator's or the reconciler's verdict on one attempt never
-// settles a later one). at 0: whatever its attempts.
-func (s *Store) ResolveAt(ctx context.Context, id int64, to effects.State, ref string, at int, a effects.By) (*effects.Effect, error) {
+// *read: refused, wrapping effects.ErrChanged, if it has made another
+// attempt since (an operator's or the reconciler's verdict on one attempt
+// never settles a later one). A nil read: whatever its attempts.
+func (s *Store) ResolveAt(ctx context.Context, id int64, to effects.State, ref string, read *int, a effects.By) (*effects.Effect, error) {
+	at, err := attemptOf(read)
+	if err != nil {
+		return nil, err
+	}
 	var e *effects.Effect
-	var err error
 	switch to {
 	case effects.Confirmed:
 		e, err = s.guardedTransition(ctx, "resolve", id, effects.Uncertain, effects.Confirmed, atAttempt,
@@ -156,12 +175,16 @@ func (s *Store) ResolveAt(ctx context.Context, id int64, to effects.State, ref s
 // refuses an effect that may have been performed with a
 // *MaybePerformedError.
 func (s *Store) CancelByID(ctx context.Context, id int64, a effects.By) (*effects.Effect, error) {
-	return s.CancelAt(ctx, id, 0, a)
+	return s.CancelAt(ctx, id, nil, a)
 }
 
 // CancelAt is CancelByID decided from the effect as it was after attempt
-// at, refused as ResolveAt is if it has made another since.
-func (s *Store) CancelAt(ctx context.Context, id int64, at int, a effects.By) (*effects.Effect, error) {
+// *read, refused as ResolveAt is if it has made another since.
+func (s *Store) CancelAt(ctx context.Context, id int64, read *int, a effects.By) (*effects.Effect, error) {
+	at, err := attemptOf(read)
+	if err != nil {
+		return nil, err
+	}
 	e, err := s.guardedTransition(ctx, "cancel", id, effects.Pending, effects.Cancelled, " AND "+neverPerformed+atAttempt, "", "", a, at)
 	return e, s.changedSince(ctx, "cancel", id, at, err)
 }
@@ -170,7 +193,7 @@ func (s *Store) CancelAt(ctx context.Context, id int64, at int, a effects.By) (*
 // attempt at on an effect that has made another attempt since: then an
 // error wrapping effects.ErrChanged that says so.
 func (s *Store) changedSince(ctx context.Context, op string, id int64, at int, err error) error {
-	if err == nil || at <= 0 || !(errors.Is(err, effects.ErrWrongState) || errors.Is(err, effects.ErrMaybePerformed)) {
+	if err == nil || at < 0 || !(errors.Is(err, effects.ErrWrongState) || errors.Is(err, effects.ErrMaybePerformed)) {
 		return err
 	}
 	cur, gerr := s.Get(ctx, id)

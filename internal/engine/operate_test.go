@@ -141,14 +141,14 @@ func TestStore_ResolveAndCancelAtAnAttempt(t *testing.T) {
 	if again := settle(t, b, "k.unsure", effects.Uncertain); again.Attempts != 2 {
 		t.Fatalf("attempts %d", again.Attempts)
 	}
-	_, err := b.store.ResolveAt(b.ctx, unsure.ID, effects.Failed, "", 1, ops)
+	_, err := b.store.ResolveAt(b.ctx, unsure.ID, effects.Failed, "", ptr(1), ops)
 	if !errors.Is(err, effects.ErrChanged) || !strings.Contains(err.Error(), "after attempt 1 and has made attempt 2") {
 		t.Fatalf("resolve at attempt 1 of an effect at attempt 2: %v, want ErrChanged", err)
 	}
 	if e := get(t, b, unsure.ID); e.State != effects.Uncertain {
 		t.Fatalf("a refused resolve changed the effect: %s", e.State)
 	}
-	if e, err := b.store.ResolveAt(b.ctx, unsure.ID, effects.Failed, "", 2, ops); err != nil || e.State != effects.Failed {
+	if e, err := b.store.ResolveAt(b.ctx, unsure.ID, effects.Failed, "", ptr(2), ops); err != nil || e.State != effects.Failed {
 		t.Fatalf("resolve at the attempt read: %v, %v", e, err)
 	}
 
@@ -163,10 +163,34 @@ func TestStore_ResolveAndCancelAtAnAttempt(t *testing.T) {
 	if _, err := b.eng.Complete(b.ctx, []engine.Outcome{{ID: again[0].ID, Attempt: 2, State: effects.Pending, Error: "503"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.CancelAt(b.ctx, got[0].ID, 1, ops); !errors.Is(err, effects.ErrChanged) {
+	if _, err := b.store.CancelAt(b.ctx, got[0].ID, ptr(1), ops); !errors.Is(err, effects.ErrChanged) {
 		t.Fatalf("cancel at attempt 1 of an effect at attempt 2: %v, want ErrChanged", err)
 	}
-	if e, err := b.store.CancelAt(b.ctx, got[0].ID, 2, ops); err != nil || e.State != effects.Cancelled {
+	if e, err := b.store.CancelAt(b.ctx, got[0].ID, ptr(2), ops); err != nil || e.State != effects.Cancelled {
 		t.Fatalf("cancel at the attempt read: %v, %v", e, err)
 	}
+
+	// Attempt 0 is an attempt count like any other: a cancel decided from
+	// a page of a pending effect that had made no attempt is refused once
+	// it has made one.
+	insert(t, b, effects.NewEffect{SourceID: "s", Kind: "k.zero", Payload: json.RawMessage(`{}`), MaxAttempts: 5})
+	zero := claim(t, b, "w", time.Minute, "k.zero")
+	if _, err := b.eng.Complete(b.ctx, []engine.Outcome{{ID: zero[0].ID, Attempt: 1, State: effects.Pending, Error: "503"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.CancelAt(b.ctx, zero[0].ID, ptr(0), ops); !errors.Is(err, effects.ErrChanged) {
+		t.Fatalf("cancel at attempt 0 of an effect at attempt 1: %v, want ErrChanged", err)
+	}
+	// A negative count is no attempt: refused as such, not as a key window.
+	if _, err := b.store.CancelAt(b.ctx, zero[0].ID, ptr(-1), ops); !errors.Is(err, effects.ErrInvalid) {
+		t.Fatalf("cancel at attempt -1: %v, want ErrInvalid", err)
+	}
+	if _, err := b.store.Retry(b.ctx, zero[0].ID, 1, effects.RefireOptions{AtAttempt: ptr(-1)}, ops); !errors.Is(err, effects.ErrInvalid) {
+		t.Fatalf("retry at attempt -1: %v, want ErrInvalid", err)
+	}
+	if e := get(t, b, zero[0].ID); e.State != effects.Pending {
+		t.Fatalf("refused actions changed the effect: %s", e.State)
+	}
 }
+
+func ptr(n int) *int { return &n }
