@@ -5,7 +5,8 @@
 // ApplyAll: capped, a note required, one history entry per effect), and
 // pauses of a kind or a provider (Pause, Resume).
 //
-//	a, err := admin.New(pool, &admin.Config{KeyWindow: cfg.KeyWindowOf})
+//	a, err := admin.New(pool, &admin.Config{KeyWindow: cfg.KeyWindowOf}) // the daemon's configuration
+//	a, err := admin.New(pool, &admin.Config{KeyWindow: d.KeyWindow})      // a dispatcher the service embeds
 //	e, err := a.ApplyID(ctx, 42, admin.Request{Action: admin.Retry, Actor: "ops@host", Note: "card updated"})
 //
 // Every action is guarded by the state it expects and by what may have
@@ -118,16 +119,10 @@ type Request struct {
 // Admin performs actions on the effects of a database, and reads them.
 // Make one with New.
 type Admin struct {
-	store *engine.Store
-	// KeyWindow returns the key window of a kind's provider, for Retry and
-	// Refire (nil: 24 hours, Stripe's, for every kind).
-	KeyWindow func(kind string) time.Duration
-	// Check, if set, checks a superseding payload as the kind's provider
-	// would before sending it.
-	Check func(kind string, payload json.RawMessage) error
-	// Known, if set, returns the kinds or providers a configuration knows
-	// besides those the database knows, for Pause.
-	Known func(scope effects.PauseScope) []string
+	store     *engine.Store
+	keyWindow func(kind string) time.Duration
+	check     func(kind string, payload json.RawMessage) error
+	known     func(scope effects.PauseScope) []string
 }
 
 // Config configures New.
@@ -136,7 +131,10 @@ type Config struct {
 	Schema string
 	// KeyWindow returns the key window of a kind's provider, for Retry and
 	// Refire (nil: 24 hours, Stripe's, for every kind). The daemon's
-	// configuration has it: config.Config.KeyWindowOf.
+	// configuration has it (config.Config.KeyWindowOf), and so has a
+	// dispatcher a service embeds (dispatcher.Dispatcher.KeyWindow): give
+	// the one that sends the effects, or a retry may be refused inside the
+	// window, or allowed past it.
 	KeyWindow func(kind string) time.Duration
 	// Check, if set, checks a superseding payload as the kind's provider
 	// would before sending it.
@@ -164,7 +162,7 @@ func New(db any, cfg *Config) (*Admin, error) {
 			return nil, fmt.Errorf("admin: %w", err)
 		}
 	}
-	return &Admin{store: store, KeyWindow: cfg.KeyWindow, Check: cfg.Check, Known: cfg.Known}, nil
+	return &Admin{store: store, keyWindow: cfg.KeyWindow, check: cfg.Check, known: cfg.Known}, nil
 }
 
 // Get returns the effect with this id, or an error wrapping
@@ -189,6 +187,19 @@ func (o *Admin) List(ctx context.Context, f effects.Filter) ([]*effects.Effect, 
 // late answers), oldest first.
 func (o *Admin) History(ctx context.Context, id int64) ([]effects.Event, error) {
 	return o.store.History(ctx, id)
+}
+
+// KindStatuses returns, for each kind a live dispatcher serves, what those
+// dispatchers said of it at their last heartbeat (a kind missing is served
+// by none), and the database's clock: with them, effects.WhyPending says
+// why a pending effect waits.
+func (o *Admin) KindStatuses(ctx context.Context) (map[string]effects.KindStatus, time.Time, error) {
+	kinds, err := o.store.KindStatuses(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	now, err := o.store.Now(ctx)
+	return kinds, now, err
 }
 
 // Pauses lists what is paused, oldest first.
@@ -263,8 +274,8 @@ func (o *Admin) KnownNames(ctx context.Context, scope effects.PauseScope) ([]str
 	if scope == effects.PauseProvider {
 		names = providers
 	}
-	if o.Known != nil {
-		for _, n := range o.Known(scope) {
+	if o.known != nil {
+		for _, n := range o.known(scope) {
 			names[n] = true
 		}
 	}
@@ -310,11 +321,11 @@ const DefaultMax = 100
 // effects than the cap.
 var ErrOverCap = errors.New("more effects match than the cap allows")
 
-func (o *Admin) keyWindow(kind string) time.Duration {
-	if o.KeyWindow == nil {
+func (o *Admin) keyWindowOf(kind string) time.Duration {
+	if o.keyWindow == nil {
 		return 24 * time.Hour
 	}
-	return o.KeyWindow(kind)
+	return o.keyWindow(kind)
 }
 
 // Apply performs r on effect e, recording one history entry.
@@ -331,7 +342,7 @@ func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effec
 		return nil, &effects.ChangedError{ID: e.ID, Op: "supersede", From: *r.From, Now: e.Version()}
 	}
 	a := effects.By{Actor: r.Actor, Note: r.Note}
-	opts := effects.RefireOptions{KeyWindow: o.keyWindow(e.Kind), PastKeyWindow: r.PastKeyWindow, AtAttempt: r.AtAttempt}
+	opts := effects.RefireOptions{KeyWindow: o.keyWindowOf(e.Kind), PastKeyWindow: r.PastKeyWindow, AtAttempt: r.AtAttempt}
 	switch r.Action {
 	case Retry:
 		return o.store.Retry(ctx, e.ID, attempts(r.Attempts, 5), opts, a)
@@ -360,8 +371,8 @@ func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effec
 				return nil, err
 			}
 		}
-		if o.Check != nil {
-			if err := o.Check(e.Kind, payload); err != nil {
+		if o.check != nil {
+			if err := o.check(e.Kind, payload); err != nil {
 				return nil, fmt.Errorf("supersede effect %d: %w", e.ID, &effects.ValidationError{Index: -1, Field: "payload",
 					Reason: fmt.Sprintf("is not one the %s provider can send: %v", e.Kind, err)})
 			}

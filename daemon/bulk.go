@@ -24,10 +24,11 @@ func newOps(io *IO, c *common, store *engine.Store) (*admin.Admin, error) {
 // opsFor returns the operations API on store with cfg's key windows and
 // payload checks (none for a nil cfg), for the CLI and the console alike.
 func opsFor(cfg *config.Config, store *engine.Store) *admin.Admin {
-	o, _ := admin.New(store, nil) // a Store: nothing to refuse
+	var c *admin.Config
 	if cfg != nil {
-		o.KeyWindow, o.Check, o.Known = cfg.KeyWindowOf, cfg.CheckKnownPayload, cfg.PauseNames
+		c = &admin.Config{KeyWindow: cfg.KeyWindowOf, Check: cfg.CheckKnownPayload, Known: cfg.PauseNames}
 	}
+	o, _ := admin.New(store, c) // a Store: nothing to refuse
 	return o
 }
 
@@ -81,7 +82,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 		}
 		r.Patch = json.RawMessage(*patch)
 	}
-	if op.note == "" {
+	if op.note == "" && *yes {
 		return usageErr("bulk %s needs --note: why (recorded in each effect's history)", action)
 	}
 	pool, store, err := c.open(ctx, io)
@@ -117,7 +118,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 		return fmt.Errorf("%d effects match, more than --max %d: narrow the filter, or raise --max", p.Count, *max)
 	}
 	if !*yes {
-		fmt.Fprintf(io.Out, "nothing done: add --yes to %s these %d effects\n", action, p.Count)
+		fmt.Fprintf(io.Out, "nothing done: add --yes and --note WHY to %s these %d effects\n", action, p.Count)
 		return nil
 	}
 	res, err := o.ApplyAll(ctx, r, f, *max)

@@ -20,7 +20,7 @@ type opFlags struct {
 
 func addOpFlags(fs *flag.FlagSet) *opFlags {
 	o := &opFlags{}
-	fs.StringVar(&o.note, "note", "", "why (recorded in the effect's history)")
+	fs.StringVar(&o.note, "note", "", "why (recorded with the action: in the effect's history, or the pause log)")
 	fs.StringVar(&o.actor, "actor", "", "who acts (recorded; default user@host)")
 	return o
 }

@@ -665,9 +665,13 @@ func TestCLI_Bulk(t *testing.T) {
 	for range 3 {
 		ids = append(ids, operate(t, c.eng, "email.receipt", effects.Uncertain).ID)
 	}
-	out := c.ok("bulk", "resolve", "--as", "confirmed", "--kind", "email.receipt", "--note", "seen in SendGrid's activity")
-	if !strings.Contains(out, "3 uncertain effects match (cap 100); the first 3:") || !strings.Contains(out, "nothing done: add --yes to resolve these 3 effects") {
+	// A preview needs no note; the action does.
+	out := c.ok("bulk", "resolve", "--as", "confirmed", "--kind", "email.receipt")
+	if !strings.Contains(out, "3 uncertain effects match (cap 100); the first 3:") || !strings.Contains(out, "nothing done: add --yes and --note WHY to resolve these 3 effects") {
 		t.Fatalf("preview:\n%s", out)
+	}
+	if err := c.refuse("bulk", "resolve", "--as", "confirmed", "--kind", "email.receipt", "--yes"); err == nil || !strings.Contains(err.Error(), "needs --note") {
+		t.Fatalf("bulk --yes without a note: %v", err)
 	}
 	if e, _ := store.Get(ctx, ids[0]); e.State != effects.Uncertain {
 		t.Fatalf("the preview changed effect %d: %s", ids[0], e.State)

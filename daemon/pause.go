@@ -50,11 +50,9 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 		return err
 	}
 	defer pool.Close()
-	a := opsFor(nil, store)
-	if cfg, err := c.loadConfig(io); err != nil {
+	a, err := newOps(io, c, store)
+	if err != nil {
 		return err
-	} else if cfg != nil {
-		a.Known = cfg.PauseNames
 	}
 	set := a.Resume
 	switch {

@@ -212,6 +212,20 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 // WorkerID is the name this dispatcher records in claimed_by.
 func (d *Dispatcher) WorkerID() string { return d.cfg.WorkerID }
 
+// KeyWindow returns how long the provider of kind, as this dispatcher
+// sends it, remembers the effect's derived key: 0 when it takes no keys,
+// 24 hours (Stripe's, the shortest common one) for a kind it does not
+// serve. It is package admin's Config.KeyWindow for a service that embeds
+// the dispatcher, so that an operator's retry is judged by the window the
+// effect is sent under.
+func (d *Dispatcher) KeyWindow(kind string) time.Duration {
+	k, ok := d.cfg.Kinds[kind]
+	if !ok {
+		return 24 * time.Hour
+	}
+	return k.keyWindow()
+}
+
 // Run dispatches until ctx ends, then shuts down gracefully: it stops
 // claiming (a claim in progress is let finish, and what it claimed is
 // called), waits until ShutdownTimeout after ctx ended for calls in flight

@@ -628,3 +628,22 @@ func TestDispatcher_RefusedOutcomeDoesNotBlockTheBatch(t *testing.T) {
 		t.Fatalf("the refused effect: %+v, %v; want it left fired for the rescue", poisoned, err)
 	}
 }
+
+// A service that embeds the dispatcher gives admin its key windows: the
+// window of each kind's provider as the dispatcher sends it, none for a
+// provider without keys, Stripe's 24 hours for a kind it does not serve.
+func TestDispatcher_KeyWindowIsTheProvidersAsSent(t *testing.T) {
+	t.Parallel()
+	keyed := providertest.New(providertest.Config{Name: "keyed", Idempotent: true, KeyWindow: 72 * time.Hour})
+	keyless := providertest.New(providertest.Config{Name: "keyless"})
+	d, err := dispatcher.New(pgtest.DB(t), &dispatcher.Config{Kinds: map[string]dispatcher.Kind{
+		"webhook.paid": {Provider: keyed}, "sms.send": {Provider: keyless}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, want := range map[string]time.Duration{"webhook.paid": 72 * time.Hour, "sms.send": 0, "charge.create": 24 * time.Hour} {
+		if got := d.KeyWindow(kind); got != want {
+			t.Errorf("key window of %s: %s, want %s", kind, got, want)
+		}
+	}
+}

@@ -49,10 +49,10 @@ type Unserved struct {
 
 // WhyPending says why the pending effect e has not been claimed yet, as of
 // the database's now, given what the live dispatchers said of each kind
-// (KindStatuses): scheduled for later, backing off after an attempt, no
-// dispatcher serving its kind, its provider paused by a Retry-After or at
-// its limit, or due and waiting for a claim (for how long). It is empty for
-// other states.
+// (admin's KindStatuses gives both): scheduled for later, backing off
+// after an attempt, no dispatcher serving its kind, its provider paused by
+// a Retry-After or at its limit, or due and waiting for a claim (for how
+// long). It is empty for other states.
 func WhyPending(e *Effect, now time.Time, kinds map[string]KindStatus) string {
 	if e.State != Pending {
 		return ""

@@ -80,12 +80,15 @@ func newEnv(t *testing.T, edit func(*console.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := mustAdmin(t, e.store)
-	ops.Known = func(scope effects.PauseScope) []string { // as the daemon's configuration would say
+	// The names a daemon's configuration would know.
+	ops, err := admin.New(e.store, &admin.Config{Known: func(scope effects.PauseScope) []string {
 		if scope == effects.PauseProvider {
 			return []string{"mail", "stripe"}
 		}
 		return []string{"charge.create", "email.receipt"}
+	}})
+	if err != nil {
+		t.Fatal(err)
 	}
 	cfg := console.Config{
 		Store: e.store, Ops: ops, DB: e.pool,
@@ -595,12 +598,16 @@ func TestConsole_SupersedeRefusesAStalePage(t *testing.T) {
 	t.Parallel()
 	var meanwhile atomic.Pointer[func() error]
 	e := newEnv(t, func(c *console.Config) {
-		c.Ops.Check = func(kind string, p json.RawMessage) error {
+		ops, err := admin.New(c.Store, &admin.Config{Check: func(kind string, p json.RawMessage) error {
 			if f := meanwhile.Swap(nil); f != nil {
 				return (*f)()
 			}
 			return nil
+		}})
+		if err != nil {
+			t.Fatal(err)
 		}
+		c.Ops = ops
 	})
 	e.enqueue("email.receipt", `{"template_id":"d-old","customer_email":"c@example.com"}`, "s-1")
 	id := e.operate("email.receipt", 1, effects.Failed, "400: no such template")[0]
