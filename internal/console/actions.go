@@ -92,7 +92,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 		b = append(b, blotterOf(h.hider.hide(payload).values)...)
 	}
 	if _, err := h.cfg.Ops.Apply(ctx, e, req); err != nil {
-		err = unhashed(err)
+		err = h.opaque(e, unhashed(err))
 		h.log.Info("console: action refused", "actor", id.Actor, "action", string(action), "effect", e.ID, "err", b.text(err.Error()))
 		h.fail(w, r, id, blotted{err, b})
 		return
@@ -360,6 +360,9 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, id *identity) {
 	for _, s := range res.Skipped {
 		if s.Err != nil {
 			s.Reason = unhashed(s.Err).Error()
+			if e, err := h.cfg.Store.Get(r.Context(), s.ID); err == nil {
+				s.Reason = h.opaque(e, unhashed(s.Err)).Error()
+			}
 		}
 		// A refusal may quote the payload (a provider's check): blot it.
 		if e, err := h.cfg.Store.Get(r.Context(), s.ID); err == nil {
@@ -386,4 +389,23 @@ func (h *Handler) refuseErr(w http.ResponseWriter, r *http.Request, id *identity
 		return
 	}
 	h.fail(w, r, id, err)
+}
+
+// opaque returns err, unless it is a superseding payload refused by its
+// provider's check or by its size while e's payload holds a hidden field:
+// then a refusal that says so and no more. Such a reason is about the
+// payload with the hidden values restored, and may quote what the
+// operator wrote: blotting the hidden values out of it would show a guess
+// that is right as "(hidden)" and a wrong one as written, and the size
+// counts the hidden values' length.
+func (h *Handler) opaque(e *effects.Effect, err error) error {
+	var ve *effects.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "payload" || len(h.hider.hide(e.Payload).values) == 0 {
+		return err
+	}
+	if strings.Contains(ve.Reason, "provider can send") || strings.Contains(ve.Reason, "the limit is") {
+		return fmt.Errorf("supersede effect %d: %w", e.ID, &effects.ValidationError{Index: -1, Field: "payload",
+			Reason: "is refused by its provider's check or its size, with the fields the console hides restored; the reason may quote them, so it is not shown here: sidefx supersede shows it"})
+	}
+	return err
 }

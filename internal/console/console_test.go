@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -1166,5 +1167,71 @@ func TestConsole_AFormActsOnTheAttemptItShowed(t *testing.T) {
 	}
 	if a := op.post(path, url.Values{"csrf": form["csrf"], "as": {"failed"}, "attempt": {"x"}, "note": {"n"}}); a.status != http.StatusBadRequest {
 		t.Errorf("an attempt that is not a count: %d", a.status)
+	}
+}
+
+// A provider's check that quotes what the operator wrote tells nothing of
+// a hidden field: its reason, about the payload with the hidden values
+// restored, is not shown, so a guess written as a field's name reads the
+// same right or wrong, on one effect and in bulk. A hidden null is kept
+// as null.
+func TestConsole_ACheckRefusalTellsNothingOfHiddenFields(t *testing.T) {
+	t.Parallel()
+	const customer = "customer.hidden@example.com"
+	e := newEnv(t, func(c *console.Config) {
+		ops, err := admin.New(c.Store, &admin.Config{Check: func(kind string, p json.RawMessage) error {
+			var known struct {
+				CustomerEmail any    `json:"customer_email"`
+				TemplateID    string `json:"template_id"`
+			}
+			d := json.NewDecoder(bytes.NewReader(p))
+			d.DisallowUnknownFields()
+			return d.Decode(&known) // quotes an unknown field's name
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Ops = ops
+	})
+	e.enqueue("email.receipt", `{"customer_email":"`+customer+`","template_id":"d-old"}`, "c-1", "c-2")
+	e.enqueue("email.receipt", `{"customer_email":null,"template_id":"d-old"}`, "c-null")
+	ids := e.operate("email.receipt", 3, effects.Failed, "400: no such template")
+	op := e.login(console.Operator)
+	path := fmt.Sprintf("/effects/%d/supersede", ids[0])
+	page := op.page(fmt.Sprintf("/effects/%d", ids[0]))
+	var bodies []string
+	for _, guess := range []string{customer, "someone.else@example.com"} {
+		form := hiddenInputs(t, page, path)
+		form.Set("payload", `{"customer_email":"(hidden)","template_id":"d-new","`+guess+`":1}`)
+		form.Set("note", "probe")
+		a := op.post(path, form)
+		if a.status != http.StatusBadRequest || !strings.Contains(a.body, "it is not shown here") {
+			t.Fatalf("a supersede its check refuses, guessing %s: %d\n%s", guess, a.status, a.body)
+		}
+		bodies = append(bodies, a.body)
+	}
+	if strings.Contains(bodies[1], "someone.else") {
+		t.Errorf("the refusal quotes what was written:\n%s", bodies[1])
+	}
+	for _, guess := range []string{customer, "someone.else@example.com"} {
+		preview := op.page("/bulk?action=supersede&state=failed&kind=email.receipt&patch=" + url.QueryEscape(`{"`+guess+`":1}`))
+		form := hiddenInputs(t, preview, "/bulk")
+		form.Set("note", "probe")
+		a := op.bulk(form)
+		// Effect 3 has no hidden value to tell of: its reason is shown.
+		if a.status != http.StatusOK || strings.Contains(a.body, "(hidden)") || strings.Count(a.body, "it is not shown here") != 2 || !strings.Contains(a.body, "0 done, 3 skipped") {
+			t.Errorf("a bulk patch guessing %s: %d\n%s", guess, a.status, a.body)
+		}
+	}
+	// The effect whose hidden field is null: superseded as shown, null kept.
+	npath := fmt.Sprintf("/effects/%d/supersede", ids[2])
+	form := hiddenInputs(t, op.page(fmt.Sprintf("/effects/%d", ids[2])), npath)
+	form.Set("payload", `{"customer_email":"(hidden)","template_id":"d-new"}`)
+	form.Set("note", "template renamed")
+	if a := op.post(npath, form); a.status != http.StatusSeeOther {
+		t.Fatalf("a supersede of an effect with a hidden null: %d\n%s", a.status, a.body)
+	}
+	if got := string(e.effect(ids[2]).Payload); !strings.Contains(got, `"customer_email": null`) || !strings.Contains(got, "d-new") {
+		t.Errorf("after the supersede: %s", got)
 	}
 }

@@ -203,6 +203,9 @@ func walkRestore(v, old any, path []string, missing, wrote *bool) any {
 			return v
 		}
 		if hasHidden(v) {
+			if _, null := old.(jsonNull); null {
+				return nil // a hidden null is kept as null
+			}
 			if old == nil || hasHidden(old) {
 				*missing = true
 				return v
@@ -219,7 +222,11 @@ func walkRestore(v, old any, path []string, missing, wrote *bool) any {
 		}
 		var oc any
 		if om, ok := old.(map[string]any); ok {
-			oc = om[path[0]]
+			if c, ok := om[path[0]]; ok && c == nil {
+				oc = jsonNull{} // present, and null: not absent
+			} else {
+				oc = c
+			}
 		}
 		x[path[0]] = walkRestore(c, oc, path[1:], missing, wrote)
 	case []any:
@@ -373,3 +380,7 @@ func touches(patch any, path []string) bool {
 	}
 	return touches(c, path[1:])
 }
+
+// jsonNull stands, in walkRestore, for a member of the current payload
+// that is present and null, apart from one that is absent.
+type jsonNull struct{}
