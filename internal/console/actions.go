@@ -54,6 +54,14 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 			return
 		}
 		req.AtAttempt = &n
+		// And the version it showed: a correction (a supersede) keeps the
+		// attempts, and a decision on the payload read is not one on the
+		// payload that replaced it. (A form without it is the acting
+		// user's own choice to act on the effect as it is.)
+		if v := r.PostFormValue("version"); v != "" && !h.sameVersion(v, e) {
+			h.fail(w, r, id, changed{&effects.ChangedError{ID: e.ID, Op: string(action), Now: e.Version()}, true})
+			return
+		}
 	}
 	b := blotterOf(h.hider.hide(e.Payload).values)
 	switch action {

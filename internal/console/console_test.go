@@ -1235,3 +1235,33 @@ func TestConsole_ACheckRefusalTellsNothingOfHiddenFields(t *testing.T) {
 		t.Errorf("after the supersede: %s", got)
 	}
 }
+
+// A form acts on the version its page showed: a cancel from a page read
+// before another operator's supersede (which keeps the attempts, and the
+// state pending) is refused, and the corrected effect stays pending.
+func TestConsole_AFormActsOnTheVersionItShowed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.enqueue("email.receipt", `{"template_id":"d-old"}`, "v-1")
+	cur, err := e.store.GetBySource(context.Background(), "v-1", "email.receipt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := cur.ID
+	op := e.login(console.Operator)
+	path := fmt.Sprintf("/effects/%d/cancel", id)
+	form := hiddenInputs(t, op.page(fmt.Sprintf("/effects/%d", id)), path)
+	if form.Get("version") == "" || form.Get("attempt") != "0" {
+		t.Fatalf("the cancel form carries %v", form)
+	}
+	if _, err := e.store.Supersede(context.Background(), id, cur.Version(), json.RawMessage(`{"template_id":"d-new"}`), 1, effects.By{Actor: "another operator"}); err != nil {
+		t.Fatal(err)
+	}
+	form.Set("note", "order withdrawn")
+	if a := op.post(path, form); a.status != http.StatusConflict || !strings.Contains(a.body, "changed since you loaded its page") {
+		t.Fatalf("a cancel from a page read before a supersede: %d\n%s", a.status, a.body)
+	}
+	if got := e.effect(id); got.State != effects.Pending || got.Revision != 1 {
+		t.Fatalf("after the refused cancel: %s revision %d", got.State, got.Revision)
+	}
+}
