@@ -1265,3 +1265,28 @@ func TestConsole_AFormActsOnTheVersionItShowed(t *testing.T) {
 		t.Fatalf("after the refused cancel: %s revision %d", got.State, got.Revision)
 	}
 }
+
+// A note is no oracle for a hidden field: its author reads it as written,
+// a right guess as a wrong one; anyone else reads it blotted.
+func TestConsole_ANoteTellsItsAuthorNothingOfHiddenFields(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	const customer = "customer.hidden@example.com"
+	e.enqueue("email.receipt", `{"customer_email":"`+customer+`","template_id":"d-old"}`, "n-1")
+	id := e.operate("email.receipt", 1, effects.Failed, "400: no such template")[0]
+	op := e.login(console.Operator)
+	path := fmt.Sprintf("/effects/%d/retry", id)
+	form := hiddenInputs(t, op.page(fmt.Sprintf("/effects/%d", id)), path)
+	note := "is it " + customer + " or someone.else@example.com?"
+	form.Set("note", note)
+	if a := op.post(path, form); a.status != http.StatusSeeOther {
+		t.Fatalf("retry: %d\n%s", a.status, a.body)
+	}
+	if page := op.page(fmt.Sprintf("/effects/%d", id)); !strings.Contains(page, "is it "+customer+" or someone.else@example.com?") {
+		t.Errorf("the note's author does not read it as written:\n%s", page)
+	}
+	viewer := e.login(console.Viewer)
+	if page := viewer.page(fmt.Sprintf("/effects/%d", id)); strings.Contains(page, customer) || !strings.Contains(page, "is it (hidden) or someone.else@example.com?") {
+		t.Errorf("another user reads the note unblotted:\n%s", page)
+	}
+}

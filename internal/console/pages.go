@@ -286,7 +286,15 @@ func (h *Handler) effectPage(w http.ResponseWriter, r *http.Request, id *identit
 	}
 	d.Link = d.Provider.link(e.ProviderRef)
 	for _, ev := range history {
-		d.History = append(d.History, historyRow{Event: ev, Note: b.text(ev.Note)})
+		// A note is blotted for everyone but its author: shown to its
+		// author as written, it tells them nothing they did not write,
+		// where blotted it would answer a guess written into it (a right
+		// one read "(hidden)", a wrong one as written).
+		note := b.text(ev.Note)
+		if ev.Actor == id.Actor {
+			note = ev.Note
+		}
+		d.History = append(d.History, historyRow{Event: ev, Note: note})
 	}
 	for _, ev := range evidence {
 		row := evidenceRow{Stored: ev, Link: h.provider(ev.Provider).link(ev.Evidence.Ref)}
