@@ -112,7 +112,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 		fmt.Fprintln(io.Out)
 	}
 	if p.Count == 0 {
-		return checkKinds(ctx, c, io, store, f.Kinds)
+		return checkKinds(ctx, func() (*admin.Admin, error) { return o, nil }, store, f.Kinds)
 	}
 	if p.Count > int64(*max) {
 		return fmt.Errorf("%d effects match, more than --max %d: narrow the filter, or raise --max", p.Count, *max)

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
 )
@@ -135,7 +136,7 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	if len(list) == 0 {
 		// A typo in --kind must not read as "nothing matches".
-		if err := checkKinds(ctx, c, io, store, f.Kinds); err != nil {
+		if err := checkKinds(ctx, func() (*admin.Admin, error) { return newOps(io, c, store) }, store, f.Kinds); err != nil {
 			return err
 		}
 	}
@@ -196,7 +197,9 @@ func clip(s string, n int) string {
 // checkKinds refuses, naming the close ones, a kind of a filter that
 // matched nothing when no effect has that kind and neither the
 // configuration nor a dispatcher knows it: a typo, not an empty result.
-func checkKinds(ctx context.Context, c *common, io *IO, store *engine.Store, kinds []string) error {
+// ops gives the operations API that knows the names, made only when a
+// kind needs it (it reads the configuration).
+func checkKinds(ctx context.Context, ops func() (*admin.Admin, error), store *engine.Store, kinds []string) error {
 	if len(kinds) == 0 {
 		return nil
 	}
@@ -206,7 +209,7 @@ func checkKinds(ctx context.Context, c *common, io *IO, store *engine.Store, kin
 			return usageErr("--kind: %v", err)
 		}
 		if known == nil {
-			a, err := newOps(io, c, store)
+			a, err := ops()
 			if err != nil {
 				return err
 			}

@@ -277,7 +277,7 @@ func (r *Reconciler) RunNow(ctx context.Context) (Report, error) {
 // across replicas.
 // job is the reconciliation job's runs and lock, for package schedule.
 func (r *Reconciler) job() engine.Job {
-	return engine.Job{Name: "reconciliation", Pool: r.pool, Runs: runsTable(r.schema), Lock: r.lockKey(), Runner: r.cfg.Runner}
+	return engine.Job{Name: "reconciliation", Pool: r.pool, Runs: statements(r.schema).RunsTable(), Lock: r.lockKey(), Runner: r.cfg.Runner}
 }
 
 func (r *Reconciler) lockKey() int64 {

@@ -14,8 +14,6 @@ import (
 // The reconciliation tables are this package's own; their statements are
 // the engine's (engine.Reconciliation).
 
-func runsTable(schema string) string { return engine.Quote(schema) + ".sidefx_reconcile_runs" }
-
 // statements returns the engine's statements on schema.
 func statements(schema string) engine.Reconciliation {
 	return engine.NewReconciliation(engine.Quote(schema))

@@ -54,14 +54,17 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 			return
 		}
 		req.AtAttempt = &n
-		// And the version it showed: a correction (a supersede) keeps the
-		// attempts, and a decision on the payload read is not one on the
-		// payload that replaced it. (A form without it is the acting
-		// user's own choice to act on the effect as it is.)
-		if v := r.PostFormValue("version"); v != "" && !h.sameVersion(v, e) {
-			h.fail(w, r, id, changed{&effects.ChangedError{ID: e.ID, Op: string(action), Now: e.Version()}, true})
-			return
-		}
+	}
+	// And the version it showed. A supersede's payload replaces the one
+	// shown, or nothing: its form must carry it, and the operations check
+	// that it is still the effect's when they replace it. For the other
+	// actions, a correction keeps the attempts, and a decision on the
+	// payload read is not one on the payload that replaced it (a form
+	// without it is the acting user's own choice to act on the effect as
+	// it is).
+	if v := r.PostFormValue("version"); (action == admin.Supersede || v != "") && !h.sameVersion(v, e) {
+		h.fail(w, r, id, changed{&effects.ChangedError{ID: e.ID, Op: string(action), Now: e.Version()}, true})
+		return
 	}
 	b := blotterOf(h.hider.hide(e.Payload).values)
 	switch action {
@@ -76,13 +79,6 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, id *identity) {
 			return
 		}
 	case admin.Supersede:
-		// The payload written replaces the one shown, or nothing: the
-		// form's version must be the effect's now, and the operations
-		// check that it still is when they replace it.
-		if !h.sameVersion(r.PostFormValue("version"), e) {
-			h.fail(w, r, id, changed{&effects.ChangedError{ID: e.ID, Op: "supersede", Now: e.Version()}, true})
-			return
-		}
 		written := strings.TrimSpace(r.PostFormValue("payload"))
 		if written == "" || !json.Valid([]byte(written)) {
 			h.badRequest(w, r, id, "supersede: the payload is not JSON")
@@ -366,14 +362,15 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, id *identity) {
 		d.Done = append(d.Done, e.ID)
 	}
 	for _, s := range res.Skipped {
+		e, err := h.cfg.Store.Get(r.Context(), s.ID)
 		if s.Err != nil {
 			s.Reason = unhashed(s.Err).Error()
-			if e, err := h.cfg.Store.Get(r.Context(), s.ID); err == nil {
+			if err == nil {
 				s.Reason = h.opaque(e, unhashed(s.Err)).Error()
 			}
 		}
 		// A refusal may quote the payload (a provider's check): blot it.
-		if e, err := h.cfg.Store.Get(r.Context(), s.ID); err == nil {
+		if err == nil {
 			values := h.hider.hide(e.Payload).values
 			if merged, err := admin.MergePatch(e.Payload, b.req.Patch); len(b.req.Patch) > 0 && err == nil {
 				values = append(values, h.hider.hide(merged).values...)

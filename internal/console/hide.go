@@ -198,21 +198,17 @@ func (h hider) restore(written, old []byte) ([]byte, error) {
 
 func walkRestore(v, old any, path []string, missing, wrote *bool) any {
 	if len(path) == 0 {
-		if !hasHidden(v) {
+		switch _, null := old.(jsonNull); {
+		case !hasHidden(v): // a value written where only the placeholder may stand
 			*wrote = true
 			return v
+		case null:
+			return nil // a hidden null is kept as null
+		case old == nil || hasHidden(old):
+			*missing = true
+			return v
 		}
-		if hasHidden(v) {
-			if _, null := old.(jsonNull); null {
-				return nil // a hidden null is kept as null
-			}
-			if old == nil || hasHidden(old) {
-				*missing = true
-				return v
-			}
-			return old
-		}
-		return v
+		return old
 	}
 	switch x := v.(type) {
 	case map[string]any:

@@ -24,17 +24,6 @@ const (
 	codeInvalid         = "22023"
 )
 
-// pgError is what sidefx reads of an error PostgreSQL raised, whichever
-// driver reported it (PgErrorOf).
-type pgError struct {
-	code, message, detail, constraint string
-}
-
-func pgErrorOf(err error) (pgError, bool) {
-	pe, ok := PgErrorOf(err)
-	return pgError{pe.Code, pe.Message, pe.Detail, pe.Constraint}, ok
-}
-
 // translate turns driver errors into this package's errors, so callers never
 // see pgx.ErrNoRows or sql.ErrNoRows or parse SQLSTATEs, whether the
 // statement ran on pgx or on database/sql (pgx/stdlib, lib/pq). Other errors
@@ -46,11 +35,11 @@ func translate(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
 		return effects.ErrNotFound
 	}
-	pe, ok := pgErrorOf(err)
+	pe, ok := PgErrorOf(err)
 	if !ok {
 		return err
 	}
-	switch pe.code {
+	switch pe.Code {
 	case codePayloadMismatch:
 		var d struct {
 			Index      int    `json:"index"`
@@ -59,29 +48,29 @@ func translate(err error) error {
 			StoredHash string `json:"stored_hash"`
 			NewHash    string `json:"new_hash"`
 		}
-		if json.Unmarshal([]byte(pe.detail), &d) == nil {
+		if json.Unmarshal([]byte(pe.Detail), &d) == nil {
 			return &effects.PayloadMismatchError{Index: d.Index, SourceID: d.SourceID, Kind: d.Kind, StoredHash: d.StoredHash, NewHash: d.NewHash}
 		}
-		return fmt.Errorf("%s: %w", pe.message, effects.ErrPayloadMismatch)
+		return fmt.Errorf("%s: %w", pe.Message, effects.ErrPayloadMismatch)
 	case codeInvalid:
 		var d struct {
 			Index   int    `json:"index"`
 			Problem string `json:"problem"`
 			Field   string `json:"field"` // from schema version 17
 		}
-		if json.Unmarshal([]byte(pe.detail), &d) == nil && d.Problem != "" {
+		if json.Unmarshal([]byte(pe.Detail), &d) == nil && d.Problem != "" {
 			if reason, ok := strings.CutPrefix(d.Problem, d.Field+" "); ok && d.Field != "" {
 				return &effects.ValidationError{Index: d.Index, Field: d.Field, Reason: escapeQuoted(reason)}
 			}
 			return &effects.ValidationError{Index: d.Index, Field: "effect", Reason: d.Problem}
 		}
-		return fmt.Errorf("%s: %w", pe.message, effects.ErrInvalid)
+		return fmt.Errorf("%s: %w", pe.Message, effects.ErrInvalid)
 	case "42P01", "42883", "42703", "3F000": // undefined table, function, column, schema
 		if schemaMissing(pe) {
 			return &schemaError{err: err}
 		}
 	case codeOtherProducer:
-		return fmt.Errorf("%s: %w", strings.TrimPrefix(pe.message, "sidefx: "), effects.ErrOtherProducer)
+		return fmt.Errorf("%s: %w", strings.TrimPrefix(pe.Message, "sidefx: "), effects.ErrOtherProducer)
 	case codeUnknownKind:
 		var d struct {
 			Index    int      `json:"index"`
@@ -89,12 +78,12 @@ func translate(err error) error {
 			Known    []string `json:"known"`
 			KnownFor string   `json:"known_for"`
 		}
-		if json.Unmarshal([]byte(pe.detail), &d) == nil && d.Kind != "" {
+		if json.Unmarshal([]byte(pe.Detail), &d) == nil && d.Kind != "" {
 			return &effects.UnknownKindError{Index: d.Index, Kind: d.Kind, Known: d.Known, Registered: true, KnownFor: d.KnownFor}
 		}
-		return fmt.Errorf("%s: %w", pe.message, effects.ErrUnknownKind)
+		return fmt.Errorf("%s: %w", pe.Message, effects.ErrUnknownKind)
 	case "23514": // check_violation: the table's own guard
-		return fmt.Errorf("constraint %s: %w: %w", pe.constraint, effects.ErrInvalid, err)
+		return fmt.Errorf("constraint %s: %w: %w", pe.Constraint, effects.ErrInvalid, err)
 	}
 	return err
 }
@@ -103,8 +92,8 @@ func translate(err error) error {
 // (serialization failure, deadlock, lost connection) after which the same
 // operation may succeed.
 func IsRetryable(err error) bool {
-	if pe, ok := pgErrorOf(err); ok {
-		return pe.code == "40001" || pe.code == "40P01" || pe.code == "57P01" || pe.code == "57P02" || pe.code == "57P03"
+	if pe, ok := PgErrorOf(err); ok {
+		return pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
 	}
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, driver.ErrBadConn)
 }
@@ -114,8 +103,8 @@ func IsRetryable(err error) bool {
 // constraint violation): the same statement will fail again, unlike after a
 // lost connection.
 func IsDataError(err error) bool {
-	pe, ok := pgErrorOf(err)
-	return ok && len(pe.code) == 5 && (pe.code[:2] == "22" || pe.code[:2] == "23")
+	pe, ok := PgErrorOf(err)
+	return ok && len(pe.Code) == 5 && (pe.Code[:2] == "22" || pe.Code[:2] == "23")
 }
 
 // ExplainSchema returns err saying to run sidefx migrate when err, from a
@@ -128,7 +117,7 @@ func ExplainSchema(err error) error {
 	if err == nil || errors.Is(err, effects.ErrSchemaMissing) {
 		return err
 	}
-	pe, ok := pgErrorOf(err)
+	pe, ok := PgErrorOf(err)
 	if !ok || !schemaMissing(pe) {
 		return err
 	}
@@ -137,11 +126,11 @@ func ExplainSchema(err error) error {
 
 // schemaMissing reports whether pe says that a table, function, column or
 // schema of sidefx's does not exist.
-func schemaMissing(pe pgError) bool {
-	switch pe.code {
+func schemaMissing(pe PgError) bool {
+	switch pe.Code {
 	case "42P01", "42883", "42703", "3F000": // undefined table, function, column, schema
-		return strings.Contains(pe.message, "sidefx") || strings.Contains(pe.message, "side_effect") ||
-			strings.Contains(pe.message, "enqueued_by") || strings.Contains(pe.message, "schema")
+		return strings.Contains(pe.Message, "sidefx") || strings.Contains(pe.Message, "side_effect") ||
+			strings.Contains(pe.Message, "enqueued_by") || strings.Contains(pe.Message, "schema")
 	}
 	return false
 }
@@ -161,8 +150,8 @@ func (e *explainedError) Unwrap() []error { return []error{effects.ErrSchemaMiss
 type schemaError struct{ err error }
 
 func (e *schemaError) Error() string {
-	pe, _ := pgErrorOf(e.err)
-	return pe.message + ": " + effects.ErrSchemaMissing.Error()
+	pe, _ := PgErrorOf(e.err)
+	return pe.Message + ": " + effects.ErrSchemaMissing.Error()
 }
 
 func (e *schemaError) Unwrap() []error { return []error{effects.ErrSchemaMissing, e.err} }

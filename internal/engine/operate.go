@@ -101,7 +101,7 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from effects
 			return nil, fmt.Errorf("%s: %w", op, gerr)
 		}
 		if at >= 0 && cur.Attempts != at {
-			return nil, fmt.Errorf("%s effect %d: %w: it was read after attempt %d and has made attempt %d since", op, id, effects.ErrChanged, at, cur.Attempts)
+			return nil, attemptSince(op, id, at, cur.Attempts)
 		}
 		return nil, &effects.PastKeyWindowError{ID: id, Op: op, FirstFiredAt: cur.FirstFiredAt, Window: o.KeyWindow}
 	}
@@ -200,7 +200,13 @@ func (s *Store) changedSince(ctx context.Context, op string, id int64, at int, e
 	if gerr != nil || cur.Attempts == at {
 		return err
 	}
-	return fmt.Errorf("%s effect %d: %w: it was read after attempt %d and has made attempt %d since", op, id, effects.ErrChanged, at, cur.Attempts)
+	return attemptSince(op, id, at, cur.Attempts)
+}
+
+// attemptSince is the refusal of an action decided after attempt at on an
+// effect that has made attempt now since.
+func attemptSince(op string, id int64, at, now int) error {
+	return fmt.Errorf("%s effect %d: %w: it was read after attempt %d and has made attempt %d since", op, id, effects.ErrChanged, at, now)
 }
 
 // History returns the operator actions on effect id, oldest first.

@@ -20,7 +20,11 @@ type Reconciliation struct{ q string }
 func NewReconciliation(q string) Reconciliation { return Reconciliation{q: q} }
 
 func (r Reconciliation) evidence() string { return r.q + ".sidefx_evidence" }
-func (r Reconciliation) runs() string     { return r.q + ".sidefx_reconcile_runs" }
+
+// RunsTable is the runs table, for the schedule's Job.
+func (r Reconciliation) RunsTable() string { return r.q + ".sidefx_reconcile_runs" }
+
+func (r Reconciliation) runs() string     { return r.RunsTable() }
 func (r Reconciliation) findings() string { return r.q + ".sidefx_reconcile_findings" }
 func (r Reconciliation) effects() string  { return r.q + ".side_effects" }
 
