@@ -23,9 +23,11 @@
 //     mux pattern, so wrap each route's handler); the fingerprint covers
 //     method, path, query string (as the client sent it, not reordered)
 //     and body. A route whose query does not change what it does may
-//     leave it out: e.With(Route{IgnoreQuery: true}).Require(h). A
-//     request without a query is fingerprinted as before the query
-//     counted, so keys stored by an earlier version replay after an
+//     leave it out: e.With(Route{IgnoreQuery: true}).Require(h). Each
+//     part is length-prefixed, so bytes moved from one into the next (a
+//     %00 in a path parameter, the rest in the body) are another
+//     request. A key stored by an earlier version, its fingerprint made
+//     the earlier way, is compared that way, so it replays after an
 //     upgrade.
 //   - Same key, same fingerprint, finished: the stored status, the
 //     allow-listed headers (Config.StoreHeaders) and the body are replayed,

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -364,33 +365,77 @@ func (e *Edge) With(o Route) *Edge {
 	return &c
 }
 
-// fingerprintV2 begins the fingerprint of a request with a query string.
-// It is not an HTTP method (a method holds no '/'), so no request
-// fingerprinted without it begins so.
-const fingerprintV2 = "sidefx-edge-fingerprint/2\x00"
+// fingerprintVersion is the first byte of a fingerprint this version
+// stores, before the SHA-256 of fingerprintTag and the request's parts.
+// A stored fingerprint of sha256.Size bytes, without it, was made by an
+// earlier version (legacyFingerprint).
+const fingerprintVersion = 3
+
+// fingerprintTag begins what a fingerprint hashes.
+const fingerprintTag = "sidefx-edge-fingerprint/3\x00"
 
 // fingerprint is what identifies a request under its key: its method,
-// path, query string and body. A request without a query string (or on a
-// route that ignores it) is fingerprinted as before the query counted,
-// so a key stored by an earlier version still replays; one with a query
-// string is fingerprinted with each part length-prefixed after
-// fingerprintV2. The query is taken as the client sent it, its parameters
-// not reordered nor re-encoded: a retry sends the same bytes, and a
-// handler may read them in order.
-func (e *Edge) fingerprint(r *http.Request, body []byte) [sha256.Size]byte {
-	q := r.URL.RawQuery
-	if q == "" || e.route.IgnoreQuery {
-		return sha256.Sum256([]byte(r.Method + "\x00" + r.URL.Path + "\x00" + string(body)))
+// path, query string (none on a route that ignores it) and body, each
+// preceded by its length as 8 bytes big-endian, so that no bytes moved
+// from one part into the next (a NUL in a path parameter, %00, followed
+// by the rest of the body) make the same fingerprint. The query is taken
+// as the client sent it, its parameters not reordered nor re-encoded: a
+// retry sends the same bytes, and a handler may read them in order.
+func (e *Edge) fingerprint(r *http.Request, body []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(fingerprintTag))
+	var n [8]byte
+	for _, part := range [][]byte{[]byte(r.Method), []byte(r.URL.Path), []byte(e.query(r)), body} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	return h.Sum([]byte{fingerprintVersion})
+}
+
+// query is the query string of r that counts: none on a route that
+// ignores it.
+func (e *Edge) query(r *http.Request) string {
+	if e.route.IgnoreQuery {
+		return ""
+	}
+	return r.URL.RawQuery
+}
+
+// legacyFingerprintV2 began an earlier version's fingerprint of a request
+// with a query string. It is not an HTTP method (a method holds no '/'),
+// so no request fingerprinted without it began so.
+const legacyFingerprintV2 = "sidefx-edge-fingerprint/2\x00"
+
+// legacyFingerprint is the fingerprint earlier versions stored, for the
+// keys they left: method, path and body joined by NUL for a request
+// without a query string, each part but the body length-prefixed after
+// legacyFingerprintV2 for one with a query. Joined by NUL, a path with a
+// NUL in it (%00) and a body can make the fingerprint of another path
+// and body; fingerprint does not.
+func (e *Edge) legacyFingerprint(r *http.Request, body []byte) []byte {
+	q := e.query(r)
+	if q == "" {
+		fp := sha256.Sum256([]byte(r.Method + "\x00" + r.URL.Path + "\x00" + string(body)))
+		return fp[:]
 	}
 	h := sha256.New()
-	h.Write([]byte(fingerprintV2))
+	h.Write([]byte(legacyFingerprintV2))
 	for _, part := range []string{r.Method, r.URL.Path, q} {
 		fmt.Fprintf(h, "%d:%s\x00", len(part), part)
 	}
 	h.Write(body)
-	var fp [sha256.Size]byte
-	h.Sum(fp[:0])
-	return fp
+	return h.Sum(nil)
+}
+
+// sameRequest reports whether stored, a key's recorded fingerprint, is
+// that of r with body: made by this version, or by an earlier one (a key
+// stored before an upgrade replays).
+func (e *Edge) sameRequest(stored []byte, r *http.Request, body []byte) bool {
+	if len(stored) == sha256.Size {
+		return bytes.Equal(stored, e.legacyFingerprint(r, body))
+	}
+	return bytes.Equal(stored, e.fingerprint(r, body))
 }
 
 // Handler wraps next: a request with an Idempotency-Key is executed once
@@ -520,7 +565,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 	// where the record still holds it.
 	claim := make([]byte, 16)
 	_, _ = rand.Read(claim)
-	locked, inserted, err = e.keys.Take(ctx, tx, scope, key, fp[:], e.retention, claim)
+	locked, inserted, err = e.keys.Take(ctx, tx, scope, key, fp, e.retention, claim)
 	if pe, ok := engine.PgErrorOf(err); ok && pe.Code == "42501" && strings.Contains(pe.Message, "row-level security") {
 		// Schema 28: the key's record is another producer's (another
 		// service, under another role, answers the same tenant, method
@@ -540,7 +585,7 @@ func (e *Edge) keyed(w http.ResponseWriter, r *http.Request, next http.Handler, 
 		return
 	}
 	if !inserted {
-		e.stored(ctx, w, r, tx, scope, key, route, fp[:], outcome)
+		e.stored(ctx, w, r, tx, scope, key, route, body, outcome)
 		return
 	}
 	rec := newRecorder()
@@ -662,9 +707,9 @@ func (e *Edge) handlerEnded(ctx context.Context, w http.ResponseWriter, r *http.
 
 // stored answers a request whose key has a record: a replay, a mismatch,
 // or a conflict with a request whose answer is not known yet.
-func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Request, tx tx, scope, key, route string, fp []byte, outcome *Outcome) {
+func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Request, tx tx, scope, key, route string, body []byte, outcome *Outcome) {
 	rc, err := e.keys.Read(ctx, tx, scope, key)
-	stored, status, rawHeaders, body := rc.Fingerprint, rc.Status, rc.Headers, rc.Body
+	stored, status, rawHeaders, answer := rc.Fingerprint, rc.Status, rc.Headers, rc.Body
 	var headers map[string][]string
 	if err == nil {
 		err = json.Unmarshal(rawHeaders, &headers)
@@ -677,7 +722,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	case err != nil:
 		e.fail(w, r, route, http.StatusServiceUnavailable, "Database unavailable", "the key's record could not be read", err)
 		return
-	case !bytes.Equal(stored, fp):
+	case !e.sameRequest(stored, r, body):
 		if e.obs != nil {
 			e.obs.Mismatched(route)
 		}
@@ -725,7 +770,7 @@ func (e *Edge) stored(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	w.Header().Set(HeaderReplayed, "true")
 	w.WriteHeader(int(status))
-	w.Write(body) //nolint:errcheck // the client may be gone
+	w.Write(answer) //nolint:errcheck // the client may be gone
 }
 
 // replayOutcome answers a retry with final, the answer made from eff, and

@@ -1,10 +1,10 @@
 package edge_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -169,6 +169,7 @@ func newAPI(t *testing.T, useSQL bool, opts ...func(*edge.Config)) *api {
 	mux.Handle("POST /orders", e.Require(create))
 	mux.Handle("POST /notes", e.Handler(create))
 	mux.Handle("POST /tracked", e.With(edge.Route{IgnoreQuery: true}).Require(create))
+	mux.Handle("POST /items/{id}", e.Require(create))
 	a.Server = httptest.NewServer(mux)
 	t.Cleanup(a.Close)
 	return a
@@ -301,35 +302,78 @@ func TestEdge_AnotherQueryUnderTheKeyIs422(t *testing.T) {
 	})
 }
 
-// A request without a query string is fingerprinted as it was before the
-// query counted, so a key stored by the earlier version still replays
-// after an upgrade.
-func TestEdge_AKeyStoredBeforeTheQueryCountedStillReplays(t *testing.T) {
+// Method, path, query and body are told apart wherever their bytes fall:
+// on a route with a path parameter, a NUL in the path (%00) moved into
+// the body makes another request, refused with 422, not a replay.
+func TestEdge_AFingerprintsPartsAreToldApart(t *testing.T) {
+	families(t, func(t *testing.T, a *api) {
+		first, body := a.post(t, "/items/a%00x", "k-nul", "acme", "y")
+		if first.StatusCode != 201 {
+			t.Fatalf("first: %d %s", first.StatusCode, body)
+		}
+		if r, b := a.post(t, "/items/a%00x", "k-nul", "acme", "y"); r.StatusCode != 201 || b != body || r.Header.Get(edge.HeaderReplayed) != "true" {
+			t.Errorf("the same request: %d %s, want the replay", r.StatusCode, b)
+		}
+		for _, c := range []struct{ path, body string }{
+			{"/items/a", "x\x00y"},   // the path's tail moved into the body
+			{"/items/a%00x%00y", ""}, // the body moved into the path
+			{"/items/a%00x?", "y"},   // an empty query is no query
+			{"/items/a%00x?q", "y"},  // a query
+		} {
+			r, b := a.post(t, c.path, "k-nul", "acme", c.body)
+			want := 422
+			if c.path == "/items/a%00x?" {
+				want = 201
+			}
+			if r.StatusCode != want {
+				t.Errorf("%q with body %q under the key: %d %s, want %d", c.path, c.body, r.StatusCode, b, want)
+			}
+		}
+		if a.calls.Load() != 1 {
+			t.Errorf("the handler ran %d times, want once", a.calls.Load())
+		}
+	})
+}
+
+// Keys stored by earlier versions, whose fingerprints were made the old
+// way (method, path and body joined by NUL; with a query, length-prefixed
+// after a version tag), still replay after an upgrade, and another request
+// under them is still refused; what this version stores is pinned.
+func TestEdge_AKeyStoredByAnEarlierVersionStillReplays(t *testing.T) {
 	families(t, func(t *testing.T, a *api) {
 		ctx := context.Background()
 		body := `{"item":"mug"}`
-		old := sha256.Sum256([]byte("POST\x00/orders\x00" + body))
-		// The record an earlier version left, its answer stored.
-		if _, err := a.pool.Exec(ctx, `INSERT INTO sidefx_edge_keys (scope, key, fingerprint, expires_at, status, headers, body, completed_at)
-			VALUES ('4:acme POST POST /orders', 'k-old', $1, now() + interval '1 hour', 201, '{"Content-Type": ["application/json"]}', '{"id":"before"}', now())`, old[:]); err != nil {
-			t.Fatal(err)
+		v1 := sha256.Sum256([]byte("POST\x00/orders\x00" + body))
+		v2 := sha256.Sum256([]byte("sidefx-edge-fingerprint/2\x00" + "4:POST\x00" + "7:/orders\x00" + "9:amount=10\x00" + body))
+		// The records an earlier version left, their answers stored.
+		for key, fp := range map[string][]byte{"k-old": v1[:], "k-old-q": v2[:]} {
+			if _, err := a.pool.Exec(ctx, `INSERT INTO sidefx_edge_keys (scope, key, fingerprint, expires_at, status, headers, body, completed_at)
+				VALUES ('4:acme POST POST /orders', $1, $2, now() + interval '1 hour', 201, '{"Content-Type": ["application/json"]}', '{"id":"before"}', now())`, key, fp); err != nil {
+				t.Fatal(err)
+			}
 		}
-		r, b := a.post(t, "/orders", "k-old", "acme", body)
-		if r.StatusCode != 201 || b != `{"id":"before"}` || r.Header.Get(edge.HeaderReplayed) != "true" {
-			t.Fatalf("the earlier version's key: %d %s, want its replay", r.StatusCode, b)
+		for key, path := range map[string]string{"k-old": "/orders", "k-old-q": "/orders?amount=10"} {
+			r, b := a.post(t, path, key, "acme", body)
+			if r.StatusCode != 201 || b != `{"id":"before"}` || r.Header.Get(edge.HeaderReplayed) != "true" {
+				t.Errorf("the earlier version's key %s: %d %s, want its replay", key, r.StatusCode, b)
+			}
+			if r, b := a.post(t, path, key, "acme", `{"item":"cup"}`); r.StatusCode != 422 {
+				t.Errorf("another body under the earlier version's key %s: %d %s, want 422", key, r.StatusCode, b)
+			}
 		}
 		if a.calls.Load() != 0 {
 			t.Errorf("the handler ran %d times", a.calls.Load())
 		}
-		// And what this version stores for a request without a query is
-		// what the earlier one did.
+		// What this version stores: a version byte, then the SHA-256 of
+		// its tag and the length-prefixed parts. Pinned: a change would
+		// make every stored key answer its retries 422.
 		a.post(t, "/orders", "k-new", "acme", body)
 		var got []byte
 		if err := a.pool.QueryRow(ctx, `SELECT fingerprint FROM sidefx_edge_keys WHERE key = 'k-new'`).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, old[:]) {
-			t.Errorf("the fingerprint of a request without a query changed: %x, want %x", got, old)
+		if want := "031eec1cbb7974ee08b08e7b03d67f506f842afc680d992b56040fbaca3cab368e"; hex.EncodeToString(got) != want {
+			t.Errorf("the stored fingerprint is %x, want %s", got, want)
 		}
 	})
 }
