@@ -51,6 +51,12 @@ type Query struct {
 	// first attempt (an effect retried a second ago may be on its way).
 	// Zero: FirstFiredAt.
 	LastFiredAt time.Time
+	// Now is the database's clock when the effect was read, the clock
+	// FirstFiredAt and LastFiredAt were written with: the time since the
+	// latest attempt is measured against it, so that a daemon whose clock
+	// runs ahead does not call an attempt still on its way absent. Zero:
+	// the provider's own clock.
+	Now time.Time
 }
 
 // Latest returns q.LastFiredAt, or q.FirstFiredAt when it is zero or

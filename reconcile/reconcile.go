@@ -161,7 +161,10 @@ type Config struct {
 	Observer Observer
 	// Logger receives the findings. Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock. Default time.Now.
+	// Now is the clock of the reports' start and finish. Default
+	// time.Now. Absence, events_within, refire_when_absent_after and the
+	// listing's span are measured with the database's clock, which the
+	// effects' times are written with, never with this one.
 	Now func() time.Time
 }
 
@@ -357,8 +360,10 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 			}
 		}
 		// Absence and refires are measured from the latest attempt, which
-		// may be on its way: never from the first.
-		since := r.cfg.Now().Sub(u.lastFiredAt)
+		// may be on its way: never from the first. And with the database's
+		// clock, which wrote its time: a daemon whose clock runs ahead
+		// would call an attempt still on its way absent.
+		since := u.dbNow.Sub(u.lastFiredAt)
 		switch {
 		case event != nil && looker == nil:
 			// A provider that cannot be asked: its verified events are
@@ -372,7 +377,7 @@ func (r *Reconciler) settle(ctx context.Context, kind string, rep *Report) {
 			// object, with metadata that account chose).
 			var lerr error
 			ev, lerr = looker.Lookup(ctx, providers.Query{EffectID: u.id, SourceID: u.sourceID, Kind: kind, Key: u.key,
-				FirstFiredAt: u.firstFiredAt, LastFiredAt: u.lastFiredAt})
+				FirstFiredAt: u.firstFiredAt, LastFiredAt: u.lastFiredAt, Now: u.dbNow})
 			if lerr != nil {
 				f.Finding, f.Detail = Error, "lookup: "+lerr.Error()
 				rep.Findings = append(rep.Findings, f)
@@ -449,7 +454,13 @@ func (r *Reconciler) compare(ctx context.Context, kind string, rep *Report) {
 	if l, ok := k.Provider.(providers.Looker); ok {
 		delay = l.ConsistencyDelay()
 	}
-	now := r.cfg.Now()
+	// The span, and the effects that must be listed in it, by the
+	// database's clock, which the effects' times were written with.
+	now, err := databaseNow(ctx, r.pool, r.schema)
+	if err != nil {
+		rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: prov, Detail: err.Error()})
+		return
+	}
 	from, to := now.Add(-r.cfg.Window), now
 	var objects []providers.Object
 	if err := lister.List(ctx, kind, from, to, func(o providers.Object) error {
@@ -524,7 +535,12 @@ func (r *Reconciler) compareEvents(ctx context.Context, rep *Report) {
 				own = append(own, k)
 			}
 		}
-		objs, err := eventObjects(ctx, r.pool, r.schema, p.Name(), own, r.cfg.Now().Add(-r.cfg.Window))
+		now, err := databaseNow(ctx, r.pool, r.schema)
+		if err != nil {
+			rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: p.Name(), Detail: err.Error()})
+			continue
+		}
+		objs, err := eventObjects(ctx, r.pool, r.schema, p.Name(), own, now.Add(-r.cfg.Window))
 		if err != nil {
 			rep.Findings = append(rep.Findings, Finding{Finding: Error, Kind: kind, Provider: p.Name(), Detail: err.Error()})
 			continue

@@ -831,3 +831,101 @@ func TestNew_RefusesRefireForAProviderWithKeys(t *testing.T) {
 		t.Errorf("refire_when_absent_after on a provider with keys: %v", err)
 	}
 }
+
+// The database's clock decides absence: fired_at is written with it, so
+// the time since an attempt is measured with it too. A daemon whose clock
+// runs two hours ahead of the database's, past events_within and
+// refire_when_absent_after, does not call an email retried a second ago
+// absent nor send it again; one whose clock runs two hours behind still
+// refires an email the provider never got 11 minutes after its attempt.
+func TestReconcile_TheDatabasesClockDecidesAbsence(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	f := uncertainMail(t, pool)
+	st, _ := engine.NewStore(pool, nil)
+	unsent, _ := st.GetBySource(ctx, "unsent", chargeKind)
+	skewed := func(skew time.Duration) *reconcile.Reconciler {
+		t.Helper()
+		r, err := reconcile.New(pool, &reconcile.Config{Now: func() time.Time { return time.Now().Add(skew) },
+			Kinds: map[string]reconcile.Kind{chargeKind: {Provider: f, EventsWithin: 10 * time.Minute, RefireWhenAbsentAfter: 10 * time.Minute}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	firedAgo := func(d time.Duration) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `UPDATE side_effects SET first_fired_at = now() - $2 * interval '1 second',
+			fired_at = now() - $2 * interval '1 second' WHERE id = $1`, unsent.ID, d.Seconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	firedAgo(time.Second)
+	rep, err := skewed(2 * time.Hour).RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rep.Findings {
+		if x.EffectID == unsent.ID {
+			t.Errorf("sent a second ago by the database's clock, with the daemon's two hours ahead: %s (%s); want nothing yet", x.Finding, x.Detail)
+		}
+	}
+	if e, _ := st.Get(ctx, unsent.ID); e.State != effects.Uncertain || e.Attempts != 1 {
+		t.Fatalf("sent a second ago, the daemon's clock ahead: %s after %d attempts, want uncertain, not refired", e.State, e.Attempts)
+	}
+	firedAgo(11 * time.Minute)
+	rep, err = skewed(-2 * time.Hour).RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := findings(rep, reconcile.Refired); len(got) != 1 || got[0].EffectID != unsent.ID {
+		t.Fatalf("sent 11 minutes ago by the database's clock, with the daemon's two hours behind: %+v; want it refired", rep.Findings)
+	}
+}
+
+// failBeforeSend is a transport that sends nothing: every call's outcome
+// is unknown to the dispatcher, and the provider never got it.
+type failBeforeSend struct{}
+
+func (failBeforeSend) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, errors.New("connection reset by peer (nothing was sent)")
+}
+
+// Stripe's lookup measures its consistency delay with the database's
+// clock: a charge whose attempt was a second ago, looked up by a daemon
+// whose clock runs an hour ahead of the database's (past the 5-minute
+// delay), is not known yet, not absent.
+func TestReconcile_StripesLookupMeasuresWithTheDatabasesClock(t *testing.T) {
+	t.Parallel()
+	stateful := peers.StartStripeStateful(t)
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	enqueue(t, pool, "order-unsent")
+	drain(t, pool, newStripe(t, stateful.URL, failBeforeSend{}))
+	st, _ := engine.NewStore(pool, nil)
+	e, err := st.GetBySource(ctx, "order-unsent", chargeKind)
+	if err != nil || e.State != effects.Uncertain {
+		t.Fatalf("after a call that never left: %+v, %v; want uncertain", e, err)
+	}
+	ahead := func() time.Time { return time.Now().Add(time.Hour) }
+	p, err := stripe.New(&stripe.Config{APIKey: peers.StripeStatefulAPIKey, BaseURL: stateful.URL, Timeout: 10 * time.Second,
+		Operations: map[string]string{chargeKind: "charges.create"}, ConsistencyDelay: 5 * time.Minute, LookupRate: 1000, Now: ahead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reconcile.New(pool, &reconcile.Config{Now: ahead, Kinds: map[string]reconcile.Kind{chargeKind: {Provider: p}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings) != 0 {
+		t.Errorf("sent a second ago by the database's clock, with the daemon's an hour ahead: %+v; want nothing yet", rep.Findings)
+	}
+	if ev, err := reconcile.Evidence(ctx, pool, "", e.ID, e.Key); err != nil || len(ev) != 0 {
+		t.Errorf("evidence %+v, %v; want none yet", ev, err)
+	}
+}

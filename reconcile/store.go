@@ -94,7 +94,10 @@ type uncertain struct {
 	// lastFiredAt is when the latest attempt was sent: absence is measured
 	// from it.
 	lastFiredAt time.Time
-	events      []eventEvidence // the provider's events naming the key, the best first
+	// dbNow is the database's clock when the effect was read: the time
+	// since lastFiredAt is measured with it, the clock that wrote it.
+	dbNow  time.Time
+	events []eventEvidence // the provider's events naming the key, the best first
 }
 
 // eventEvidence is what one of the provider's events said of an object
@@ -122,7 +125,7 @@ func uncertainOf(ctx context.Context, db engine.DB, schema, kind, provider strin
 	keys := make([]string, len(rows))
 	byKey := make(map[string]*uncertain, len(rows))
 	for i, u := range rows {
-		us[i] = uncertain{id: u.ID, sourceID: u.SourceID, key: u.Key, attempts: u.Attempts, firstFiredAt: u.FirstFiredAt, lastFiredAt: u.LastFiredAt}
+		us[i] = uncertain{id: u.ID, sourceID: u.SourceID, key: u.Key, attempts: u.Attempts, firstFiredAt: u.FirstFiredAt, lastFiredAt: u.LastFiredAt, dbNow: u.Now}
 		keys[i] = u.Key
 		byKey[u.Key] = &us[i]
 	}
@@ -184,6 +187,16 @@ type stateRef struct {
 
 // confirmedIn returns the effects of kind confirmed whose first fire was
 // in [from, to).
+// databaseNow returns the database's clock, which the effects' times are
+// written with.
+func databaseNow(ctx context.Context, db engine.DB, schema string) (time.Time, error) {
+	now, err := statements(schema).Now(ctx, db)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
+	}
+	return now, nil
+}
+
 func confirmedIn(ctx context.Context, db engine.DB, schema, kind string, from, to time.Time) ([]confirmedRef, error) {
 	refs, err := statements(schema).ConfirmedIn(ctx, db, kind, from, to)
 	if err != nil {

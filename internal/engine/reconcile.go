@@ -93,12 +93,24 @@ type UncertainRow struct {
 	Attempts      int
 	FirstFiredAt  time.Time
 	LastFiredAt   time.Time // when the latest attempt was sent
+	// Now is the database's clock when the row was read, the clock the
+	// attempts' times were written with: the time since one is measured
+	// against it, never against the caller's.
+	Now time.Time
+}
+
+// Now returns the database's clock: the one the effects' times are
+// written with.
+func (r Reconciliation) Now(ctx context.Context, db DB) (time.Time, error) {
+	var now time.Time
+	err := db.QueryRow(ctx, `SELECT now()`).Scan(&now)
+	return now, err
 }
 
 // Uncertain returns up to limit uncertain effects of kind, oldest first.
 func (r Reconciliation) Uncertain(ctx context.Context, db DB, kind string, limit int) ([]UncertainRow, error) {
 	rows, err := db.Query(ctx, `SELECT e.id, e.source_id, e.idempotency_key, e.attempts, coalesce(e.first_fired_at, e.created_at),
-			coalesce(greatest(e.fired_at, e.first_fired_at), e.created_at)
+			coalesce(greatest(e.fired_at, e.first_fired_at), e.created_at), now()
 		FROM `+r.effects()+` e
 		WHERE e.state = 'uncertain' AND e.kind = $1
 		ORDER BY e.id LIMIT $2`, kind, limit)
@@ -107,7 +119,7 @@ func (r Reconciliation) Uncertain(ctx context.Context, db DB, kind string, limit
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (UncertainRow, error) {
 		var u UncertainRow
-		err := row.Scan(&u.ID, &u.SourceID, &u.Key, &u.Attempts, &u.FirstFiredAt, &u.LastFiredAt)
+		err := row.Scan(&u.ID, &u.SourceID, &u.Key, &u.Attempts, &u.FirstFiredAt, &u.LastFiredAt, &u.Now)
 		return u, err
 	})
 }

@@ -243,7 +243,8 @@ var errFound = errors.New("found")
 // Lookup lists the objects kind's operation made since q.FirstFiredAt (less
 // a skew) and finds the one whose metadata sidefx_key is q.Key: Found, with
 // its id and status. None: Absent once ConsistencyDelay has passed since
-// the latest attempt (q.Latest()), NotKnown before. A kind whose operation cannot be listed
+// the latest attempt (q.Latest()) by the database's clock (q.Now, else
+// Config.Now), NotKnown before. A kind whose operation cannot be listed
 // is NotKnown, with no error.
 func (p *Provider) Lookup(ctx context.Context, q providers.Query) (providers.Evidence, error) {
 	objects, ok := p.objects(q.Kind)
@@ -251,9 +252,15 @@ func (p *Provider) Lookup(ctx context.Context, q providers.Query) (providers.Evi
 		return providers.Evidence{Verdict: providers.NotKnown, Source: "stripe: the kind's operation cannot be listed"}, nil
 	}
 	source := "stripe list /v1/" + objects
-	now := p.now()
+	// The time since the latest attempt by the clock that wrote it (the
+	// database's, q.Now); the span listed up to the later of the two
+	// clocks, so that neither cuts off an object made since.
+	local, now := p.now(), q.Now
+	if now.IsZero() {
+		now = local
+	}
 	var found providers.Object
-	err := p.List(ctx, q.Kind, q.FirstFiredAt.Add(-lookupSkew), now.Add(time.Minute), func(o providers.Object) error {
+	err := p.List(ctx, q.Kind, q.FirstFiredAt.Add(-lookupSkew), later(now, local).Add(time.Minute), func(o providers.Object) error {
 		if o.Key == q.Key {
 			found = o
 			return errFound
@@ -270,4 +277,12 @@ func (p *Provider) Lookup(ctx context.Context, q providers.Query) (providers.Evi
 		return providers.Evidence{Verdict: providers.NotKnown, Source: source + ": too early to say absent"}, nil
 	}
 	return providers.Evidence{Verdict: providers.Absent, Source: source}, nil
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
