@@ -20,13 +20,27 @@ func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, 
 	call := providers.Call{EffectID: e.ID, SourceID: e.SourceID, Kind: e.Kind, Key: e.Key, Payload: e.Payload, Attempt: e.Attempts}
 	hardCtx, span := d.startSpan(hardCtx, e, g, claimedAt)
 	hardCtx = providers.WithKey(hardCtx, e.Key)
-	timeout := min(k.Timeout, time.Until(claimedAt.Add(d.cfg.Lease-d.leaseMargin())))
+	if d.beforeCall != nil {
+		d.beforeCall(e)
+	}
+	// Just before the request is written: the lease and the key window,
+	// by a clock a suspended machine does not stop.
+	elapsed := d.sinceClaim(claimedAt)
+	timeout := min(k.Timeout, d.cfg.Lease-d.leaseMargin()-elapsed)
 	var res providers.Result
 	start := time.Now()
-	if timeout <= 0 {
-		// The claim came back too late to call within the lease: not sent.
-		res = providers.Retry(errors.New("not called: the lease was nearly over when the claim returned"), 0)
-	} else {
+	switch {
+	case pastKeyWindow(e, k.keyWindow(), elapsed+max(timeout, 0)):
+		// It may have been performed, and the provider may have forgotten
+		// its key before this call ends: not sent. The outcome's record
+		// makes it uncertain once the database's clock says so too.
+		res = providers.Retry(fmt.Errorf("not called: attempt %v may have been performed, and the provider forgets keys %s after the first attempt at %s",
+			e.MaybeAttempts, k.keyWindow(), e.FirstFiredAt.Format(time.RFC3339)), 0)
+	case timeout <= 0:
+		// Too late to call within the lease (the claim came back late, or
+		// the machine was suspended since): not sent.
+		res = providers.Retry(errors.New("not called: the lease was nearly over when the call was to be made"), 0)
+	default:
 		res = d.call(hardCtx, k.Provider, call, timeout)
 		if hardCtx.Err() == nil {
 			// A call cancelled at the shutdown deadline says nothing of
@@ -50,6 +64,27 @@ func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, 
 	rec.SinceEnqueue = time.Since(dueAt(e))
 	answeredSpan(span, res, out)
 	outcomes <- pending{out: out, rec: rec, g: g, span: span}
+}
+
+// sinceClaim is the time since a claim that began at claimedAt: the later
+// of the monotonic clock's and the wall clock's, since the monotonic clock
+// stands still while the machine is suspended (a VM paused between the
+// claim and the call), and the wall clock may be stepped back.
+func (d *Dispatcher) sinceClaim(claimedAt time.Time) time.Duration {
+	return max(time.Since(claimedAt), d.wall().Sub(claimedAt.Round(0)))
+}
+
+// pastKeyWindow reports whether e, which may have been performed by an
+// earlier attempt, would be sent with a call ending past its provider's
+// key window (window, from its first attempt; 0: none), the call ending
+// end after the claim. The claim's time and the first attempt's are the
+// database's (fired_at, first_fired_at), so the window is measured on the
+// database's clock, from the claim on.
+func pastKeyWindow(e *effects.Effect, window, end time.Duration) bool {
+	if window <= 0 || len(e.MaybeAttempts) == 0 || e.FiredAt.IsZero() || e.FirstFiredAt.IsZero() {
+		return false
+	}
+	return !e.FiredAt.Add(end).Before(e.FirstFiredAt.Add(window))
 }
 
 // answered keeps g's failure streak and last success from one answer of

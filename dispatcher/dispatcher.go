@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
+	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
 )
 
@@ -36,10 +37,19 @@ type Dispatcher struct {
 	// now is the clock of provider pauses, rate limits and the error log's
 	// interval; tests replace it before Run. Leases, timeouts and the
 	// shutdown deadline are measured with time.Now.
-	now      func() time.Time
-	pauseObs PauseObserver
-	errObs   ErrorObserver
-	provObs  ProviderObserver
+	now func() time.Time
+	// wall reads the wall clock without its monotonic reading: the
+	// monotonic clock stands still while a machine is suspended, the
+	// wall clock does not. A call measures the time since its claim with
+	// both (sinceClaim). Tests replace it before Run.
+	wall func() time.Time
+	// beforeCall, when set, runs in a claimed effect's worker before its
+	// lease and key window are checked and its call made (a test's
+	// suspended machine).
+	beforeCall func(*effects.Effect)
+	pauseObs   PauseObserver
+	errObs     ErrorObserver
+	provObs    ProviderObserver
 
 	// amu orders providers' answers: each group's failure streak and last
 	// success, and the ProviderObserver calls that report them.
@@ -143,6 +153,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		log:       c.Logger.With("component", "dispatcher", "worker", c.WorkerID),
 		byKind:    map[string]*group{},
 		now:       time.Now,
+		wall:      func() time.Time { return time.Now().Round(0) },
 		ops:       map[string]*opState{},
 		freed:     make(chan struct{}, 1),
 		wake:      make(chan struct{}, 1),

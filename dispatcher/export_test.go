@@ -1,6 +1,10 @@
 package dispatcher
 
-import "time"
+import (
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+)
 
 // SetClock makes d measure provider pauses, rate limits and the error log's
 // interval with now. Call it before Run.
@@ -18,4 +22,11 @@ func Shares(cfg *Config) (map[string]int, error) {
 		return nil, err
 	}
 	return c.shares(), nil
+}
+
+// SetSuspend makes d read the wall clock with wall, and run before, in a
+// claimed effect's worker, before its lease and key window are checked
+// and its call made. Call it before Run.
+func SetSuspend(d *Dispatcher, wall func() time.Time, before func(*effects.Effect)) {
+	d.wall, d.beforeCall = wall, before
 }

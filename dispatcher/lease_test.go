@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -365,5 +366,57 @@ func TestDispatcher_PausedReplicaLateAnswerResolvesUncertain(t *testing.T) {
 		Kinds: map[string]invariant.Kind{"email.send": {Fake: mail}}, Settled: true})
 	if st := mail.Stats(); st.Performed != n || st.Duplicates != 0 {
 		t.Fatalf("mail: %s", st)
+	}
+}
+
+// A worker frozen between its claim and its call (a VM suspended: the
+// monotonic clock stands still, the wall clock and the database's go on)
+// past its provider's key window does not send: attempt 1 may have been
+// performed and the provider has forgotten its key, so a send could
+// perform the charge twice. The effect ends uncertain, as the key-window
+// rules say, with the one call attempt 1 made.
+func TestDispatcher_AWorkerSuspendedPastTheKeyWindowDoesNotSend(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	keys := enqueue(t, pool, "charge.create", "o", 1)
+	const window = 10 * time.Minute
+	fake := providertest.New(providertest.Config{Idempotent: true, KeyWindow: window, Faults: providertest.FailFirst(1, providertest.PerformedThenTimeout)})
+	d := build(t, pool, &dispatcher.Config{
+		Kinds:        kinds("charge.create", dispatcher.Kind{Provider: fake, MaxAttempts: 3, BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond}),
+		PollInterval: 20 * time.Millisecond,
+	})
+	var mu sync.Mutex
+	var suspended time.Duration
+	wall := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Now().Round(0).Add(suspended)
+	}
+	dispatcher.SetSuspend(d, wall, func(e *effects.Effect) {
+		if e.Attempts != 2 {
+			return
+		}
+		// Suspended for longer than the window: the wall clock moves on,
+		// and so does the database's (its first attempt is that much
+		// further in the past).
+		mu.Lock()
+		suspended += window + time.Minute
+		mu.Unlock()
+		if _, err := pool.Exec(ctx, `UPDATE side_effects SET first_fired_at = first_fired_at - $2 * interval '1 second' WHERE id = $1`,
+			e.ID, (window + time.Minute).Seconds()); err != nil {
+			t.Error(err)
+		}
+	})
+	run(t, d)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Uncertain: 1})
+	if cs := fake.Calls(keys[0]); len(cs) != 1 {
+		t.Fatalf("calls %+v; want attempt 1's alone: attempt 2 was sent past the key window", cs)
+	}
+	st, _ := engine.NewStore(pool, nil)
+	e, err := st.GetByKey(ctx, keys[0])
+	t.Logf("last error: %s", e.LastError)
+	if err != nil || e.Attempts != 2 || !strings.Contains(e.LastError, "not called") {
+		t.Fatalf("%+v, %v; want attempt 2 not called", e, err)
 	}
 }
