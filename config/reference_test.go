@@ -46,6 +46,7 @@ providers:
     secrets_env: [PARTNER_WEBHOOK_SECRET_NEW]
     headers: {X-Tenant: t1}
     headers_env: {X-Partner-Token: PARTNER_TOKEN}
+    confirm_when: {content_type: application/json, headers: [X-Request-Id]}
     concurrency: 8
     rate_per_second: 50
     burst: 10
@@ -61,6 +62,7 @@ providers:
       retryable: ["503"]
       for_key: ["422 /resultCode=Refused"]
     reference: {json_pointer: /pspReference}
+    confirm_when: {statuses: [200, 201], content_type: application/json, headers: [Psp-Reference]}
   ledger:
     type: http
     url: https://ledger.internal.example/entries
@@ -158,7 +160,8 @@ func docKey(t reflect.Type) string { return t.PkgPath() + "." + t.Name() }
 // → field name → text.
 func fieldDocs(t *testing.T) map[string]map[string]string {
 	t.Helper()
-	dirs := map[string]string{"github.com/sidefx/sidefx/config": "."}
+	// providers: the settings' shared structs (providers.ConfirmWhen).
+	dirs := map[string]string{"github.com/sidefx/sidefx/config": ".", "github.com/sidefx/sidefx/providers": "../providers"}
 	for _, pt := range builtin.Types() {
 		pkg := pt.Settings().PkgPath()
 		dirs[pkg] = "../" + strings.TrimPrefix(pkg, "github.com/sidefx/sidefx/")

@@ -9,7 +9,9 @@ package dispatcher_test
 // providers that record what was performed. The world is hostile: the
 // providers answer before their idempotency layer too (a rolled API key's
 // 401, 403, a routing 404, a validation 400, a key in use, 429, a key
-// reused with other parameters), forget keys past their window and store
+// reused with other parameters), an intermediary answers in their place
+// (a proxy's 200 HTML page, a 2xx JSON without their proof), they forget
+// keys past their window and store
 // 5xx; their events come late, twice, out of order, hours later, and name
 // other providers' keys and other objects; the reconciler settles and
 // refires with its clock moving. After every step it checks the
@@ -27,6 +29,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -81,7 +84,27 @@ const (
 	answer404      answer = "404"      // routed nowhere
 	answer409      answer = "409"      // Stripe: the key in use by another request
 	answerMismatch answer = "mismatch" // Stripe: idempotency_error, the key stored with other parameters
+	// An intermediary answers in the provider's place (an egress proxy's
+	// block page, a maintenance page, the host a wrong base URL points
+	// at): the request never reaches the provider, nothing is performed.
+	answerProxyPage answer = "proxy-page" // 200 text/html
+	answerProxyJSON answer = "proxy-json" // 200 (mail: 202) JSON without the provider's proof
 )
+
+// writeIntermediary answers as something in front of the provider would,
+// with none of the provider's marks (Stripe's Request-Id and object id,
+// SendGrid's X-Message-Id).
+func writeIntermediary(w http.ResponseWriter, a answer, status int) {
+	if a == answerProxyPage {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "<html><body>This site is blocked by your organisation's policy.</body></html>") //nolint:errcheck // test server
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	io.WriteString(w, `{"status":"ok"}`) //nolint:errcheck // test server
+}
 
 // modelEvent is an event a model provider sends about an object it made,
 // or one it sends about somebody else's object carrying a sidefx key.
@@ -116,6 +139,7 @@ type providerModel struct {
 
 	keys          map[string]*keyState // Stripe, by Idempotency-Key
 	sentPastWin   []string             // Stripe keys sent again after their window
+	proxied       map[string]int       // intermediary answers, by key (both providers)
 	mailPerformed map[string]int       // mail, by X-Sidefx-Key
 	mailRefs      map[string][]string
 	objects       int
@@ -135,7 +159,7 @@ func (m *providerModel) reset() {
 	defer m.mu.Unlock()
 	m.clock = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.next = answerOK
-	m.keys, m.sentPastWin = map[string]*keyState{}, nil
+	m.keys, m.sentPastWin, m.proxied = map[string]*keyState{}, nil, map[string]int{}
 	m.mailPerformed, m.mailRefs = map[string]int{}, map[string][]string{}
 	m.objects = 0
 	m.charges, m.events, m.delivered = nil, nil, nil
@@ -207,6 +231,7 @@ func writeStripe(w http.ResponseWriter, status int, body []byte, replayed bool) 
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", "req_model") // Stripe's, on every answer
 	w.WriteHeader(status)
 	w.Write(body) //nolint:errcheck // the client may be gone
 }
@@ -222,6 +247,12 @@ func (m *providerModel) stripe(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	m.mu.Lock()
 	a := m.next
+	if a == answerProxyPage || a == answerProxyJSON {
+		m.proxied[key]++
+		m.mu.Unlock()
+		writeIntermediary(w, a, http.StatusOK)
+		return
+	}
 	// Refused before the idempotency layer reads the key: nothing stored,
 	// nothing replayed, whatever an earlier attempt did.
 	front := map[answer]func(){
@@ -337,6 +368,10 @@ func (m *providerModel) mail(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	a := m.next
 	switch a {
+	case answerProxyPage, answerProxyJSON:
+		m.proxied[key]++
+		m.mu.Unlock()
+		writeIntermediary(w, a, http.StatusAccepted)
 	case answerOK, answerLost, answer500Done:
 		m.objects++
 		m.mailPerformed[key]++
@@ -717,10 +752,11 @@ func (w *world) dispatch(t *rapid.T) {
 
 // callOne makes call c with an answer drawn from the hostile world's.
 func (w *world) callOne(t *rapid.T, c *call) {
-	choices := []answer{answerOK, answerLost, answer503, answerDecline, answerInvalid, answer429, answer401, answer403, answer404}
+	choices := []answer{answerOK, answerLost, answer503, answerDecline, answerInvalid, answer429, answer401, answer403, answer404,
+		answerProxyPage, answerProxyJSON}
 	if c.e.Kind == kindCharge {
 		choices = []answer{answerOK, answerLost, answer500Done, answer500Undone, answerDecline, answerInvalid, answer429,
-			answer401, answer403, answer404, answer409, answerMismatch}
+			answer401, answer403, answer404, answer409, answerMismatch, answerProxyPage, answerProxyJSON}
 	}
 	w.model.setNext(rapid.SampledFrom(choices).Draw(t, "answer"))
 	k := w.kinds[c.e.Kind]
@@ -964,6 +1000,7 @@ func (w *world) check(t *rapid.T) {
 	}
 	w.model.mu.Lock()
 	pastWin := slices.Clone(w.model.sentPastWin)
+	proxied := maps.Clone(w.model.proxied)
 	w.model.mu.Unlock()
 	byKey := map[string]*modelEffect{}
 	for _, me := range w.effs {
@@ -987,6 +1024,9 @@ func (w *world) check(t *rapid.T) {
 			w.fatalf("charge %d performed %d times (keys %v) and no operator forced it", me.id, n, me.keys)
 		case me.kind == kindMail && n > 1 && !me.refired:
 			w.fatalf("at-most-once email %d sent %d times (keys %v)", me.id, n, me.keys)
+		case e.State == effects.Confirmed && n == 0 && proxiedAny(proxied, me.keys):
+			// Nothing an intermediary answers is recorded confirmed.
+			w.fatalf("effect %d confirmed with %q on an intermediary's answer (%d of them), never performed", e.ID, e.ProviderRef, proxiedCount(proxied, me.keys))
 		case e.State == effects.Confirmed && n == 0:
 			w.fatalf("effect %d confirmed with %q, never performed", e.ID, e.ProviderRef)
 		case e.State == effects.Confirmed && me.kind != kindDigest && !slices.Contains(w.refs(me), e.ProviderRef):
@@ -1005,6 +1045,17 @@ func (w *world) check(t *rapid.T) {
 		}
 	}
 }
+
+// proxiedCount is how many requests under keys an intermediary answered.
+func proxiedCount(proxied map[string]int, keys []string) int {
+	n := 0
+	for _, k := range keys {
+		n += proxied[k]
+	}
+	return n
+}
+
+func proxiedAny(proxied map[string]int, keys []string) bool { return proxiedCount(proxied, keys) > 0 }
 
 // weighted repeats the actions named in weights under more names, so that
 // rapid (which draws an action's name uniformly) draws them that many

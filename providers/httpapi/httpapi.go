@@ -125,6 +125,12 @@ type Config struct {
 	// ReplayedHeader is a header whose value "true" says the answer is a
 	// replay of an earlier request's under the key (Idempotent-Replayed).
 	ReplayedHeader string
+	// ConfirmWhen is what proves a 2xx answer is the API's own and not an
+	// intermediary's (a proxy's block page, a maintenance page, another
+	// host): a 2xx classed confirmed without it is unknown instead,
+	// retried with the key inside the window, then uncertain. Default
+	// (the zero value): any 2xx.
+	ConfirmWhen providers.ConfirmWhen
 	// MaxResponseBytes bounds the answer read and stored. Default 64 KiB.
 	MaxResponseBytes int64
 	// HTTPClient sends the requests. Default a client of the Provider's
@@ -144,6 +150,7 @@ type Provider struct {
 	refPointer, refHeader    string
 	replayedHeader           string
 	maxBody                  int64
+	confirmWhen              providers.ConfirmWhen
 	hc                       *http.Client
 	own                      *http.Transport
 	redact                   *providers.Redactor
@@ -231,7 +238,8 @@ func New(cfg *Config) (*Provider, error) {
 	}
 	c := *cfg
 	p := &Provider{name: c.Name, method: c.Method, keyHeader: http.CanonicalHeaderKey(strings.TrimSpace(c.KeyHeader)), keyMax: c.KeyMaxLength,
-		timeout: c.Timeout, window: c.KeyWindow, refPointer: c.RefPointer, refHeader: c.RefHeader, replayedHeader: c.ReplayedHeader, maxBody: c.MaxResponseBytes}
+		timeout: c.Timeout, window: c.KeyWindow, refPointer: c.RefPointer, refHeader: c.RefHeader, replayedHeader: c.ReplayedHeader, maxBody: c.MaxResponseBytes,
+		confirmWhen: c.ConfirmWhen}
 	if p.name == "" {
 		p.name = DefaultName
 	}
@@ -276,6 +284,11 @@ func New(cfg *Config) (*Provider, error) {
 	}
 	if p.refPointer != "" && !strings.HasPrefix(p.refPointer, "/") {
 		return nil, fmt.Errorf("httpapi: reference pointer %q is not a JSON pointer (want e.g. /id)", p.refPointer)
+	}
+	var bad []string
+	c.ConfirmWhen.Validate(func(field, problem string) { bad = append(bad, "confirm when "+field+": "+problem) })
+	if len(bad) > 0 {
+		return nil, errors.New("httpapi: " + strings.Join(bad, "; "))
 	}
 	secrets := providers.URLSecrets(c.URL)
 	p.headers = http.Header{}
@@ -449,6 +462,13 @@ func (p *Provider) classify(resp *http.Response, body []byte, complete bool, key
 	what := fmt.Sprintf("%s: %s %s answered %d", p.name, p.method, p.shown, code)
 	switch class {
 	case providers.Confirmed:
+		if code >= 200 && code < 300 {
+			if why := p.confirmWhen.Check(code, resp.Header); why != "" {
+				r := providers.NotProven(what, code, why)
+				r.Detail = detail()
+				return p.redact.Result(r)
+			}
+		}
 		ref := ""
 		switch {
 		case p.refPointer != "":

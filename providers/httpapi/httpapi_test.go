@@ -27,7 +27,10 @@ func TestProvider_Conformance(t *testing.T) {
 		New: func(t *testing.T, baseURL string) providers.Provider {
 			u := strings.Replace(baseURL, "http://", "http://"+url.UserPassword("acct", confPass).String()+"@", 1) + "/v1/payments?api_key=" + confQuery
 			p, err := httpapi.New(&httpapi.Config{Name: "partner", URL: u, KeyHeader: "Idempotency-Key", Timeout: 2 * time.Second,
-				Headers: map[string]string{"Authorization": "Bearer " + confToken}, RefPointer: "/id", ReplayedHeader: "Idempotent-Replayed"})
+				Headers: map[string]string{"Authorization": "Bearer " + confToken}, RefPointer: "/id", ReplayedHeader: "Idempotent-Replayed",
+				// What proves the API answered (RespondJSON's marks), so
+				// that an intermediary's 2xx is not confirmed.
+				ConfirmWhen: providers.ConfirmWhen{Statuses: []int{200, 201}, ContentType: "application/json", Headers: []string{"X-Request-Id"}}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -68,6 +68,15 @@ type Settings struct {
 	// answered from its record of an earlier request under the key, such
 	// as Idempotent-Replayed. Default none.
 	ReplayedHeader string `yaml:"replayed_header"`
+
+	// ConfirmWhen is what proves a 2xx answer is the API's own, not an
+	// intermediary's (a proxy's block page, a maintenance page, another
+	// host): statuses (a list of 2xx statuses), content_type (a media
+	// type, such as application/json) and headers (names of headers that
+	// must be present, such as the API's request id). A 2xx without the
+	// proof is unknown: retried with the key inside key_window, then
+	// uncertain, never confirmed. Default: any 2xx.
+	ConfirmWhen providers.ConfirmWhen `yaml:"confirm_when"`
 }
 
 // StatusRules classify an http provider's answers. Each rule is a status
@@ -191,6 +200,7 @@ func checkSettings(s *Settings, p *ptype.Problems) {
 	case ref.Header != "" && !ptype.IsToken(ref.Header):
 		p.Add("reference.header", "%q is not a header name", ref.Header)
 	}
+	s.ConfirmWhen.Validate(func(field, problem string) { p.Add("confirm_when."+field, "%s", problem) })
 	if s.ReplayedHeader != "" && !ptype.IsToken(s.ReplayedHeader) {
 		p.Add("replayed_header", "%q is not a header name", s.ReplayedHeader)
 	}
@@ -207,7 +217,8 @@ func newFrom(s *Settings, name string, timeout time.Duration, headers map[string
 	return New(&Config{Name: name, Method: s.Method, URL: s.URL, KeyHeader: s.KeyHeader, KeyMaxLength: s.KeyMaxLength,
 		Headers: all, Timeout: timeout, KeyWindow: time.Duration(s.KeyWindow),
 		Confirmed: s.Statuses.Confirmed, Rejected: s.Statuses.Rejected, Retryable: s.Statuses.Retryable, Unknown: s.Statuses.Unknown, ForKey: s.Statuses.ForKey,
-		RefPointer: s.Reference.JSONPointer, RefHeader: s.Reference.Header, ReplayedHeader: s.ReplayedHeader})
+		RefPointer: s.Reference.JSONPointer, RefHeader: s.Reference.Header, ReplayedHeader: s.ReplayedHeader,
+		ConfirmWhen: s.ConfirmWhen})
 }
 
 func buildProvider(s *Settings, b *ptype.Build) (providers.Provider, error) {

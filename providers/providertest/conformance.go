@@ -147,9 +147,10 @@ type conformanceServer struct {
 	c      Conformance
 	mu     sync.Mutex
 	answer Answer
-	hang   bool // hold the request until the client gives up
-	reset  bool // read the request, then drop the connection unanswered
-	die    bool // read the request, then go away: listener and connection closed
+	hang   bool   // hold the request until the client gives up
+	reset  bool   // read the request, then drop the connection unanswered
+	die    bool   // read the request, then go away: listener and connection closed
+	page   string // "": the peer answers; else an intermediary's answer (intermediaryPages)
 	keys   []string
 	stop   chan struct{}
 }
@@ -176,9 +177,17 @@ func (s *conformanceServer) serve(w http.ResponseWriter, r *http.Request) string
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	s.keys = append(s.keys, s.c.Key(r, body))
-	answer, hang, reset, die := s.answer, s.hang, s.reset, s.die
+	answer, hang, reset, die, page := s.answer, s.hang, s.reset, s.die, s.page
 	s.mu.Unlock()
 	switch {
+	case page != "":
+		// An intermediary answers in the peer's place: none of the
+		// peer's marks, whatever it would have said.
+		ip := intermediaryPages[page]
+		w.Header().Set("Content-Type", ip.contentType)
+		w.WriteHeader(ip.status)
+		io.WriteString(w, ip.body) //nolint:errcheck // the client may be gone
+		return ""
 	case die:
 		// The peer received the request, perhaps acted on it, and went
 		// down: a new connection is refused.
@@ -203,6 +212,21 @@ func (s *conformanceServer) serve(w http.ResponseWriter, r *http.Request) string
 	w.Header().Set("Location", echo)
 	s.c.Respond(w, r, answer, echo)
 	return echo
+}
+
+// intermediaryPages are the answers of something in front of the peer —
+// a TLS-intercepting egress proxy's block page, a maintenance page, the
+// host a wrong base URL points at — that the suite gives in the peer's
+// place. No provider may class one Confirmed: nothing proves the peer
+// received the request, let alone performed it.
+var intermediaryPages = map[string]struct {
+	status            int
+	contentType, body string
+}{
+	"a proxy's 200 HTML page": {200, "text/html; charset=utf-8",
+		"<!DOCTYPE html><html><head><title>Access policy</title></head><body><h1>This site is blocked by your organisation's policy.</h1></body></html>"},
+	"a 200 JSON answer without the peer's proof": {200, "application/json", `{"status":"ok"}`},
+	"a 202 with an empty body and no headers":    {202, "text/plain", ""},
 }
 
 // RespondJSON is a Conformance.Respond for a JSON API that answers with
@@ -359,6 +383,28 @@ func RunConformance(t *testing.T, c Conformance) {
 			}
 			if cc.after > 0 && r.RetryAfter != cc.after {
 				t.Fatalf("RetryAfter %s, want %s", r.RetryAfter, cc.after)
+			}
+			if n := len(s.received()); n != 1 {
+				t.Fatalf("the peer received %d requests for one call: the dispatcher owns retries", n)
+			}
+		})
+	}
+	// An intermediary's 2xx is no confirmation: the provider states what
+	// proves an answer is its peer's (a content type, a header, an id, a
+	// status; a configured rule for a generic type), and classes anything
+	// else unknown.
+	for i, name := range slices.Sorted(maps.Keys(intermediaryPages)) {
+		t.Run(name+" is not confirmed", func(t *testing.T) {
+			s := server(t)
+			s.mu.Lock()
+			s.page = name
+			s.mu.Unlock()
+			r := do(t, s, context.Background(), call(30+i))
+			if r.IsConfirmed() {
+				t.Fatalf("an intermediary's answer (%s) was confirmed with ref %q: a provider confirms only what proves itself its peer's", name, r.Ref)
+			}
+			if !r.IsUnknown() || r.Err == nil {
+				t.Fatalf("got %s (%v), want unknown with an error: the request may or may not have reached the peer", r.Class, r.Err)
 			}
 			if n := len(s.received()); n != 1 {
 				t.Fatalf("the peer received %d requests for one call: the dispatcher owns retries", n)

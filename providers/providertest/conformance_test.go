@@ -36,6 +36,8 @@ const (
 	brokenMisclassify = "misclassify"
 	// brokenLeak keeps the peer's answer without redacting it.
 	brokenLeak = "leak"
+	// brokenAny2xx confirms any 2xx, whoever answered it.
+	brokenAny2xx = "any2xx"
 )
 
 func newRefProvider(baseURL, secret, broken string) *refProvider {
@@ -84,6 +86,10 @@ func (p *refProvider) call(ctx context.Context, c providers.Call) providers.Resu
 	case providers.Confirmed:
 		var ok struct{ ID string }
 		_ = json.Unmarshal(body, &ok)
+		// The peer's proof: JSON with an id, and its X-Ref-Request header.
+		if p.broken != brokenAny2xx && (ok.ID == "" || resp.Header.Get("X-Ref-Request") == "" || !providers.HasMediaType(resp.Header, "application/json")) {
+			return providers.NotProven("ref", resp.StatusCode, "no id, X-Ref-Request or JSON")
+		}
 		return providers.Confirm(ok.ID, resp.Header.Get("Idempotent-Replayed") == "true", detail)
 	case providers.Retryable:
 		return providers.Retry(fmt.Errorf("ref: %s", resp.Status), providers.RetryAfter(resp.Header, time.Now()))
@@ -117,6 +123,8 @@ func refConformance(broken string) providertest.Conformance {
 				if a == providertest.AnswerReplay {
 					w.Header().Set("Idempotent-Replayed", "true")
 				}
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("X-Ref-Request", "req_1")
 				w.Write(body)
 			case providertest.AnswerReject:
 				http.Error(w, "declined: "+echo, http.StatusPaymentRequired)
@@ -160,6 +168,9 @@ func TestConformance_CatchesBrokenProviders(t *testing.T) {
 		{brokenMisclassify, []string{"timeout_is_unknown", "want unknown"}},
 		// A provider that keeps what its peer echoes stores its secrets.
 		{brokenLeak, []string{"no_secret_in_any_result", "holds the secrets", refSecret, refToken}},
+		// A provider that confirms any 2xx takes a proxy's page for its
+		// peer's confirmation.
+		{brokenAny2xx, []string{"a_proxy's_200_HTML_page_is_not_confirmed", "an intermediary's answer"}},
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			t.Parallel()

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -180,11 +181,20 @@ func retryAfter(w http.ResponseWriter, res providers.Result) {
 func NewStripeServer(f *Fake, apiKey string) *WireServer {
 	return startWire(f, func(s *WireServer) http.Handler {
 		mux := http.NewServeMux()
-		mux.HandleFunc("POST /v1/{objects}", func(w http.ResponseWriter, r *http.Request) { s.stripeCreate(w, r, apiKey) })
-		mux.HandleFunc("GET /v1/{objects}", func(w http.ResponseWriter, r *http.Request) { s.stripeList(w, r, apiKey) })
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		var requests atomic.Int64
+		with := func(h func(http.ResponseWriter, *http.Request)) func(http.ResponseWriter, *http.Request) {
+			return func(w http.ResponseWriter, r *http.Request) {
+				// Stripe sets a Request-Id on every answer: a provider
+				// takes it for proof that the answer is Stripe's.
+				w.Header().Set("Request-Id", fmt.Sprintf("req_wire%d", requests.Add(1)))
+				h(w, r)
+			}
+		}
+		mux.HandleFunc("POST /v1/{objects}", with(func(w http.ResponseWriter, r *http.Request) { s.stripeCreate(w, r, apiKey) }))
+		mux.HandleFunc("GET /v1/{objects}", with(func(w http.ResponseWriter, r *http.Request) { s.stripeList(w, r, apiKey) }))
+		mux.HandleFunc("/", with(func(w http.ResponseWriter, r *http.Request) {
 			writeWireJSON(w, http.StatusNotFound, stripeError("invalid_request_error", "", "Unrecognized request URL ("+r.Method+" "+r.URL.Path+")."))
-		})
+		}))
 		return mux
 	})
 }

@@ -78,10 +78,14 @@
 // queued, and a load balancer's 502 or 504 after SendGrid's work. So:
 //
 //	SendGrid's answer                   class      why
-//	2xx (202 Accepted)                  confirmed  valid and queued. Ref = X-Message-Id, or "accepted"
-//	                                               (AcceptedRef) without one; Replayed false
+//	202 Accepted with X-Message-Id      confirmed  valid and queued. Ref = X-Message-Id; Replayed false
+//	another 2xx, or 202 without         unknown    not proven SendGrid's (a proxy's page, another host):
+//	  X-Message-Id                                 Err wraps providers.ErrNotProven
 //	400, 401, 403, 404, 405, 413,       rejected   a problem with the request: refused, not queued.
-//	  other 4xx                                    Err *APIError; Detail {"status", "errors"}
+//	  other 4xx, with SendGrid's                   Err *APIError; Detail {"status", "errors"}
+//	  {"errors": […]}
+//	the same without SendGrid's error   unknown    a proxy's or gateway's page proves no refusal of
+//	  JSON                                         SendGrid's; Detail {"status", "body"}
 //	429 Too Many Requests               retryable  rate limited before processing; RetryAfter from
 //	                                               Retry-After, else X-RateLimit-Reset (unix seconds)
 //	408, 425                            retryable  the request was not received whole, or not processed

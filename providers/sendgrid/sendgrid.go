@@ -51,11 +51,6 @@ const HeaderKey = "X-Sidefx-Key"
 // Result's Ref.
 const HeaderMessageID = "X-Message-Id"
 
-// AcceptedRef is the Ref of a confirmed Result whose answer carried no
-// X-Message-Id header. It is the same for every such mail: match those by
-// their key (ArgKey, HeaderKey) instead.
-const AcceptedRef = "accepted"
-
 // maxAnswerBytes bounds how much of an answer's body is read; SendGrid's
 // answers are a few hundred bytes.
 const maxAnswerBytes = 1 << 20
@@ -280,13 +275,34 @@ func (p *Provider) classify(what string, resp *rest.Response, now time.Time) pro
 	h := http.Header(resp.Headers)
 	class := providers.ClassifyStatus(resp.StatusCode)
 	if class == providers.Confirmed {
+		// SendGrid's Mail Send answers 202 Accepted with the message's id
+		// in X-Message-Id: that is its proof. Any other 2xx, or a 202
+		// without the id, may be an intermediary's (a proxy's page, a
+		// wrong base URL's host): not confirmed.
 		ref := truncate(p.redact.String(strings.TrimSpace(h.Get(HeaderMessageID))), maxRefBytes)
-		if ref == "" {
-			ref = AcceptedRef
+		var miss []string
+		if resp.StatusCode != http.StatusAccepted {
+			miss = append(miss, "want 202 Accepted")
 		}
-		return providers.Confirm(ref, false, nil)
+		if ref == "" {
+			miss = append(miss, "no "+HeaderMessageID+" header")
+		}
+		if len(miss) == 0 {
+			return providers.Confirm(ref, false, nil)
+		}
+		apiErr := parseAnswer(resp.StatusCode, resp.Body, p.redact.String)
+		r := providers.Unsure(fmt.Errorf("%s: %w: status %d, %s: %w", what, providers.ErrNotProven, resp.StatusCode, strings.Join(miss, ", "), apiErr))
+		r.Detail = apiErr.detail()
+		return r
 	}
 	apiErr := parseAnswer(resp.StatusCode, resp.Body, p.redact.String)
+	if class == providers.Rejected && len(apiErr.Errors) == 0 {
+		// A refusal without SendGrid's error JSON ({"errors": […]}): a
+		// proxy's or gateway's page, which is no proof that SendGrid
+		// refused the mail. Unknown, so the mail ends uncertain for an
+		// operator rather than failed on an intermediary's word.
+		class = providers.Unknown
+	}
 	err := fmt.Errorf("%s: %w", what, apiErr)
 	after := providers.RetryAfter(h, now)
 	if after == 0 && resp.StatusCode == http.StatusTooManyRequests {

@@ -149,6 +149,13 @@ func TestProvider_Conformance(t *testing.T) {
 	})
 }
 
+// accepted answers as SendGrid's Mail Send does a mail it queued: 202
+// with the message's id.
+func accepted(w http.ResponseWriter) {
+	w.Header().Set(sendgrid.HeaderMessageID, "W4p0sWJtRKm5dGxHZ3Yw1A")
+	w.WriteHeader(http.StatusAccepted)
+}
+
 // answer writes a JSON answer.
 func answer(w http.ResponseWriter, status int, body string) {
 	w.Header().Set("Content-Type", "application/json")
@@ -221,14 +228,28 @@ func TestProvider_Classifies(t *testing.T) {
 			class: providers.Confirmed, ref: "14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0",
 		},
 		{
-			name:    "202 without X-Message-Id is confirmed as accepted",
+			// Mail Send's proof is a 202 with X-Message-Id: without it, the
+			// answer may be an intermediary's (a proxy, another host).
+			name:    "202 without X-Message-Id is unknown",
 			respond: func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) },
-			class:   providers.Confirmed, ref: sendgrid.AcceptedRef,
+			class:   providers.Unknown, errText: "answer not proven the provider's own: status 202, no X-Message-Id header",
 		},
 		{
-			name:    "200 is confirmed",
-			respond: func(w http.ResponseWriter, _ *http.Request) { answer(w, http.StatusOK, `{}`) },
-			class:   providers.Confirmed, ref: sendgrid.AcceptedRef,
+			name: "200 is unknown, with or without X-Message-Id",
+			respond: func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("X-Message-Id", "W4p0sWJtRKm5dGxHZ3Yw1A")
+				answer(w, http.StatusOK, `{}`)
+			},
+			class: providers.Unknown, errText: "status 200, want 202 Accepted",
+		},
+		{
+			name: "a proxy's 200 HTML page is unknown",
+			respond: func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(http.StatusOK)
+				io.WriteString(w, "<html><body>Blocked by policy</body></html>")
+			},
+			class: providers.Unknown, detail: `{"status":200,"body":"\u003chtml\u003e\u003cbody\u003eBlocked by policy`,
 		},
 		{
 			name: "400 is rejected with SendGrid's errors",
@@ -254,9 +275,20 @@ func TestProvider_Classifies(t *testing.T) {
 			class: providers.Rejected, errText: "413 Request Entity Too Large: content too large",
 		},
 		{
-			name:    "a 404 from a proxy keeps the start of its body",
+			// Without SendGrid's error JSON nothing proves SendGrid refused:
+			// unknown, so the mail ends uncertain rather than failed.
+			name:    "a 404 from a proxy is unknown and keeps the start of its body",
 			respond: func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no such route", 404) },
-			class:   providers.Rejected, detail: `{"status":404,"body":"no such route"}`,
+			class:   providers.Unknown, detail: `{"status":404,"body":"no such route"}`,
+		},
+		{
+			name: "a proxy's 403 HTML page is unknown",
+			respond: func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(http.StatusForbidden)
+				io.WriteString(w, "<html><body>Forbidden by policy</body></html>")
+			},
+			class: providers.Unknown, errText: "sendgrid answered 403 Forbidden",
 		},
 		{
 			name: "429 waits for Retry-After",
@@ -403,10 +435,10 @@ func TestProvider_KeepsTheKeyOutOfEveryResult(t *testing.T) {
 			}}})
 			answer(w, http.StatusUnauthorized, string(body))
 		}},
-		{"401 plain body echoes the header", providers.Rejected, func(w http.ResponseWriter, auth string) {
+		{"401 plain body echoes the header", providers.Unknown, func(w http.ResponseWriter, auth string) {
 			http.Error(w, "bad credentials "+auth+" "+strings.Repeat("x", 600), http.StatusUnauthorized)
 		}},
-		{"a key cut at the body limit", providers.Rejected, func(w http.ResponseWriter, auth string) {
+		{"a key cut at the body limit", providers.Unknown, func(w http.ResponseWriter, auth string) {
 			http.Error(w, strings.Repeat("y", 500)+auth, http.StatusForbidden)
 		}},
 		{"500 echoes the header", providers.Unknown, func(w http.ResponseWriter, auth string) {
@@ -449,7 +481,7 @@ func TestProvider_KeepsTheKeyOutOfEveryResult(t *testing.T) {
 
 func TestProvider_SendsTheRequestSendGridExpects(t *testing.T) {
 	t.Parallel()
-	ts, s := server(t, func(w http.ResponseWriter, _ *http.Request, _ received) { w.WriteHeader(http.StatusAccepted) })
+	ts, s := server(t, func(w http.ResponseWriter, _ *http.Request, _ received) { accepted(w) })
 	p := newProvider(t, ts.URL+"/proxy/")
 	if r := p.Call(context.Background(), testCall()); !r.IsConfirmed() {
 		t.Fatalf("%s %v", r.Class, r.Err)
@@ -480,7 +512,7 @@ func TestProvider_SendsTheRequestSendGridExpects(t *testing.T) {
 
 func TestProvider_TagsEveryPersonalization(t *testing.T) {
 	t.Parallel()
-	ts, s := server(t, func(w http.ResponseWriter, _ *http.Request, _ received) { w.WriteHeader(http.StatusAccepted) })
+	ts, s := server(t, func(w http.ResponseWriter, _ *http.Request, _ received) { accepted(w) })
 	p := newProvider(t, ts.URL)
 	c := testCall(`{
 		"personalizations": [
@@ -546,7 +578,7 @@ func TestProvider_TagsEveryPersonalization(t *testing.T) {
 
 func TestProvider_RejectsBadPayloadsBeforeAnyRequest(t *testing.T) {
 	t.Parallel()
-	ts, s := server(t, func(w http.ResponseWriter, _ *http.Request, _ received) { w.WriteHeader(http.StatusAccepted) })
+	ts, s := server(t, func(w http.ResponseWriter, _ *http.Request, _ received) { accepted(w) })
 	p := newProvider(t, ts.URL)
 	const from = `"from": {"email": "shop@example.com"}`
 	const content = `"content": [{"type": "text/plain", "value": "hi"}]`
@@ -643,7 +675,7 @@ func TestProvider_LostAnswerIsUnknownAndNotResent(t *testing.T) {
 				n := served
 				mu.Unlock()
 				if n == 1 {
-					w.WriteHeader(http.StatusAccepted)
+					accepted(w)
 					return
 				}
 				if how == "abort" {
@@ -737,7 +769,7 @@ func TestProvider_NotSentIsRetryable(t *testing.T) {
 	})
 	t.Run("context done before the call", func(t *testing.T) {
 		t.Parallel()
-		ts, s := server(t, func(w http.ResponseWriter, _ *http.Request, _ received) { w.WriteHeader(202) })
+		ts, s := server(t, func(w http.ResponseWriter, _ *http.Request, _ received) { accepted(w) })
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		if r := newProvider(t, ts.URL).Call(ctx, testCall()); !r.IsRetryable() {
@@ -806,7 +838,7 @@ func TestProvider_ReadsABoundedAnswer(t *testing.T) {
 		bw.Flush() //nolint:errcheck
 	})
 	r := newProvider(t, ts.URL).Call(context.Background(), testCall())
-	if !r.IsRejected() || len(r.Detail) > 1024 {
+	if !r.IsUnknown() || len(r.Detail) > 1024 { // not SendGrid's error JSON: unknown
 		t.Fatalf("%s, Detail of %d bytes", r.Class, len(r.Detail))
 	}
 }

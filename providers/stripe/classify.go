@@ -170,7 +170,13 @@ func (p *Provider) classify(op string, obj *object, err error, ex *exchange) pro
 			// (never followed) or 1xx is no confirmation.
 			return providers.Unsure(fmt.Errorf("%s: status %d is no answer to the request", what, status))
 		}
-		return confirm(obj, nil)
+		if obj != nil && obj.resp != nil {
+			header = obj.resp.Header
+		}
+		if why := proof(obj, header); why != "" {
+			return providers.NotProven(what, status, why)
+		}
+		return confirm(obj, header)
 	}
 	var se *stripego.Error
 	if errors.As(err, &se) {
@@ -182,15 +188,25 @@ func (p *Provider) classify(op string, obj *object, err error, ex *exchange) pro
 	}
 	switch {
 	case status >= 200 && status < 300:
-		// Stripe performed the request; its answer was lost or unreadable
-		// (stripe-go failed reading or decoding the body).
-		return confirm(obj, header)
+		// A 2xx whose body stripe-go could not read or decode: cut off, or
+		// not Stripe's at all (an intermediary's page). No object id
+		// proves it Stripe's: unknown, retried with the key, and Stripe
+		// replays its stored answer whole.
+		return providers.NotProven(what, status, "body not read as a stripe object: "+err.Error())
 	case status != 0:
 		// An answer without a Stripe error object: a proxy's or load
-		// balancer's page, which stripe-go reports as a plain error. A 5xx
-		// from a gateway may follow Stripe's work.
+		// balancer's page, which stripe-go reports as a plain error.
+		// Nothing proves Stripe refused: a 408, 425 or 429 is retryable,
+		// anything else unknown (a 5xx from a gateway may follow Stripe's
+		// work; a proxy's 4xx is no refusal of Stripe's).
 		e := fmt.Errorf("%s: status %d without a stripe error object", what, status)
-		return statusResult(status, e, providers.RetryAfter(header, time.Now()))
+		after := providers.RetryAfter(header, time.Now())
+		if providers.ClassifyStatus(status) == providers.Retryable {
+			return providers.Retry(e, after)
+		}
+		r := providers.Unsure(e)
+		r.RetryAfter = after
+		return r
 	case !sent:
 		// stripe-go refused to build the request: nothing left the host,
 		// and another attempt would fail the same way.
@@ -214,24 +230,30 @@ type confirmed struct {
 	// RequestID is Stripe's id for the request; on a replay, the original
 	// request's.
 	RequestID string `json:"request_id,omitempty"`
-	// Unread: Stripe answered 2xx but the object could not be read; the
-	// effect is done, and its object can be found by its metadata.
-	Unread bool `json:"unread,omitempty"`
 }
 
-// confirm builds a Confirmed Result from obj; header is the answer's, when
-// obj has none (an answer stripe-go could not read).
+// proof says what a 2xx answer lacks to be Stripe's own: Stripe answers
+// every API request with JSON (Content-Type application/json) and a
+// Request-Id header, and a create or an action returns the object with its
+// id. "" when nothing is missing.
+func proof(obj *object, header http.Header) string {
+	var miss []string
+	if !providers.HasMediaType(header, "application/json") {
+		miss = append(miss, fmt.Sprintf("content type %q (want application/json)", header.Get("Content-Type")))
+	}
+	if strings.TrimSpace(header.Get("Request-Id")) == "" {
+		miss = append(miss, "no Request-Id header")
+	}
+	if obj == nil || obj.ID == "" {
+		miss = append(miss, "no object id")
+	}
+	return strings.Join(miss, ", ")
+}
+
+// confirm builds a Confirmed Result from obj, which proof accepted with
+// header, its answer's.
 func confirm(obj *object, header http.Header) providers.Result {
-	var d confirmed
-	if obj != nil {
-		d = confirmed{ID: obj.ID, Object: obj.Object, Status: obj.Status, Amount: obj.Amount, Currency: obj.Currency, Livemode: obj.Livemode}
-		if obj.resp != nil {
-			header = obj.resp.Header
-		}
-	}
-	if d.ID == "" {
-		d = confirmed{Unread: true}
-	}
+	d := confirmed{ID: obj.ID, Object: obj.Object, Status: obj.Status, Amount: obj.Amount, Currency: obj.Currency, Livemode: obj.Livemode}
 	d.Replayed = header.Get("Idempotent-Replayed") == "true"
 	d.RequestID = header.Get("Request-Id")
 	detail, _ := json.Marshal(d)

@@ -77,11 +77,14 @@
 // replayed and nothing is performed twice.
 //
 //	Stripe's answer                          class      why
-//	2xx                                      confirmed  performed, first time or replayed ("Idempotent-Replayed:
+//	2xx, JSON, Request-Id, with the object   confirmed  performed, first time or replayed ("Idempotent-Replayed:
 //	                                                    true" sets Replayed). Ref = object id (pi_…, ch_…, re_…,
 //	                                                    cus_…, tr_…); Detail {id, object, status, amount,
 //	                                                    currency, livemode, replayed, request_id}
-//	2xx whose body was lost or unreadable    confirmed  performed: Ref "" and Detail {"unread":true,…}
+//	2xx without that proof: not JSON, no     unknown    not proven Stripe's (an egress proxy's page, a wrong
+//	  Request-Id, no object id, a body lost             BaseURL's host) or not read: Err wraps
+//	  or unreadable                                     providers.ErrNotProven; retried with the key, where
+//	                                                    Stripe replays its stored answer whole
 //	5xx (500, 502, 503, 504), with or        unknown    execution may have begun: Stripe saved the 500 for the
 //	  without a Stripe error object                     key and replays it to every retry; a gateway's 502/504
 //	                                                    may follow Stripe's work. Retry-After kept
@@ -100,6 +103,8 @@
 //	400 (validation, invalid_request_error)  rejected   failed validation: nothing saved, nothing performed
 //	401, 403                                 rejected   no key, or a key without the permission: not performed
 //	404 and other 4xx                        rejected   this request refused
+//	4xx without a Stripe error object        unknown    a proxy's or gateway's page, no refusal of Stripe's
+//	  (other than 408, 425, 429)                        (Stripe answers every error as JSON {"error": …})
 //	408, 425 (a proxy's)                     retryable  the request was not received whole: not performed
 //	1xx, 3xx (not followed)                  unknown    no answer to the request
 //	connection refused, DNS failure,         retryable  nothing was sent (providers.TransportResult)

@@ -31,6 +31,7 @@ func Example() {
 		}
 		seen[key] = true
 		w.Header().Set("Request-Id", "req_example")
+		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"id":"pi_3Pexample","object":"payment_intent","amount":2000,"currency":"usd","status":"requires_payment_method","livemode":false}`)
 	}))
 	defer srv.Close()

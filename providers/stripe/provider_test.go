@@ -253,7 +253,9 @@ func TestProvider_ClassifiesStripeErrors(t *testing.T) {
 			},
 		},
 		{name: "401", answer: scripted{status: 401, body: stripeError("invalid_request_error", "", "Invalid API Key provided: sk_test_****")}, want: providers.Rejected},
-		{name: "401 without a Stripe error object", answer: scripted{status: 401, body: "unauthorized"}, want: providers.Rejected},
+		// Without Stripe's error object nothing proves Stripe refused (a
+		// proxy's page, another host): unknown, never a definite refusal.
+		{name: "401 without a Stripe error object", answer: scripted{status: 401, body: "unauthorized"}, want: providers.Unknown},
 		{name: "403", answer: scripted{status: 403, body: stripeError("invalid_request_error", "secret_key_required", "This API call cannot be made with a publishable API key.")}, want: providers.Rejected},
 		{name: "404", answer: scripted{status: 404, body: stripeError("invalid_request_error", "resource_missing", "No such customer: 'cus_x'")}, want: providers.Rejected},
 		{
@@ -261,7 +263,9 @@ func TestProvider_ClassifiesStripeErrors(t *testing.T) {
 			answer: scripted{status: 400, header: map[string]string{"Stripe-Should-Retry": "true"}, body: stripeError("invalid_request_error", "", "Please retry.")},
 			want:   providers.Retryable,
 		},
-		{name: "404 page from a proxy", answer: scripted{status: 404, body: "not found"}, want: providers.Rejected},
+		{name: "404 page from a proxy", answer: scripted{status: 404, body: "not found"}, want: providers.Unknown},
+		{name: "403 HTML page from an egress proxy", answer: scripted{status: 403, header: map[string]string{"Content-Type": "text/html"}, body: "<html><body>Blocked by policy</body></html>"}, want: providers.Unknown},
+		{name: "429 page from a proxy", answer: scripted{status: 429, header: map[string]string{"Retry-After": "3"}, body: "slow down"}, want: providers.Retryable, after: 3 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -288,17 +292,51 @@ func TestProvider_ClassifiesStripeErrors(t *testing.T) {
 	}
 }
 
-func TestProvider_UnreadableSuccessIsConfirmed(t *testing.T) {
+// A 2xx is Stripe's only with its proof: JSON (Content-Type
+// application/json), a Request-Id header, and the object's id. Anything
+// else may be an intermediary's (an egress proxy's block page, a
+// maintenance page, a wrong BaseURL's host), and is unknown: retried with
+// the key, where Stripe replays its stored answer whole.
+func TestProvider_A2xxWithoutStripesProofIsUnknown(t *testing.T) {
 	t.Parallel()
-	s := newFakeStripe(t)
-	s.answer(scripted{status: 200, header: map[string]string{"Idempotent-Replayed": "true", "Request-Id": "req_odd"}, body: `{"id": "pi_1", "amount": "not a number"`})
-	r := newProvider(t, s.URL).Call(testCtx(t), call("order-odd", "stripe.payment_intents.create", piPayload))
-	if !r.IsConfirmed() || !r.Replayed {
-		t.Fatalf("a 2xx Stripe answered: %s replayed %t (%v), want confirmed: it was done", r.Class, r.Replayed, r.Err)
+	const pi = `{"id": "pi_1", "object": "payment_intent", "status": "succeeded", "amount": 2000, "currency": "usd"}`
+	json := map[string]string{"Content-Type": "application/json", "Request-Id": "req_1"}
+	cases := []struct {
+		name   string
+		answer scripted
+		says   string
+	}{
+		{"a proxy's 200 HTML page", scripted{status: 200, header: map[string]string{"Content-Type": "text/html; charset=utf-8"},
+			body: "<!DOCTYPE html><html><body>Blocked by your organisation's policy</body></html>"}, "body not read as a stripe object"},
+		{"200 JSON without an id", scripted{status: 200, header: json, body: `{"status": "ok"}`}, "no object id"},
+		{"200 JSON with an id and no Request-Id", scripted{status: 200, header: map[string]string{"Content-Type": "application/json"}, body: pi}, "no Request-Id header"},
+		{"200 with an id and a Request-Id, as text/html", scripted{status: 200, header: map[string]string{"Content-Type": "text/html", "Request-Id": "req_1"}, body: pi}, `content type "text/html" (want application/json)`},
+		{"200 JSON cut off", scripted{status: 200, header: map[string]string{"Content-Type": "application/json", "Idempotent-Replayed": "true", "Request-Id": "req_odd"},
+			body: `{"id": "pi_1", "amount": "not a number"`}, "body not read as a stripe object"},
 	}
-	if d := detail(t, r); d["unread"] != true || d["request_id"] != "req_odd" {
-		t.Fatalf("detail %s", r.Detail)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newFakeStripe(t)
+			s.answer(tc.answer)
+			r := newProvider(t, s.URL).Call(testCtx(t), call("order-"+tc.name, "stripe.payment_intents.create", piPayload))
+			if r.IsConfirmed() {
+				t.Fatalf("confirmed with ref %q: an answer without Stripe's proof is no confirmation", r.Ref)
+			}
+			if !r.IsUnknown() || !errors.Is(r.Err, providers.ErrNotProven) || !strings.Contains(r.Err.Error(), tc.says) {
+				t.Fatalf("got %s (%v), want unknown, not proven: %s", r.Class, r.Err, tc.says)
+			}
+		})
 	}
+	t.Run("with the proof it is confirmed", func(t *testing.T) {
+		t.Parallel()
+		s := newFakeStripe(t)
+		s.answer(scripted{status: 200, header: json, body: pi})
+		r := newProvider(t, s.URL).Call(testCtx(t), call("order-proven", "stripe.payment_intents.create", piPayload))
+		if !r.IsConfirmed() || r.Ref != "pi_1" {
+			t.Fatalf("got %s %q (%v), want confirmed pi_1", r.Class, r.Ref, r.Err)
+		}
+	})
 }
 
 // Payloads and kinds the provider refuses itself: no request leaves.

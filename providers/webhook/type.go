@@ -52,6 +52,15 @@ type Settings struct {
 	// processed, and so absorbs a repeated delivery: sidefx never sends a
 	// possibly-performed effect again after it. Positive. Default 24h.
 	KeyWindow ptype.Duration `yaml:"key_window"`
+
+	// ConfirmWhen is what proves a 2xx answer is the receiver's own, not
+	// an intermediary's (a proxy's block page, a maintenance page):
+	// statuses (a list of 2xx statuses), content_type (a media type, such
+	// as application/json) and headers (names of headers that must be
+	// present). A 2xx without the proof is unknown: retried under the same
+	// webhook-id inside key_window, then uncertain, never confirmed.
+	// Default: any 2xx, what Standard Webhooks counts as a delivery.
+	ConfirmWhen providers.ConfirmWhen `yaml:"confirm_when"`
 }
 
 // String prints the settings with the URL's credentials and query and the
@@ -115,6 +124,7 @@ func checkSettings(s *Settings, p *ptype.Problems) {
 	}
 	p.URL("url", s.URL, TypeName)
 	p.Headers(s.Headers, s.HeadersEnv)
+	s.ConfirmWhen.Validate(func(field, problem string) { p.Add("confirm_when."+field, "%s", problem) })
 	if s.KeyWindow <= 0 {
 		p.Add("key_window", "%s: want a positive duration, how long the receiver keeps webhook-ids (default %s)", s.KeyWindow, ptype.Duration(DefaultKeyWindow))
 	}
@@ -175,7 +185,7 @@ func buildProvider(s *Settings, b *ptype.Build) (providers.Provider, error) {
 		all = map[string]string{}
 	}
 	maps.Copy(all, headers)
-	p, err := New(&Config{Name: b.Name, URL: s.URL, Secrets: signing, Timeout: b.Timeout, KeyWindow: time.Duration(s.KeyWindow), Headers: all})
+	p, err := New(&Config{Name: b.Name, URL: s.URL, Secrets: signing, Timeout: b.Timeout, KeyWindow: time.Duration(s.KeyWindow), Headers: all, ConfirmWhen: s.ConfirmWhen})
 	if err != nil {
 		// The settings passed their dry run and each secret its own try:
 		// what is refused now is a secret.

@@ -178,6 +178,15 @@ type Config struct {
 	// redirect; the caller's client is not changed.
 	HTTPClient *http.Client
 
+	// ConfirmWhen is what proves a 2xx answer is the receiver's own and
+	// not an intermediary's (a proxy's block page, a maintenance page): a
+	// 2xx without it is unknown, retried under the same webhook-id inside
+	// KeyWindow, then uncertain; never confirmed. Default (the zero
+	// value): any 2xx, which is what Standard Webhooks counts as a
+	// delivery. Set it when the receiver's answers carry a mark of their
+	// own (a content type, a request-id header, a status).
+	ConfirmWhen providers.ConfirmWhen
+
 	// MaxResponseBytes bounds how much of an answer's body is read and kept
 	// in a Result's Detail (escaping can make the stored text somewhat
 	// longer). Default 64 KiB; at most 16 MiB, since the Detail is stored in
@@ -219,9 +228,11 @@ type Provider struct {
 	timeout time.Duration
 	window  time.Duration
 	maxBody int64
-	hc      *http.Client
-	own     *http.Transport // nil when the caller gave HTTPClient
-	now     func() time.Time
+	// confirmWhen is Config.ConfirmWhen.
+	confirmWhen providers.ConfirmWhen
+	hc          *http.Client
+	own         *http.Transport // nil when the caller gave HTTPClient
+	now         func() time.Time
 }
 
 // secrets holds what must never be printed. Behind a pointer, fmt shows
@@ -272,6 +283,11 @@ func New(cfg *Config) (*Provider, error) {
 	case c.MaxResponseBytes < 0 || c.MaxResponseBytes > maxMaxResponseBytes:
 		return nil, configErr("MaxResponseBytes is %d, it must be between 0 and %d (16 MiB)", c.MaxResponseBytes, maxMaxResponseBytes)
 	}
+	var bad []string
+	c.ConfirmWhen.Validate(func(field, problem string) { bad = append(bad, "ConfirmWhen."+field+": "+problem) })
+	if len(bad) > 0 {
+		return nil, configErr("%s", strings.Join(bad, "; "))
+	}
 	headers := make(http.Header, len(c.Headers))
 	for name, value := range c.Headers {
 		if err := checkHeader(name, value); err != nil {
@@ -294,6 +310,8 @@ func New(cfg *Config) (*Provider, error) {
 		window:  c.KeyWindow,
 		maxBody: c.MaxResponseBytes,
 		now:     time.Now,
+
+		confirmWhen: c.ConfirmWhen,
 	}
 	if c.HTTPClient != nil {
 		hc := *c.HTTPClient
@@ -545,6 +563,11 @@ func (p *Provider) classify(resp *http.Response, body []byte, complete bool, id 
 		d.RequestID = rid
 	}
 	if code >= 200 && code < 300 {
+		if why := p.confirmWhen.Check(code, resp.Header); why != "" {
+			r := providers.NotProven(p.name, code, why)
+			r.Detail = d.encode()
+			return r
+		}
 		ref := ""
 		if complete {
 			ref = bodyID(body)

@@ -216,6 +216,9 @@ func TestProvider_Conformance(t *testing.T) {
 			return newProvider(t, u, func(c *webhook.Config) {
 				c.Secrets = []string{newSecret}
 				c.Headers = map[string]string{"X-Gateway-Token": "Bearer " + confHeader}
+				// What proves the receiver answered (RespondJSON's marks),
+				// so that an intermediary's 2xx is not confirmed.
+				c.ConfirmWhen = providers.ConfirmWhen{ContentType: "application/json", Headers: []string{"X-Request-Id"}}
 			})
 		},
 		Kind:       testKind,

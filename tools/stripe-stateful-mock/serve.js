@@ -9,6 +9,7 @@
 // LOG_LEVEL is loglevel's: silent, error, warn, info (default) or debug
 // (debug logs every request's parameters).
 "use strict";
+const http = require("http");
 const log = require("loglevel");
 const { createExpressApp } = require("stripe-stateful-mock");
 
@@ -22,7 +23,16 @@ log.setDefaultLevel("info");
 if (process.env.LOG_LEVEL) {
   log.setLevel(process.env.LOG_LEVEL);
 }
-const server = createExpressApp().listen(port, host, () => {
+// Stripe answers every API request with JSON. The package replays a
+// stored answer with Express's res.send(string), which labels it text/html;
+// sidefx takes application/json for part of Stripe's proof that an answer
+// is Stripe's, so every answer is labelled JSON before the app runs (the
+// app's own res.json keeps a type already set).
+const app = createExpressApp();
+const server = http.createServer((req, res) => {
+  res.setHeader("Content-Type", "application/json; charset=utf-8");
+  app(req, res);
+}).listen(port, host, () => {
   log.info(`stripe-stateful-mock listening on ${host}:${port}`);
 });
 server.on("error", (err) => {

@@ -76,6 +76,7 @@ func (s *replayingStripe) serve(w http.ResponseWriter, r *http.Request) {
 	form, _ := url.ParseQuery(string(body))
 	key := r.Header.Get("Idempotency-Key")
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", "req_e2e_"+key) // Stripe's mark on every answer
 	s.mu.Lock()
 	if answer, ok := s.byKey[key]; ok {
 		s.replays++
