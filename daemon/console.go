@@ -15,6 +15,7 @@ import (
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/internal/console"
 	"github.com/sidefx/sidefx/internal/engine"
+	"github.com/sidefx/sidefx/internal/httpbound"
 	"github.com/sidefx/sidefx/providers"
 )
 
@@ -114,8 +115,11 @@ func serveConsole(h http.Handler, listen string, tokens int, proxies bool, log *
 	if err != nil {
 		return nil, fmt.Errorf("console listen %s: %w", listen, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// A form is read within 30 s; an answer (a bulk action's included)
+	// written within 2 minutes. The console bounds its bodies itself
+	// (console.MaxBody, console.BodyBudget).
+	srv := httpbound.Server(h, 30*time.Second, 2*time.Minute)
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("console server stopped", "err", err)

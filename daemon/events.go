@@ -3,73 +3,108 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 
 	"github.com/sidefx/sidefx/internal/engine"
+	"github.com/sidefx/sidefx/internal/httpbound"
 	"github.com/sidefx/sidefx/internal/metrics"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/reconcile"
 )
 
-// maxEventBody bounds a delivery of events (SendGrid batches events into
-// deliveries well under it).
-const maxEventBody = 8 << 20
+// maxEventBody bounds a delivery of events: a longer one is refused (413)
+// before a byte of it is read when it declares its length, and cut there
+// when it does not. The providers' own maxima:
+//
+//   - SendGrid posts its Event Webhook's batches "every 30 seconds or when
+//     the batch size reaches 768 kilobytes, whichever occurs first"
+//     (Twilio SendGrid, "Getting Started with the Event Webhook",
+//     https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook);
+//     a batch closes past that size, so 1 MiB leaves room for its last
+//     event.
+//   - Stripe documents no maximum for an event: it posts one event, whose
+//     data holds one object, with its lists cut to their first page and
+//     metadata limited to 50 keys of 40 characters with values of 500
+//     (https://docs.stripe.com/metadata, "Metadata limits"); such events
+//     are a few kilobytes to a few tens of kilobytes, and 1 MiB is a
+//     conservative bound far above them.
+const maxEventBody = 1 << 20
+
+// eventsBudget bounds the bytes of event deliveries held in memory at
+// once, across providers: 16 whole deliveries. A delivery past it is
+// refused with 503 and Retry-After; Stripe and SendGrid both deliver again
+// later (for days, and for 24 hours).
+const eventsBudget = 16 << 20
 
 // eventsHandler takes the providers' signed event deliveries at POST
 // /events/{provider}: verified by the provider's EventSource (401 when they
 // do not verify), each event that names a sidefx key stored once as
 // evidence for reconciliation (503 when the database fails, so that the
 // provider delivers again). Events without a sidefx key are not sidefx's,
-// and are counted and dropped.
-func eventsHandler(db engine.DB, schema string, sources map[string]providers.EventSource, count func(provider, result string, n int), log *slog.Logger) http.HandlerFunc {
+// and are counted and dropped. Before a byte of the body is read, a
+// provider without an event source is refused (404), a delivery declaring
+// more than maxEventBody (413), and one that budget cannot hold now (503
+// with Retry-After).
+func eventsHandler(db engine.DB, schema string, sources map[string]providers.EventSource, budget *httpbound.Budget, count func(provider, result string, n int), log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("provider")
 		src, ok := sources[name]
 		if !ok {
+			w.Header().Set("Connection", "close")
 			http.Error(w, "no event endpoint for provider "+strconv.Quote(name)+" (event_public_key for sendgrid, webhook_secret_env for stripe)", http.StatusNotFound)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxEventBody))
-		if err != nil {
-			http.Error(w, "the delivery could not be read: "+err.Error(), http.StatusRequestEntityTooLarge)
-			return
-		}
-		evs, err := src.Events(r.Header, body)
-		if errors.Is(err, providers.ErrBadSignature) {
-			count(name, metrics.EventRefused, 1)
-			log.Warn("provider events refused: the signature does not verify", "provider", name, "remote", r.RemoteAddr, "err", err)
-			http.Error(w, "signature verification failed", http.StatusUnauthorized)
-			return
-		}
-		if err != nil {
-			log.Warn("provider events refused", "provider", name, "err", err)
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		stored, ours := 0, 0
-		for _, e := range evs {
-			if e.Key == "" {
-				continue
-			}
-			ours++
-			added, err := reconcile.Record(r.Context(), db, schema, 0, e.Key, name, "event", e.ID, e.Evidence)
-			if err != nil {
-				log.Error("storing provider events failed", "provider", name, "err", err)
-				http.Error(w, "the events could not be stored; deliver them again", http.StatusServiceUnavailable)
-				return
-			}
-			if added {
-				stored++
-			}
-		}
-		count(name, metrics.EventStored, stored)
-		count(name, metrics.EventDuplicate, ours-stored)
-		count(name, metrics.EventForeign, len(evs)-ours)
-		log.Debug("provider events", "provider", name, "events", len(evs), "sidefx", ours, "stored", stored)
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"events":%d,"sidefx":%d,"stored":%d}`+"\n", len(evs), ours, stored)
+		budget.Limit(maxEventBody, "an event delivery", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			events(w, r, name, src, db, schema, count, log)
+		})).ServeHTTP(w, r)
 	}
+}
+
+// events reads, verifies and stores one delivery of name's events.
+func events(w http.ResponseWriter, r *http.Request, name string, src providers.EventSource, db engine.DB, schema string, count func(provider, result string, n int), log *slog.Logger) {
+	body, err := httpbound.ReadBody(r, maxEventBody)
+	if httpbound.TooLarge(err) {
+		http.Error(w, fmt.Sprintf("an event delivery is at most %d bytes", maxEventBody), http.StatusRequestEntityTooLarge)
+		return
+	}
+	if err != nil {
+		http.Error(w, "the delivery could not be read: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	evs, err := src.Events(r.Header, body)
+	if errors.Is(err, providers.ErrBadSignature) {
+		count(name, metrics.EventRefused, 1)
+		log.Warn("provider events refused: the signature does not verify", "provider", name, "remote", r.RemoteAddr, "err", err)
+		http.Error(w, "signature verification failed", http.StatusUnauthorized)
+		return
+	}
+	if err != nil {
+		log.Warn("provider events refused", "provider", name, "err", err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	stored, ours := 0, 0
+	for _, e := range evs {
+		if e.Key == "" {
+			continue
+		}
+		ours++
+		added, err := reconcile.Record(r.Context(), db, schema, 0, e.Key, name, "event", e.ID, e.Evidence)
+		if err != nil {
+			log.Error("storing provider events failed", "provider", name, "err", err)
+			http.Error(w, "the events could not be stored; deliver them again", http.StatusServiceUnavailable)
+			return
+		}
+		if added {
+			stored++
+		}
+	}
+	count(name, metrics.EventStored, stored)
+	count(name, metrics.EventDuplicate, ours-stored)
+	count(name, metrics.EventForeign, len(evs)-ours)
+	log.Debug("provider events", "provider", name, "events", len(evs), "sidefx", ours, "stored", stored)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"events":%d,"sidefx":%d,"stored":%d}`+"\n", len(evs), ours, stored)
 }

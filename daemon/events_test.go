@@ -24,6 +24,7 @@ import (
 
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
+	"github.com/sidefx/sidefx/internal/httpbound"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
@@ -170,6 +171,6 @@ func TestEvents_EndpointRefusesAnOldDelivery(t *testing.T) {
 // eventsHandlerMux serves the events endpoint as the daemon does.
 func eventsHandlerMux(db engine.DB, sources map[string]providers.EventSource) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /events/{provider}", eventsHandler(db, "public", sources, func(string, string, int) {}, slog.New(slog.DiscardHandler)))
+	mux.Handle("POST /events/{provider}", eventsHandler(db, "public", sources, httpbound.NewBudget(eventsBudget), func(string, string, int) {}, slog.New(slog.DiscardHandler)))
 	return mux
 }

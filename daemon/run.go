@@ -24,9 +24,18 @@ import (
 	"github.com/sidefx/sidefx/derive"
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/internal/engine"
+	"github.com/sidefx/sidefx/internal/httpbound"
 	"github.com/sidefx/sidefx/internal/metrics"
 	"github.com/sidefx/sidefx/internal/telemetry"
 	"github.com/sidefx/sidefx/migrations"
+)
+
+// The timeouts of the server of /metrics, /healthz, /readyz and /events:
+// a delivery of events (at most maxEventBody) is read within
+// httpReadTimeout; /readyz answers within 3 s and /metrics within a few.
+const (
+	httpReadTimeout  = 15 * time.Second
+	httpWriteTimeout = 30 * time.Second
 )
 
 // version is set at build time with
@@ -159,7 +168,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	db := dbCheck{pool: pool, session: session, mc: &rt.Migrations, url: rt.DatabaseURL}
 	mux := httpHandler(reg, db, started.Load, d.Healthy)
 	if len(rt.EventSources) > 0 {
-		mux.Handle("POST /events/{provider}", eventsHandler(pool, rt.Dispatcher.Schema, rt.EventSources, m.Event, log))
+		mux.Handle("POST /events/{provider}", eventsHandler(pool, rt.Dispatcher.Schema, rt.EventSources, httpbound.NewBudget(eventsBudget), m.Event, log))
 		for name := range rt.EventSources {
 			for _, result := range []string{metrics.EventStored, metrics.EventDuplicate, metrics.EventForeign, metrics.EventRefused} {
 				m.Event(name, result, 0) // every series from the start
@@ -167,7 +176,11 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 			log.Info("taking provider events", "provider", name, "path", "/events/"+name)
 		}
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// A request is read within httpReadTimeout, its answer written within
+	// httpWriteTimeout: a client sending slowly holds its connection, and
+	// its share of the events' budget, no longer.
+	srv := httpbound.Server(mux, httpReadTimeout, httpWriteTimeout)
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)

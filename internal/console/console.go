@@ -30,6 +30,7 @@ import (
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
+	"github.com/sidefx/sidefx/internal/httpbound"
 )
 
 //go:embed templates/*.html
@@ -75,6 +76,15 @@ type Config struct {
 	Warning string
 }
 
+// The console's bodies: a form (a note, a merge patch) is at most MaxBody
+// bytes, refused before a byte is read when it declares more; the bodies
+// being read at once hold at most BodyBudget bytes, and a request past it
+// gets 503 with Retry-After without its body being read.
+const (
+	MaxBody    = 1 << 20
+	BodyBudget = 8 << 20
+)
+
 // Handler serves the console.
 type Handler struct {
 	cfg   Config
@@ -82,6 +92,7 @@ type Handler struct {
 	hider hider
 	pages map[string]*template.Template
 	mux   *http.ServeMux
+	serve http.Handler // mux, its bodies bounded
 	log   *slog.Logger
 	fails *throttle // failed sign-ins, by client address
 	// results keeps bulk actions' outcomes for the page the POST
@@ -131,6 +142,7 @@ func New(cfg Config) (*Handler, error) {
 	mux.HandleFunc("GET /bulk/done/{id}", h.get(h.bulkDone))
 	mux.HandleFunc("GET /runs", h.get(h.runs))
 	h.mux = mux
+	h.serve = httpbound.NewBudget(BodyBudget).Limit(MaxBody, "a form", mux)
 	return h, nil
 }
 
@@ -157,8 +169,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Referrer-Policy", "same-origin")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Cache-Control", "no-store")
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	h.mux.ServeHTTP(w, r)
+	h.serve.ServeHTTP(w, r)
 }
 
 // get wraps a page: the user must be known (else, to the sign-in page).

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"container/list"
 	"net"
 	"net/http"
 	"net/netip"
@@ -13,66 +14,119 @@ import (
 )
 
 // Failed sign-ins (the form, or a bearer token no line names) are limited
-// per client address: after failuresBurst failures, one more may be tried
-// every minute/failuresPerMinute; until then the client gets 429, and its
-// token is not even checked. Tokens are long and random, so this only
-// makes guessing slower still, and the logs quieter.
+// per client's address block: after failuresBurst failures, one more may be
+// tried every minute/failuresPerMinute; until then the client gets 429,
+// and its token is not even checked. Tokens are long and random, so this
+// only makes guessing slower still, and the logs quieter.
+//
+// A block is an IPv6 address's /64, an IPv4 address itself. A /64 is the
+// smallest network handed to a site (RFC 7421: SLAAC, and providers
+// delegate a /64 or more), so a client has a whole one and may write a new
+// address from it on every try; an IPv4 address is scarce, and a /24 is
+// often many unrelated clients (a carrier's NAT, a campus), whom one
+// client's failures would lock out.
+//
+// Over all blocks, at most globalFailures failures are counted in a
+// minute: past them, every sign-in attempt (form or bearer token) gets 429
+// until that minute has passed. A client holding many blocks (an IPv6 /48
+// has 65,536 /64s) is held to that pace whatever it rotates through;
+// sessions already signed in, and users a trusted proxy names, go on.
 const (
 	failuresPerMinute = 6
 	failuresBurst     = 10
-	// throttleKeep bounds the addresses remembered: past it, those whose
-	// allowance is whole again are forgotten.
+	// throttleKeep bounds the blocks remembered: past it, the block that
+	// failed least recently is forgotten, in constant time. Forgetting a
+	// block takes throttleKeep failures from others, which the global
+	// ceiling spreads over throttleKeep/globalFailures minutes.
 	throttleKeep = 10000
+	// globalFailures is the ceiling of failed sign-ins, over all clients,
+	// in a minute (globalWindow).
+	globalFailures = 100
+	globalWindow   = time.Minute
 )
 
+// throttle counts failed sign-ins per address block, in a list of at most
+// keep blocks ordered by their last failure, and over all blocks per
+// window.
 type throttle struct {
-	mu  sync.Mutex
-	by  map[string]*rate.Limiter
-	now func() time.Time
+	mu   sync.Mutex
+	by   map[string]*list.Element // block → its element in lru
+	lru  *list.List               // *blockFailures, the most recent failure first
+	keep int
+	now  func() time.Time
+
+	ceiling  int       // failures in a window past which everyone waits
+	windowAt time.Time // start of the current window
+	failures int       // failures counted in it
+}
+
+type blockFailures struct {
+	block string
+	l     *rate.Limiter
 }
 
 func newThrottle(now func() time.Time) *throttle {
-	return &throttle{by: map[string]*rate.Limiter{}, now: now}
+	return &throttle{by: map[string]*list.Element{}, lru: list.New(), keep: throttleKeep, ceiling: globalFailures, now: now}
 }
 
-func (t *throttle) limiter(addr string) *rate.Limiter {
-	l := t.by[addr]
-	if l == nil {
-		if len(t.by) >= throttleKeep {
-			now := t.now()
-			for a, x := range t.by {
-				if x.TokensAt(now) >= failuresBurst {
-					delete(t.by, a)
-				}
-			}
-		}
-		l = rate.NewLimiter(rate.Limit(failuresPerMinute)/60, failuresBurst)
-		t.by[addr] = l
+// addrBlock is the block addr counts for: an IPv6 address's /64, an IPv4
+// address (IPv4-mapped IPv6 included) itself; anything that does not parse
+// as an address counts as itself.
+func addrBlock(addr string) string {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
 	}
-	return l
+	a = a.Unmap().WithZone("")
+	if a.Is4() {
+		return a.String()
+	}
+	return netip.PrefixFrom(a, 64).Masked().String()
 }
 
-// blocked reports whether addr has used its allowance of failures, and
-// how long until it may try again.
-func (t *throttle) blocked(addr string) (bool, time.Duration) {
+// blocked reports whether addr may not try to sign in now, how long until
+// it may, and whether that is because of the global ceiling.
+func (t *throttle) blocked(addr string) (blocked bool, wait time.Duration, global bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l, ok := t.by[addr]
-	if !ok {
-		return false, 0
-	}
 	now := t.now()
-	if tokens := l.TokensAt(now); tokens < 1 {
-		return true, time.Duration((1 - tokens) / float64(l.Limit()) * float64(time.Second))
+	if end := t.windowAt.Add(globalWindow); t.failures >= t.ceiling && now.Before(end) {
+		return true, end.Sub(now), true
 	}
-	return false, 0
+	e, ok := t.by[addrBlock(addr)]
+	if !ok {
+		return false, 0, false
+	}
+	l := e.Value.(*blockFailures).l
+	if tokens := l.TokensAt(now); tokens < 1 {
+		return true, time.Duration((1 - tokens) / float64(l.Limit()) * float64(time.Second)), false
+	}
+	return false, 0, false
 }
 
 // failed counts a failure of addr.
 func (t *throttle) failed(addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.limiter(addr).AllowN(t.now(), 1)
+	now := t.now()
+	if !now.Before(t.windowAt.Add(globalWindow)) {
+		t.windowAt, t.failures = now, 0
+	}
+	t.failures++
+	block := addrBlock(addr)
+	e, ok := t.by[block]
+	if ok {
+		t.lru.MoveToFront(e)
+	} else {
+		if t.lru.Len() >= t.keep {
+			last := t.lru.Back()
+			t.lru.Remove(last)
+			delete(t.by, last.Value.(*blockFailures).block)
+		}
+		e = t.lru.PushFront(&blockFailures{block: block, l: rate.NewLimiter(rate.Limit(failuresPerMinute)/60, failuresBurst)})
+		t.by[block] = e
+	}
+	e.Value.(*blockFailures).l.AllowN(now, 1)
 }
 
 // clientAddr is who a request comes from: its peer's address, or, when
@@ -115,11 +169,16 @@ func (h *Handler) clientAddr(r *http.Request) string {
 // throttled answers 429 when r's client has failed too often, and reports
 // whether it did.
 func (h *Handler) throttled(w http.ResponseWriter, r *http.Request) bool {
-	blocked, wait := h.fails.blocked(h.clientAddr(r))
+	blocked, wait, global := h.fails.blocked(h.clientAddr(r))
 	if !blocked {
 		return false
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(wait.Seconds()+0.999))))
+	if global {
+		h.log.Warn("console: sign-in refused: too many failed sign-ins on this console in the last minute", "remote", h.clientAddr(r))
+		h.refuse(w, r, nil, http.StatusTooManyRequests, "too many failed sign-ins on this console: try again later")
+		return true
+	}
 	h.log.Warn("console: sign-in refused: too many failures from this address", "remote", h.clientAddr(r))
 	h.refuse(w, r, nil, http.StatusTooManyRequests, "too many failed sign-ins from this address: try again later")
 	return true
