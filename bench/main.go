@@ -45,6 +45,8 @@ type options struct {
 	historySyncOff bool
 	edgeSeconds    int
 	edgeSyncOff    bool
+	backlogN       int
+	backlogParked  int
 	only           string
 	cpuProfile     string
 	statements     string
@@ -64,6 +66,8 @@ func main() {
 	flag.BoolVar(&o.historySyncOff, "history-sync-off", false, "also run the history workloads in the synchronous_commit=off pass")
 	flag.IntVar(&o.edgeSeconds, "edge-seconds", 10, "duration of each edge measurement (no middleware, edge, replays)")
 	flag.BoolVar(&o.edgeSyncOff, "edge-inbox-sync-off", false, "also run the edge and inbox workloads in the synchronous_commit=off pass")
+	flag.IntVar(&o.backlogN, "backlog-n", 2000, "effects drained in the backlog workload")
+	flag.IntVar(&o.backlogParked, "backlog-parked", 1000000, "pending effects of another kind parked in the backlog workload (0 skips it)")
 	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run ("+strings.Join(workloads, ", ")+"); empty: all")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (dispatchers and River clients run in it) to the file")
 	flag.StringVar(&o.statements, "statements", "", "load pg_stat_statements in the bench's cluster and write, per pass and workload, the statements that took the server's time to the file (markdown)")
@@ -112,7 +116,7 @@ func run(ctx context.Context, o *options) error {
 	if o.syncOffToo {
 		var skip []string
 		if !o.historySyncOff {
-			skip = append(skip, "history")
+			skip = append(skip, "history", "backlog")
 		}
 		if !o.edgeSyncOff {
 			skip = append(skip, "edge", "inbox")
@@ -192,7 +196,7 @@ func runPass(ctx context.Context, o *options, settings string, skip []string, st
 		name string
 		run  func(context.Context) error
 	}{{"enqueue", e.enqueueAll}, {"drain", e.drainAll}, {"latency", e.latencyAll}, {"history", e.historyAll},
-		{"edge", e.edgeAll}, {"inbox", e.inboxAll}}
+		{"edge", e.edgeAll}, {"inbox", e.inboxAll}, {"backlog", e.backlogAll}}
 	for _, s := range steps {
 		if !o.selected(s.name) || slices.Contains(skip, s.name) {
 			continue
@@ -235,7 +239,7 @@ func cpuModel() string {
 	return "unknown CPU"
 }
 
-var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox"}
+var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox", "backlog"}
 
 // checkOnly refuses an --only naming no workload.
 func (o *options) checkOnly() error {

@@ -233,6 +233,12 @@ func drainVariant(i int, name string) string {
 // drainSidefx loads n pending effects into pool (a fresh database when nil)
 // and times a dispatcher confirming them all.
 func (e *env) drainSidefx(ctx context.Context, pool *pgxpool.Pool, t sidefxTuning, n int) (float64, error) {
+	return e.drainSidefxOpen(ctx, pool, t, n, sidefxOpen)
+}
+
+// drainSidefxOpen is drainSidefx ending when the count query open, of the
+// effects still to drain, reads 0.
+func (e *env) drainSidefxOpen(ctx context.Context, pool *pgxpool.Pool, t sidefxTuning, n int, open string) (float64, error) {
 	if pool == nil {
 		p, _, drop, err := e.fresh(ctx, tmplSidefx)
 		if err != nil {
@@ -256,7 +262,7 @@ func (e *env) drainSidefx(ctx context.Context, pool *pgxpool.Pool, t sidefxTunin
 	}
 	err = waitDone(ctx, func() int64 { return int64(rec.count()) }, int64(n), drainTimeout)
 	if err == nil { // what the dispatcher reported recorded is in the table
-		err = waitZero(ctx, pool, sidefxOpen, drainTimeout)
+		err = waitZero(ctx, pool, open, drainTimeout)
 	}
 	elapsed := time.Since(began)
 	if serr := stop(); err == nil {

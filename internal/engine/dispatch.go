@@ -75,19 +75,28 @@ func buildDispatchQueries(t string) dispatchQueries {
 	inboxTable := strings.TrimSuffix(t, ".side_effects") + ".sidefx_inbox"
 	edgeTable := strings.TrimSuffix(t, ".side_effects") + ".sidefx_edge_keys"
 	return dispatchQueries{
-		// The idle probe: the first entry of side_effects_pending_idx at or
-		// before now, of a served kind. Reads one index page or a few, and
-		// writes nothing.
+		// The idle probe: per served kind, the first entry of
+		// side_effects_pending_idx (kind, next_attempt_at, id) at or before
+		// now. Reads one index page or a few per kind, none of another
+		// kind's, and writes nothing.
 		due: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($1))`,
-		// The inner SELECT walks side_effects_pending_idx in its own order
-		// (next_attempt_at, id), locks what it can and skips what others
-		// hold; the UPDATE commits fired before any provider is called. The
-		// ids go through an array so the UPDATE finds its rows by primary
-		// key: joined as a CTE, the planner may hash-join against a scan of
-		// the whole table, whose cost grows with history. An effect that may
-		// have been performed and whose provider's key window would pass
-		// before the call ends is not fired: it becomes uncertain, and is
-		// returned as such for the dispatcher to report, not to call.
+		// The candidates: per served kind (the LATERAL), its oldest due
+		// entries of side_effects_pending_idx (kind, next_attempt_at, id),
+		// up to the limit, locked where they can be and skipped where
+		// others hold them; then merged in the order (next_attempt_at, id)
+		// and cut to the limit. No entry of a kind not served is read, so a
+		// backlog parked under another kind costs a claim nothing (one
+		// scan of the whole index in that order walked every parked entry
+		// older than the first served one). A claim over k kinds may lock
+		// up to k times the limit and claim the limit: the rest are free
+		// again when it commits. The UPDATE commits fired before any
+		// provider is called. The ids go through an array so the UPDATE
+		// finds its rows by primary key: joined as a CTE, the planner may
+		// hash-join against a scan of the whole table, whose cost grows
+		// with history. An effect that may have been performed and whose
+		// provider's key window would pass before the call ends is not
+		// fired: it becomes uncertain, and is returned as such for the
+		// dispatcher to report, not to call.
 		claim: `UPDATE ` + t + ` AS e
 			SET state = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN 'uncertain' ELSE 'fired' END,
 				attempts = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN e.attempts ELSE e.attempts + 1 END,
@@ -100,11 +109,14 @@ func buildDispatchQueries(t string) dispatchQueries {
 				claimed_by = $4, fired_at = now(), first_fired_at = coalesce(e.first_fired_at, now()), updated_at = now()
 			FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[])) AS k(kind, window_ms, timeout_ms)
 			WHERE e.id = ANY(ARRAY(
-				SELECT id FROM ` + t + `
-				WHERE state = 'pending' AND next_attempt_at <= now() AND kind = ANY($1::text[])
-				ORDER BY next_attempt_at, id
-				LIMIT $2
-				FOR UPDATE SKIP LOCKED))
+				SELECT c.id FROM (SELECT DISTINCT kind FROM pg_catalog.unnest($1::text[]) AS u(kind)) AS s
+				CROSS JOIN LATERAL (SELECT id, next_attempt_at FROM ` + t + `
+					WHERE state = 'pending' AND kind = s.kind AND next_attempt_at <= now()
+					ORDER BY next_attempt_at, id
+					LIMIT $2
+					FOR UPDATE SKIP LOCKED) AS c
+				ORDER BY c.next_attempt_at, c.id
+				LIMIT $2))
 				AND (e.state = 'pending') IS TRUE AND k.kind = e.kind
 			RETURNING ` + Columns("e."),
 		// Its rows are found by primary key, one lookup per outcome. The

@@ -1,0 +1,4 @@
+package engine
+
+// DueSQL is the idle probe's statement (Due), for tests that read its plan.
+func (s *Engine) DueSQL() string { return s.q.due }
