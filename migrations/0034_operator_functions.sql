@@ -30,7 +30,8 @@
 --    the lease, the outcome, its times), never the key, payload, source,
 --    kind, producer, revision, key epoch or max attempts; an operator keeps
 --    SELECT only, and loses INSERT on the history (the daemon keeps it, to
---    record late answers). Nothing else is revoked.
+--    record late answers). Both lose writing the pauses and their log
+--    themselves (sidefx_set_pause does it). Nothing else is revoked.
 
 -- The actor and note every operator function records: an actor is said,
 -- at most 255 characters; a note at most 4096.
@@ -333,6 +334,7 @@ BEGIN
     ELSE
       EXECUTE pg_catalog.format('REVOKE INSERT, UPDATE, DELETE ON {{schema}}.side_effect_events FROM %s', g.who);
     END IF;
+    EXECUTE pg_catalog.format('REVOKE INSERT, UPDATE, DELETE ON {{schema}}.sidefx_pauses, {{schema}}.sidefx_pause_log FROM %s', g.who);
   END LOOP;
 END
 $$;

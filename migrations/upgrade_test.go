@@ -472,6 +472,8 @@ func TestUpgrade_OperatorsAndDaemonsOfOlderVersionsActThroughTheFunctions(t *tes
 	denied(operator, fmt.Sprintf(`UPDATE %s.side_effects SET state = 'pending' WHERE id = %d`, s, done))
 	denied(operator, fmt.Sprintf(`INSERT INTO %s.side_effect_events (effect_id, action, from_state, to_state, actor) VALUES (%d, 'retry', 'confirmed', 'pending', 'x')`, s, done))
 	denied(operator, `SELECT `+s+`.sidefx_reap(0, 10)`)
+	denied(operator, `DELETE FROM `+s+`.sidefx_pauses`)
+	denied(operator, `INSERT INTO `+s+`.sidefx_pause_log (scope, name, action, actor) VALUES ('kind', 'k', 'pause', 'x')`)
 	denied(reader, fmt.Sprintf(`SELECT * FROM %s.sidefx_send_again('retry', %d, 1, false, 0, -1, 'x', '')`, s, failed))
 
 	var id int64
