@@ -11,12 +11,13 @@ import (
 	"github.com/sidefx/sidefx/effects"
 )
 
-// act runs the operator function fn (one of migration 34's: it checks the
-// action's guard and records the action in the history, in one statement)
-// on effect id with args, and returns the effect as it changed it. An
-// effect that the guard refused, found in a state other than from, is
-// reported with a *StateError and left as it is; one in that state is
-// reported by refusal too, for the caller to look further.
+// act calls fn, one of schema 34's operator functions (each checks its
+// action's guard and records the action in the history, in one
+// statement), with args, and returns effect id as fn changed it. When the
+// guard refused, nothing changed, and the effect as it is now is reported
+// by effects.Refusal (a *StateError wanting from, or a cancel's
+// *MaybePerformedError): the caller may look further into one still in
+// from, which an attempt or the key window refused.
 func (s *Store) act(ctx context.Context, op string, id int64, from effects.State, fn string, a effects.By, args ...any) (*effects.Effect, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
