@@ -419,3 +419,78 @@ func oldRole(t *testing.T, owner *pgxpool.Pool, name, grants string) string {
 	}
 	return role
 }
+
+// Version 34: the operators and daemons of older versions, granted what
+// operator-role.sql and daemon-role.sql said then (UPDATE on every column
+// of side_effects, INSERT on the history), act through the operators'
+// functions afterwards and no longer write the table themselves: an
+// operator not at all, a daemon only a dispatcher's columns. A role that
+// could only read gains nothing.
+func TestUpgrade_OperatorsAndDaemonsOfOlderVersionsActThroughTheFunctions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner, url := pgtest.Owner(t)
+	const s = "zz_operators"
+	if err := migrations.ApplyThese(ctx, owner, &migrations.Config{Schema: s}, released(t)[:31]); err != nil {
+		t.Fatal(err)
+	}
+	operator := oldRole(t, owner, "zz_old_operator", `GRANT USAGE ON SCHEMA `+s+` TO ROLE;
+		GRANT SELECT, UPDATE ON `+s+`.side_effects TO ROLE; GRANT SELECT, INSERT ON `+s+`.side_effect_events TO ROLE;
+		GRANT SELECT, INSERT, DELETE ON `+s+`.sidefx_pauses TO ROLE; GRANT SELECT, INSERT ON `+s+`.sidefx_pause_log TO ROLE`)
+	daemon := oldRole(t, owner, "zz_old_daemon34", `GRANT USAGE ON SCHEMA `+s+` TO ROLE;
+		GRANT SELECT, UPDATE, DELETE ON `+s+`.side_effects TO ROLE; GRANT SELECT, INSERT ON `+s+`.side_effect_events TO ROLE;
+		GRANT SELECT, INSERT, UPDATE, DELETE ON `+s+`.sidefx_dispatchers TO ROLE`)
+	reader := oldRole(t, owner, "zz_old_reader34", `GRANT USAGE ON SCHEMA `+s+` TO ROLE; GRANT SELECT ON `+s+`.side_effects TO ROLE`)
+	var failed, done int64
+	if err := owner.QueryRow(ctx, `SELECT id FROM `+s+`.sidefx_enqueue('o-1', 'charge.create', '{}')`).Scan(&failed); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.QueryRow(ctx, `SELECT id FROM `+s+`.sidefx_enqueue('o-2', 'charge.create', '{}')`).Scan(&done); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Exec(ctx, `UPDATE `+s+`.side_effects SET state = CASE WHEN id = $1 THEN 'failed' ELSE 'confirmed' END, attempts = 1`, failed); err != nil {
+		t.Fatal(err)
+	}
+	rewrite := fmt.Sprintf(`UPDATE %s.side_effects SET state = 'pending', idempotency_key = 'sfx1_forged' WHERE id = %d`, s, done)
+	if _, err := pgtest.PoolAs(t, url, operator).Exec(ctx, rewrite+` AND false`); err != nil {
+		t.Fatalf("the operator's rewrite at version 31: %v: this test does not test the upgrade", err)
+	}
+	if err := migrations.Apply(ctx, owner, &migrations.Config{Schema: s}); err != nil {
+		t.Fatal(err)
+	}
+	denied := func(role, q string) {
+		t.Helper()
+		var pe *pgconn.PgError
+		if _, err := pgtest.PoolAs(t, url, role).Exec(ctx, q); !errors.As(err, &pe) || pe.Code != "42501" {
+			t.Errorf("%s ran %q after the upgrade: %v", role, q, err)
+		}
+	}
+	for _, role := range []string{operator, daemon, reader} {
+		denied(role, rewrite)
+		denied(role, fmt.Sprintf(`DELETE FROM %s.side_effects WHERE id = %d`, s, done))
+	}
+	denied(operator, fmt.Sprintf(`UPDATE %s.side_effects SET state = 'pending' WHERE id = %d`, s, done))
+	denied(operator, fmt.Sprintf(`INSERT INTO %s.side_effect_events (effect_id, action, from_state, to_state, actor) VALUES (%d, 'retry', 'confirmed', 'pending', 'x')`, s, done))
+	denied(operator, `SELECT `+s+`.sidefx_reap(0, 10)`)
+	denied(operator, `DELETE FROM `+s+`.sidefx_pauses`)
+	denied(operator, `INSERT INTO `+s+`.sidefx_pause_log (scope, name, action, actor) VALUES ('kind', 'k', 'pause', 'x')`)
+	denied(reader, fmt.Sprintf(`SELECT * FROM %s.sidefx_send_again('retry', %d, 1, false, 0, -1, 'x', '')`, s, failed))
+
+	var id int64
+	if err := pgtest.PoolAs(t, url, operator).QueryRow(ctx, `SELECT id FROM `+s+`.sidefx_send_again('retry', $1, 1, false, 0, -1, 'ops@host', 'after the upgrade')`, failed).Scan(&id); err != nil || id != failed {
+		t.Errorf("the operator's retry through the function after the upgrade: %d, %v", id, err)
+	}
+	var changed bool
+	if err := pgtest.PoolAs(t, url, daemon).QueryRow(ctx, `SELECT `+s+`.sidefx_set_pause('kind', 'charge.create', true, 'console', '')`).Scan(&changed); err != nil || !changed {
+		t.Errorf("the daemon's pause through the function after the upgrade: %v, %v", changed, err)
+	}
+	var state, key bool
+	if err := owner.QueryRow(ctx, `SELECT has_column_privilege($1, '`+s+`.side_effects', 'state', 'UPDATE'),
+			has_column_privilege($1, '`+s+`.side_effects', 'idempotency_key', 'UPDATE')`, daemon).Scan(&state, &key); err != nil || !state || key {
+		t.Errorf("the daemon may update state %v, the key %v (want true, false): %v", state, key, err)
+	}
+	var reaped int64
+	if err := pgtest.PoolAs(t, url, daemon).QueryRow(ctx, `SELECT `+s+`.sidefx_reap(0, 10)`).Scan(&reaped); err != nil || reaped != 1 {
+		t.Errorf("the daemon's reap after the upgrade: %d, %v", reaped, err)
+	}
+}

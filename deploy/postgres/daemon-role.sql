@@ -3,14 +3,22 @@
 -- migrate`. Replace sidefx_daemon with your role; drift rules also need
 -- SELECT on the domain tables their SQL reads.
 --
--- The daemon claims, records, rescues and reaps effects (reaping compacts
--- them into tombstones; deleting tombstones, only when configured, needs
--- DELETE); records late answers in the effects' history; records its
+-- The daemon claims, records, rescues and reaps effects: it writes only
+-- the columns a dispatcher writes (state, attempts, maybe_attempts,
+-- last_error, the lease and claim, fired_at, first_fired_at,
+-- next_attempt_at, provider_ref, outcome, confirmed_at, outcome_attempt,
+-- flag, updated_at; never the key, payload, payload hash, source, kind,
+-- producer, revision, key epoch or max attempts), inserts and deletes no
+-- effect, and reaps (compacting finished effects into tombstones) and
+-- purges tombstones (only when configured) through sidefx_reap and
+-- sidefx_purge (schema 34). It records late answers in the effects'
+-- history (it adds to it; it never changes or deletes it); records its
 -- heartbeat and the kinds it serves in the registry (and in sidefx_kinds,
 -- which producers check kinds against); records drift runs;
 -- deletes the consumers' inbox records and the HTTP edge's keys past their
 -- retention; records the providers' evidence and reconciliation runs
--- (settling uncertain effects as an operator would); reads the
+-- (settling uncertain effects as an operator would, through the
+-- operators' functions, below); reads the
 -- migration versions for /readyz. It never creates, alters or
 -- drops anything, never enqueues, and cannot read or write other tables.
 -- ANALYZE of side_effects at start needs the owner: without it PostgreSQL
@@ -18,7 +26,10 @@
 -- planner uses autovacuum's statistics.
 
 GRANT USAGE ON SCHEMA public TO sidefx_daemon;
-GRANT SELECT, UPDATE, DELETE ON public.side_effects TO sidefx_daemon;
+GRANT SELECT ON public.side_effects TO sidefx_daemon;
+GRANT UPDATE (state, attempts, maybe_attempts, last_error, lease_until, claimed_by, fired_at, first_fired_at,
+  next_attempt_at, provider_ref, outcome, confirmed_at, outcome_attempt, flag, updated_at) ON public.side_effects TO sidefx_daemon;
+GRANT EXECUTE ON FUNCTION public.sidefx_reap(bigint, integer), public.sidefx_purge(bigint, integer) TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.side_effect_events TO sidefx_daemon;
 GRANT SELECT ON public.sidefx_migrations TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_dispatchers TO sidefx_daemon;
@@ -33,12 +44,18 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_reconcile_runs TO sidefx_d
 GRANT SELECT, INSERT ON public.sidefx_reconcile_findings TO sidefx_daemon;
 GRANT SELECT ON public.sidefx_pauses TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE ON public.sidefx_kinds TO sidefx_daemon;
+-- The operators' actions (each checks its guard and records itself in the
+-- history or the pause log): the reconciler resolves with them, and the
+-- web console acts with them.
+GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolean, bigint, integer, text, text),
+  public.sidefx_resolve(bigint, text, text, integer, text, text),
+  public.sidefx_cancel_effect(bigint, integer, text, text),
+  public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
+  public.sidefx_set_pause(text, text, boolean, text, text) TO sidefx_daemon;
 
 -- Operators' commands (sidefx retry, resolve, cancel, inspect, enqueue, …)
 -- run as a role with operator-role.sql's grants, producers with
 -- producer-role.sql's. The web console (console.listen) acts with the
--- daemon's own role: to pause and resume from it, and to supersede, grant
--- the daemon's role these as well:
---   GRANT SELECT, INSERT, DELETE ON public.sidefx_pauses TO sidefx_daemon;
---   GRANT INSERT ON public.sidefx_pause_log TO sidefx_daemon;
+-- daemon's own role, through the functions above; to be told why a
+-- supersede was refused (a payload over the database's limit), grant it:
 --   GRANT SELECT ON public.sidefx_settings TO sidefx_daemon;

@@ -220,14 +220,9 @@ func buildDispatchQueries(t string) dispatchQueries {
 			RETURNING id`,
 		// Reaping compacts finished effects into tombstones in place: the
 		// payload and the stored answer go, the row and its guard stay.
-		reap: `UPDATE ` + t + ` SET payload = NULL, outcome = NULL, reaped_at = now()
-			WHERE id IN (
-				SELECT id FROM ` + t + `
-				WHERE reaped_at IS NULL AND state IN ('confirmed', 'failed', 'cancelled')
-					AND updated_at < now() - ($1 OPERATOR(pg_catalog.*) interval '1 millisecond')
-				ORDER BY updated_at
-				LIMIT $2
-				FOR UPDATE SKIP LOCKED)`,
+		// sidefx_reap does it with its owner's rights: the daemon may not
+		// write a payload.
+		reap: `SELECT ` + strings.TrimSuffix(t, "side_effects") + `sidefx_reap($1, $2)`,
 		// The consumers' inbox records past their retention.
 		trimInbox: `DELETE FROM ` + inboxTable + ` WHERE (consumer, message_id) IN (
 				SELECT consumer, message_id FROM ` + inboxTable + `
@@ -240,12 +235,9 @@ func buildDispatchQueries(t string) dispatchQueries {
 				WHERE expires_at < now()
 				LIMIT $1
 				FOR UPDATE SKIP LOCKED)`,
-		// Deleting tombstones frees their guard: only when configured.
-		purge: `DELETE FROM ` + t + ` WHERE id IN (
-				SELECT id FROM ` + t + `
-				WHERE reaped_at < now() - ($1 OPERATOR(pg_catalog.*) interval '1 millisecond')
-				LIMIT $2
-				FOR UPDATE SKIP LOCKED)`,
+		// Deleting tombstones frees their guard: only when configured, by
+		// sidefx_purge (the daemon deletes no effect itself).
+		purge:   `SELECT ` + strings.TrimSuffix(t, "side_effects") + `sidefx_purge($1, $2)`,
 		analyze: `ANALYZE ` + t,
 	}
 }
@@ -694,11 +686,11 @@ func (s *Engine) Rescue(ctx context.Context, policies []RescuePolicy, limit int)
 // and operator history. A replay of its source after reaping is still a
 // duplicate (or a payload mismatch), never a new effect.
 func (s *Engine) Reap(ctx context.Context, retention time.Duration, limit int) (int64, error) {
-	tag, err := s.db.Exec(ctx, s.q.reap, retention.Milliseconds(), limit)
-	if err != nil {
+	var n int64
+	if err := s.db.QueryRow(ctx, s.q.reap, retention.Milliseconds(), limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("reap effects: %w", noRow(err))
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // PurgeTombstones deletes up to limit tombstones reaped more than retention
@@ -711,11 +703,11 @@ func (s *Engine) PurgeTombstones(ctx context.Context, retention time.Duration, l
 	if retention <= 0 {
 		return 0, errors.New("purge tombstones: the retention must be positive")
 	}
-	tag, err := s.db.Exec(ctx, s.q.purge, retention.Milliseconds(), limit)
-	if err != nil {
+	var n int64
+	if err := s.db.QueryRow(ctx, s.q.purge, retention.Milliseconds(), limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("purge tombstones: %w", noRow(err))
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // TrimInbox deletes up to limit records of the consumers' inbox whose

@@ -7,46 +7,27 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sidefx/sidefx/effects"
 )
 
-// transition moves effect id from one state to another with set applied,
-// recording the action in the history, in one statement. An effect in
-// another state is reported with a *StateError and left as it is.
-func (s *Store) transition(ctx context.Context, op string, id int64, from, to effects.State, set string, ref string, a effects.By, args ...any) (*effects.Effect, error) {
-	return s.guardedTransition(ctx, op, id, from, to, "", set, ref, a, args...)
-}
-
-// guardedTransition is transition with an extra condition on the effect
-// (guard, SQL); an effect in the right state that fails it is reported by
-// refusal.
-func (s *Store) guardedTransition(ctx context.Context, op string, id int64, from, to effects.State, guard, set string, ref string, a effects.By, args ...any) (*effects.Effect, error) {
+// act calls fn, one of schema 34's operator functions (each checks its
+// action's guard and records the action in the history, in one
+// statement), with args, and returns effect id as fn changed it. When the
+// guard refused, nothing changed, and the effect as it is now is reported
+// by effects.Refusal (a *StateError wanting from, or a cancel's
+// *MaybePerformedError): the caller may look further into one still in
+// from, which an attempt or the key window refused.
+func (s *Store) act(ctx context.Context, op string, id int64, from effects.State, fn string, a effects.By, args ...any) (*effects.Effect, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
-	if !effects.CanTransition(from, to) {
-		return nil, fmt.Errorf("%s effect %d: %s → %s is not a transition", op, id, from, to)
-	}
-	t := s.q.table
-	events := Quote(s.schema) + ".side_effect_events"
-	n := 7 // placeholders $1…$7 are taken below
+	ph := make([]string, len(args))
 	for i := range args {
-		set = strings.ReplaceAll(set, fmt.Sprintf("$x%d", i+1), fmt.Sprintf("$%d", n+i+1))
-		guard = strings.ReplaceAll(guard, fmt.Sprintf("$x%d", i+1), fmt.Sprintf("$%d", n+i+1))
+		ph[i] = fmt.Sprintf("$%d", i+1)
 	}
-	sql := `WITH upd AS (
-			UPDATE ` + t + ` SET state = $3, updated_at = now()` + set + `
-			WHERE id = $1 AND state = $2 AND reaped_at IS NULL` + guard + `
-			RETURNING *
-		), ev AS (
-			INSERT INTO ` + events + ` (effect_id, action, from_state, to_state, actor, note, provider_ref)
-			SELECT id, $4, $2, $3, $5, $6, $7 FROM upd
-		)
-		SELECT ` + columns + ` FROM upd`
-	all := append([]any{id, string(from), string(to), op, a.Actor, a.Note, pgtype.Text{String: ref, Valid: ref != ""}}, args...)
-	e, err := scanEffect(s.db.QueryRow(ctx, sql, all...))
+	sql := `SELECT ` + columns + ` FROM ` + Quote(s.schema) + `.` + fn + `(` + strings.Join(ph, ", ") + `)`
+	e, err := scanEffect(s.db.QueryRow(ctx, sql, args...))
 	if err == nil {
 		return e, nil
 	}
@@ -77,22 +58,15 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from effects
 	// only when the operator says so; its evidence stays, and its window
 	// starts again from now, as the provider, having forgotten the key, will
 	// take the next request as a new one, and an answer for the key then
-	// speaks only for the attempts from the next on (key_epoch).
-	guard := ` AND ($x2 OR $x3 = 0 OR pg_catalog.cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
-		OR now() < first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond'))
-		AND ($x4 < 0 OR attempts = $x4)`
-	set := `, next_attempt_at = now(), max_attempts = attempts + $x1,
-		first_fired_at = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
-			AND now() >= first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond') THEN now() ELSE first_fired_at END,
-		key_epoch = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
-			AND now() >= first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond') THEN attempts + 1 ELSE key_epoch END`
+	// speaks only for the attempts from the next on (key_epoch):
+	// sidefx_send_again.
 	if o.PastKeyWindow {
 		a.Note = strings.TrimSpace(a.Note + " [sent again past the provider's key window: may be performed twice]")
 		if err := a.Validate(); err != nil {
 			return nil, err
 		}
 	}
-	e, err := s.guardedTransition(ctx, op, id, from, effects.Pending, guard, set, "", a, extra, o.PastKeyWindow, o.KeyWindow.Milliseconds(), at)
+	e, err := s.act(ctx, op, id, from, "sidefx_send_again", a, op, id, extra, o.PastKeyWindow, o.KeyWindow.Milliseconds(), at, a.Actor, a.Note)
 	var se *effects.StateError
 	if errors.As(err, &se) && se.State == from && se.ReapedAt.IsZero() {
 		// The state was right: an attempt since, or the window, refused it.
@@ -132,10 +106,6 @@ func (s *Store) Resolve(ctx context.Context, id int64, to effects.State, ref str
 	return s.ResolveAt(ctx, id, to, ref, nil, a)
 }
 
-// atAttempt is the guard of an action decided from the effect as it was
-// after attempt $x1 (negative: whatever its attempts).
-const atAttempt = ` AND ($x1 < 0 OR attempts = $x1)`
-
 // attemptOf is the attempt an action was decided from, as the statements
 // take it: -1 for none; a negative count is refused.
 func attemptOf(at *int) (int, error) {
@@ -157,17 +127,10 @@ func (s *Store) ResolveAt(ctx context.Context, id int64, to effects.State, ref s
 	if err != nil {
 		return nil, err
 	}
-	var e *effects.Effect
-	switch to {
-	case effects.Confirmed:
-		e, err = s.guardedTransition(ctx, "resolve", id, effects.Uncertain, effects.Confirmed, atAttempt,
-			`, confirmed_at = now(), provider_ref = coalesce($7, provider_ref)`, ref, a, at)
-	case effects.Failed:
-		e, err = s.guardedTransition(ctx, "resolve", id, effects.Uncertain, effects.Failed, atAttempt,
-			`, provider_ref = coalesce($7, provider_ref), last_error = 'resolved as failed by ' || $5 || ': ' || $6`, ref, a, at)
-	default:
+	if to != effects.Confirmed && to != effects.Failed {
 		return nil, effects.Invalid("as", fmt.Sprintf("%q: an uncertain effect resolves as confirmed or failed", to))
 	}
+	e, err := s.act(ctx, "resolve", id, effects.Uncertain, "sidefx_resolve", a, id, string(to), ref, at, a.Actor, a.Note)
 	return e, s.changedSince(ctx, "resolve", id, at, err)
 }
 
@@ -185,7 +148,7 @@ func (s *Store) CancelAt(ctx context.Context, id int64, read *int, a effects.By)
 	if err != nil {
 		return nil, err
 	}
-	e, err := s.guardedTransition(ctx, "cancel", id, effects.Pending, effects.Cancelled, " AND "+neverPerformed+atAttempt, "", "", a, at)
+	e, err := s.act(ctx, "cancel", id, effects.Pending, "sidefx_cancel_effect", a, id, at, a.Actor, a.Note)
 	return e, s.changedSince(ctx, "cancel", id, at, err)
 }
 

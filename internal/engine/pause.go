@@ -10,8 +10,7 @@ import (
 	"github.com/sidefx/sidefx/effects"
 )
 
-func (s *Store) pauses() string   { return Quote(s.schema) + ".sidefx_pauses" }
-func (s *Store) pauseLog() string { return Quote(s.schema) + ".sidefx_pause_log" }
+func (s *Store) pauses() string { return Quote(s.schema) + ".sidefx_pauses" }
 
 // SetPause pauses (pause true) or resumes the kind or provider name,
 // logging the action with a's actor and note and notifying the
@@ -28,23 +27,16 @@ func (s *Store) SetPause(ctx context.Context, scope effects.PauseScope, name str
 		return false, err
 	}
 	// One statement, on any handle (a pool, a connection, a transaction,
-	// database/sql's too): the change, its log entry and the notification
-	// (sent when the statement's transaction commits) happen together or
-	// not at all.
-	action, change := "pause", `INSERT INTO `+s.pauses()+` (scope, name, actor, note) VALUES ($1, $2, $3, $4)
-			ON CONFLICT DO NOTHING RETURNING scope`
+	// database/sql's too): sidefx_set_pause makes the change, its log entry
+	// and the notification (sent when the statement's transaction commits)
+	// together or not at all.
+	action := "pause"
 	if !pause {
-		action, change = "resume", `DELETE FROM `+s.pauses()+` WHERE scope = $1 AND name = $2 RETURNING scope`
+		action = "resume"
 	}
 	var changed bool
-	var notified int64
-	err := s.db.QueryRow(ctx, `WITH changed AS (`+change+`),
-		logged AS (
-			INSERT INTO `+s.pauseLog()+` (scope, name, action, actor, note) SELECT $1, $2, $5, $3, $4 FROM changed
-		),
-		notified AS (SELECT pg_catalog.pg_notify($6, $7) FROM changed)
-		SELECT EXISTS (SELECT FROM changed), (SELECT count(*) FROM notified)`,
-		string(scope), name, a.Actor, a.Note, action, s.Channel(), effects.PausesPayload).Scan(&changed, &notified)
+	err := s.db.QueryRow(ctx, `SELECT `+Quote(s.schema)+`.sidefx_set_pause($1, $2, $3, $4, $5)`,
+		string(scope), name, pause, a.Actor, a.Note).Scan(&changed)
 	if err != nil {
 		return false, fmt.Errorf("%s %s %s: %w", action, scope, name, translate(err))
 	}

@@ -57,41 +57,11 @@ func (s *Store) Supersede(ctx context.Context, id int64, from effects.Version, p
 	if err := checkObject(payload); err != nil {
 		return nil, err
 	}
-	q := Quote(s.schema)
-	t := s.q.table
-	// The subquery locks the row and returns its version before the update
-	// (FOR UPDATE makes it the latest committed one), so the history
-	// records the key and hash that were replaced, and the version checked
-	// is the one replaced.
-	sql := `WITH upd AS (
-			UPDATE ` + t + ` AS e SET
-				payload = n.p,
-				payload_hash = n.h,
-				revision = o.revision + 1,
-				idempotency_key = ` + q + `.sidefx_revision_key(o.idempotency_key, o.revision + 1),
-				superseded_hashes = o.superseded_hashes OPERATOR(pg_catalog.||) o.payload_hash,
-				state = 'pending', next_attempt_at = now(), due_at = now(), max_attempts = o.attempts + $3,
-				first_fired_at = NULL, last_error = NULL, provider_ref = NULL, outcome = NULL,
-				claimed_by = NULL, lease_until = NULL, updated_at = now()
-			FROM (SELECT id, state, idempotency_key, payload_hash, provider_ref, revision, attempts, superseded_hashes
-					FROM ` + t + ` WHERE id = $1 FOR UPDATE) AS o,
-				(SELECT $2::jsonb AS p, pg_catalog.sha256(pg_catalog.convert_to($2::jsonb::text, 'UTF8')) AS h,
-					pg_catalog.octet_length($2::jsonb::text) AS len) AS n,
-				` + q + `.sidefx_settings st
-			WHERE e.id = o.id AND e.state IN ('pending', 'failed') AND e.reaped_at IS NULL
-				AND ` + neverPerformed + ` AND e.flag IS NULL
-				AND o.revision = $6 AND o.payload_hash = $7
-				AND n.h <> o.payload_hash AND n.len <= st.max_payload_bytes
-			RETURNING e.*, o.state AS old_state, o.idempotency_key AS old_key,
-				o.payload_hash AS old_hash, o.provider_ref AS old_ref
-		), ev AS (
-			INSERT INTO ` + q + `.side_effect_events (effect_id, action, from_state, to_state, actor, note,
-				provider_ref, old_key, new_key, old_payload_hash, new_payload_hash)
-			SELECT id, 'supersede', old_state, 'pending', $4, $5, old_ref, old_key, idempotency_key, old_hash, payload_hash
-			FROM upd
-		)
-		SELECT ` + columns + ` FROM upd`
-	e, err := scanEffect(s.db.QueryRow(ctx, sql, id, string(payload), extra, a.Actor, a.Note, from.Revision, from.PayloadHash))
+	// sidefx_supersede locks the row and reads its version before the
+	// update, so the history records the key and hash that were replaced,
+	// and the version checked is the one replaced.
+	e, err := scanEffect(s.db.QueryRow(ctx, `SELECT `+columns+` FROM `+Quote(s.schema)+`.sidefx_supersede($1, $2::text::jsonb, $3, $4, $5, $6, $7)`,
+		id, string(payload), extra, from.Revision, from.PayloadHash, a.Actor, a.Note))
 	if err == nil {
 		return e, nil
 	}

@@ -233,7 +233,7 @@ func TestStore_SupersedeRefusesAnEffectChangedSinceItWasRead(t *testing.T) {
 	defer tick.Stop()
 	for waiting := false; !waiting; {
 		if err := b.pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
-			AND wait_event_type = 'Lock' AND query LIKE '%sidefx_revision_key%')`).Scan(&waiting); err != nil {
+			AND wait_event_type = 'Lock' AND query LIKE '%sidefx_supersede(%')`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		select {

@@ -27,8 +27,8 @@ func DaemonRole(t testing.TB) (owner, daemon *pgxpool.Pool, role string) {
 
 // Roles gives a test a new database (as URL does), a pool on it as its
 // owner, and one pool per name, each logged in as a fresh role holding only
-// the grants of deploy/postgres/<name>-role.sql (name: "producer", "daemon"
-// or "operator"), keyed by name. The roles are dropped at the end of the
+// the grants of deploy/postgres/<name>-role.sql (name: "producer", "daemon",
+// "operator" or "viewer"), keyed by name. The roles are dropped at the end of the
 // test.
 func Roles(t testing.TB, names ...string) (owner *pgxpool.Pool, pools map[string]*pgxpool.Pool, roles map[string]string) {
 	t.Helper()
