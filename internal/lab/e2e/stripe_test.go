@@ -108,7 +108,11 @@ func TestE2E_Stripe_TimeoutThenRetryYieldsOneObject(t *testing.T) {
 	srv, base := newReplayingStripe(t, true)
 	const n = 10
 	placeOrders(t, pool, chargeOrders(n))
-	p, err := stripe.New(&stripe.Config{APIKey: "sk_test_e2e_timeout", BaseURL: base, Timeout: 200 * time.Millisecond})
+	// The first answer never leaves, so attempt 1 ends at the timeout; the
+	// replay answers at once, and must arrive within the timeout too: on a
+	// loaded machine 200 ms was too short for it, a replay timed out, and a
+	// third attempt counted a second replay.
+	p, err := stripe.New(&stripe.Config{APIKey: "sk_test_e2e_timeout", BaseURL: base, Timeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
