@@ -81,7 +81,7 @@ func (s *Store) sendAgain(ctx context.Context, op string, id int64, from effects
 	guard := ` AND ($x2 OR $x3 = 0 OR pg_catalog.cardinality(maybe_attempts) = 0 OR first_fired_at IS NULL
 		OR now() < first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond'))
 		AND ($x4 < 0 OR attempts = $x4)`
-	set := `, next_attempt_at = now(), max_attempts = attempts + $x1,
+	set := `, next_attempt_at = now(), max_attempts = attempts + $x1, rescues = 0,
 		first_fired_at = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
 			AND now() >= first_fired_at + ($x3 OPERATOR(pg_catalog.*) interval '1 millisecond') THEN now() ELSE first_fired_at END,
 		key_epoch = CASE WHEN $x2 AND $x3 > 0 AND first_fired_at IS NOT NULL
