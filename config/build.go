@@ -159,6 +159,8 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 		Workers:            d.Workers,
 		BatchSize:          d.BatchSize,
 		ClaimLoops:         d.ClaimLoops,
+		ClaimMaxBytes:      d.ClaimMaxBytes,
+		MaxRescues:         d.MaxRescues,
 		Lease:              time.Duration(d.Lease),
 		PollInterval:       time.Duration(d.PollInterval),
 		RescueInterval:     time.Duration(d.RescueInterval),

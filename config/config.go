@@ -178,6 +178,20 @@ type DispatcherConfig struct {
 
 	// BatchSize bounds the effects one claim takes. Default 200.
 	BatchSize int `yaml:"batch_size"`
+
+	// ClaimMaxBytes bounds the payload bytes one claim takes, besides
+	// batch_size: effects are taken in order while their payloads' total
+	// (their JSON text) stays within it, and always the first, so an
+	// effect larger than it is claimed alone. Default 16777216 (16 MiB),
+	// for a small container; negative: no bound in bytes.
+	ClaimMaxBytes int64 `yaml:"claim_max_bytes"`
+
+	// MaxRescues quarantines a poison effect: one whose lease ran out this
+	// many times in a row with no outcome recorded (its claim or call
+	// ended the process: a crash, out of memory, a hang) ends uncertain,
+	// its last error saying "quarantined: …", instead of going back to
+	// pending to end the next process too. Default 3; negative: no bound.
+	MaxRescues int `yaml:"max_rescues"`
 	// ClaimLoops bounds the claims that run at once (the others than the
 	// first join only while claims come back full). Default 1.
 	ClaimLoops int `yaml:"claim_loops"`

@@ -453,6 +453,8 @@ drift:
 	wantD := config.DispatcherConfig{
 		Workers:         dispatcher.DefaultWorkers,
 		BatchSize:       dispatcher.DefaultBatchSize,
+		ClaimMaxBytes:   dispatcher.DefaultClaimMaxBytes,
+		MaxRescues:      dispatcher.DefaultMaxRescues,
 		ClaimLoops:      dispatcher.DefaultClaimLoops,
 		Lease:           config.Duration(60 * time.Second),
 		PollInterval:    config.Duration(10 * time.Millisecond),

@@ -66,6 +66,12 @@ func (c *Config) fillDefaults() {
 	if d.ClaimLoops == 0 {
 		d.ClaimLoops = dispatcher.DefaultClaimLoops
 	}
+	if d.ClaimMaxBytes == 0 {
+		d.ClaimMaxBytes = dispatcher.DefaultClaimMaxBytes
+	}
+	if d.MaxRescues == 0 {
+		d.MaxRescues = dispatcher.DefaultMaxRescues
+	}
 	defD(&d.Lease, dispatcher.DefaultLease)
 	defD(&d.PollInterval, dispatcher.DefaultPollInterval)
 	defD(&d.Retention, dispatcher.DefaultRetention)

@@ -55,6 +55,7 @@ func (d *Dispatcher) work(hardCtx context.Context, e *effects.Effect, g *group, 
 	d.mu.Lock()
 	d.calling--
 	g.inflight--
+	d.bytes -= int64(len(e.Payload))
 	d.mu.Unlock()
 	signal(d.freed)
 	rec := Dispatch{EffectID: e.ID, Kind: e.Kind, Provider: g.name, Attempt: e.Attempts,

@@ -179,6 +179,19 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			blocked = true
 			continue
 		}
+		// The payloads being called and this claim's are bounded in bytes:
+		// the claim takes what the calls in flight leave of ClaimMaxBytes
+		// (and at least one effect, whatever its size).
+		var budget int64
+		if d.cfg.ClaimMaxBytes > 0 {
+			budget = d.cfg.ClaimMaxBytes - d.bytes
+			if budget <= 0 {
+				d.mu.Unlock()
+				blocked = true
+				continue
+			}
+			d.bytes += budget
+		}
 		// The slots are reserved before the claim, so that another loop's
 		// claim cannot take them too; what the claim does not fill is
 		// given back after it.
@@ -198,11 +211,14 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		d.claimMu.RLock()
 		cctx, cancel := context.WithTimeout(hardCtx, d.dbTimeout())
 		got, cerr := d.engine.Claim(cctx, engine.ClaimParams{Kinds: kinds, Limit: n, Lease: d.cfg.Lease,
-			Worker: d.cfg.WorkerID, KeyWindows: d.windows, Timeouts: d.margins})
+			Worker: d.cfg.WorkerID, KeyWindows: d.windows, Timeouts: d.margins, MaxBytes: budget})
 		cancel()
 		tried++
 		if cerr != nil {
 			d.claimMu.RUnlock()
+			d.mu.Lock()
+			d.bytes -= budget
+			d.mu.Unlock()
 			d.unreserve(g, n, n)
 			failedN++
 			err = cerr
@@ -245,7 +261,9 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			g.lim.ReserveN(now, len(fired))
 		}
 		d.mu.Lock()
+		d.bytes -= budget
 		for _, e := range fired {
+			d.bytes += int64(len(e.Payload))
 			// Counted: a late outcome of an earlier attempt of the same
 			// effect, recorded after this claim, must not unhold this one.
 			d.held[e.ID]++

@@ -56,6 +56,24 @@ type Config struct {
 	// outcomes one statement records. Default 200.
 	BatchSize int
 
+	// ClaimMaxBytes bounds the payload bytes (their JSON text) one claim
+	// takes, besides BatchSize: a claim takes effects in order while their
+	// payloads' total stays within it, and always the first, so an effect
+	// larger than ClaimMaxBytes is claimed alone. With ClaimLoops claims
+	// at once and Workers calls in flight, a dispatcher holds the payloads
+	// of about ClaimLoops claims. Default DefaultClaimMaxBytes (16 MiB),
+	// for a small container; negative: no bound in bytes.
+	ClaimMaxBytes int64
+
+	// MaxRescues quarantines a poison effect: one whose lease ran out
+	// this many times in a row with no outcome recorded (its claim or its
+	// call ended the process, by a crash, running out of memory or a
+	// hang) is ended uncertain by the rescuer, its last_error saying
+	// "quarantined: …", instead of being put back to end the next
+	// process too. An outcome sets the count back to 0. Default
+	// DefaultMaxRescues (3); negative: no bound.
+	MaxRescues int
+
 	// Lease is how long a claimed effect stays fired before the rescuer
 	// decides its worker died. It must exceed every kind's Timeout. Default
 	// 60s.
@@ -242,6 +260,8 @@ type Limit struct {
 const (
 	DefaultWorkers           = 200
 	DefaultBatchSize         = 200
+	DefaultClaimMaxBytes     = 16 << 20
+	DefaultMaxRescues        = 3
 	DefaultLease             = 60 * time.Second
 	DefaultPollInterval      = 10 * time.Millisecond
 	DefaultClaimLoops        = 1
@@ -280,6 +300,12 @@ func withDefaults(cfg *Config) (Config, error) {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
+	}
+	if c.ClaimMaxBytes == 0 {
+		c.ClaimMaxBytes = DefaultClaimMaxBytes
+	}
+	if c.MaxRescues == 0 {
+		c.MaxRescues = DefaultMaxRescues
 	}
 	if c.FailureLogEvery == 0 {
 		c.FailureLogEvery = DefaultFailureLogEvery

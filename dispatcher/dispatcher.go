@@ -68,6 +68,10 @@ type Dispatcher struct {
 	mu       sync.Mutex
 	inflight int // claimed effects whose outcome is not recorded yet
 	calling  int // of those, the ones whose provider call has not returned
+	// bytes are the payload bytes of the effects being called, and the
+	// budgets of the claims in progress: bounded by ClaimMaxBytes (and one
+	// effect's payload over it, claimed alone).
+	bytes int64
 	// held are the effects this dispatcher claimed and has not recorded an
 	// outcome for: being called, waiting to be recorded, or abandoned at
 	// shutdown. A failed claim puts back its worker's other fired effects.
@@ -208,6 +212,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 			Kind:        kind,
 			Repeatable:  k.Provider.Idempotent() || k.AtLeastOnce,
 			MaxAttempts: k.MaxAttempts,
+			MaxRescues:  max(d.cfg.MaxRescues, 0),
 			KeyWindow:   k.keyWindow(),
 			Timeout:     k.Timeout,
 		})

@@ -81,7 +81,7 @@ BEGIN
   RETURN QUERY
     WITH upd AS (
       UPDATE {{schema}}.side_effects AS e SET
-        state = 'pending', updated_at = now(), next_attempt_at = now(), max_attempts = e.attempts + p_extra,
+        state = 'pending', updated_at = now(), next_attempt_at = now(), max_attempts = e.attempts + p_extra, rescues = 0,
         first_fired_at = CASE WHEN v_restart AND e.first_fired_at IS NOT NULL
           AND now() >= e.first_fired_at + (p_window_ms * interval '1 millisecond') THEN now() ELSE e.first_fired_at END,
         key_epoch = CASE WHEN v_restart AND e.first_fired_at IS NOT NULL
@@ -329,7 +329,7 @@ BEGIN
       EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION {{schema}}.sidefx_reap(bigint, integer), '
         '{{schema}}.sidefx_purge(bigint, integer) TO %s', g.who);
       EXECUTE pg_catalog.format('GRANT UPDATE (state, attempts, maybe_attempts, last_error, lease_until, claimed_by, '
-        'fired_at, first_fired_at, next_attempt_at, provider_ref, outcome, confirmed_at, outcome_attempt, flag, updated_at) '
+        'fired_at, first_fired_at, next_attempt_at, provider_ref, outcome, confirmed_at, outcome_attempt, flag, rescues, updated_at) '
         'ON {{schema}}.side_effects TO %s', g.who);
     ELSE
       EXECUTE pg_catalog.format('REVOKE INSERT, UPDATE, DELETE ON {{schema}}.side_effect_events FROM %s', g.who);

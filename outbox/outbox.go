@@ -114,8 +114,12 @@ type Enqueued struct {
 type Config struct {
 	// Schema holds side_effects. Default "public".
 	Schema string
-	// MaxPayloadBytes bounds one payload's JSON encoding. Default
-	// DefaultMaxPayloadBytes (256 KiB).
+	// MaxPayloadBytes bounds one payload's JSON encoding, checked before
+	// any SQL. Default DefaultMaxPayloadBytes (256 KiB). It may only
+	// lower the database's limit, which is the ceiling (schema 32):
+	// sidefx_settings.max_payload_bytes (256 KiB), or the kind's own in
+	// sidefx_kind_limits, set by the table's owner. Raise both for a kind
+	// whose payloads are larger.
 	MaxPayloadBytes int
 	// Kinds, if not empty, are the only kinds Enqueue accepts: any other is
 	// refused with an *effects.UnknownKindError before any SQL, instead of

@@ -28,7 +28,7 @@
 GRANT USAGE ON SCHEMA public TO sidefx_daemon;
 GRANT SELECT ON public.side_effects TO sidefx_daemon;
 GRANT UPDATE (state, attempts, maybe_attempts, last_error, lease_until, claimed_by, fired_at, first_fired_at,
-  next_attempt_at, provider_ref, outcome, confirmed_at, outcome_attempt, flag, updated_at) ON public.side_effects TO sidefx_daemon;
+  next_attempt_at, provider_ref, outcome, confirmed_at, outcome_attempt, flag, rescues, updated_at) ON public.side_effects TO sidefx_daemon;
 GRANT EXECUTE ON FUNCTION public.sidefx_reap(bigint, integer), public.sidefx_purge(bigint, integer) TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.side_effect_events TO sidefx_daemon;
 GRANT SELECT ON public.sidefx_migrations TO sidefx_daemon;

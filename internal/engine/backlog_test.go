@@ -105,7 +105,7 @@ func TestEngine_ABacklogOfAnotherKindCostsClaimsNothing(t *testing.T) {
 	measure := func(parked int) (c, p planCost) {
 		b := parkedThenServed(t, parked)
 		claim, _ := b.eng.DispatchSQL()
-		c = explain(t, b, claim, kinds, 100, int64(60000), "w", []int64{0, 0}, []int64{30000, 30000})
+		c = explain(t, b, claim, kinds, 100, int64(60000), "w", []int64{0, 0}, []int64{30000, 30000}, int64(16<<20))
 		p = explain(t, b, b.eng.DueSQL(), kinds)
 		return c, p
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -58,7 +59,7 @@ func noRow(err error) error {
 }
 
 type dispatchQueries struct {
-	claim, complete, late, rescue, putBack, reap, purge, trimInbox, trimEdge, analyze, due string
+	claim, payload, complete, late, rescue, putBack, reap, purge, trimInbox, trimEdge, analyze, due string
 }
 
 // windowPassed is the SQL condition "an effect that may have been performed
@@ -97,6 +98,17 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// provider's key window would pass before the call ends is not
 		// fired: it becomes uncertain, and is returned as such for the
 		// dispatcher to report, not to call.
+		//
+		// A claim is bounded in bytes as well as rows ($7): of the rows
+		// merged, in claim order, it takes those whose running total of
+		// payload bytes (their JSON text, as the dispatcher receives it)
+		// stays within the budget, and always the first, so an effect
+		// larger than the budget is claimed alone. The rest stay pending,
+		// unlocked when the statement ends. An effect claimed alone over
+		// the budget comes back without its payload: the claim commits
+		// fired before the payload travels, which the payload statement
+		// then reads, so that a process that cannot hold it dies with the
+		// effect fired, to be rescued and counted (rescues).
 		claim: `UPDATE ` + t + ` AS e
 			SET state = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN 'uncertain' ELSE 'fired' END,
 				attempts = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN e.attempts ELSE e.attempts + 1 END,
@@ -109,16 +121,25 @@ func buildDispatchQueries(t string) dispatchQueries {
 				claimed_by = $4, fired_at = now(), first_fired_at = coalesce(e.first_fired_at, now()), updated_at = now()
 			FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[])) AS k(kind, window_ms, timeout_ms)
 			WHERE e.id = ANY(ARRAY(
-				SELECT c.id FROM (SELECT DISTINCT kind FROM pg_catalog.unnest($1::text[]) AS u(kind)) AS s
-				CROSS JOIN LATERAL (SELECT id, next_attempt_at FROM ` + t + `
-					WHERE state = 'pending' AND kind = s.kind AND next_attempt_at <= now()
-					ORDER BY next_attempt_at, id
-					LIMIT $2
-					FOR UPDATE SKIP LOCKED) AS c
-				ORDER BY c.next_attempt_at, c.id
-				LIMIT $2))
+				SELECT w.id FROM (
+					SELECT c.id, c.size,
+						(pg_catalog.sum(c.size) OVER (ORDER BY c.next_attempt_at, c.id ROWS UNBOUNDED PRECEDING))::bigint AS total,
+						pg_catalog.row_number() OVER (ORDER BY c.next_attempt_at, c.id) AS n
+					FROM (SELECT DISTINCT kind FROM pg_catalog.unnest($1::text[]) AS u(kind)) AS s
+					CROSS JOIN LATERAL (SELECT id, next_attempt_at, coalesce(pg_catalog.octet_length(payload::text), 0)::bigint AS size FROM ` + t + `
+						WHERE state = 'pending' AND kind = s.kind AND next_attempt_at <= now()
+						ORDER BY next_attempt_at, id
+						LIMIT $2
+						FOR UPDATE SKIP LOCKED) AS c
+					ORDER BY c.next_attempt_at, c.id
+					LIMIT $2) AS w
+				WHERE w.total <= $7::bigint OR w.n = 1))
 				AND (e.state = 'pending') IS TRUE AND k.kind = e.kind
-			RETURNING ` + Columns("e."),
+			RETURNING ` + strings.Replace(Columns("e."), "e.payload, ",
+			"CASE WHEN pg_catalog.octet_length(e.payload::text)::bigint <= $7::bigint THEN e.payload END, ", 1),
+		// The payload of an effect claimed alone over the budget, read
+		// after its claim committed; fenced by the attempt.
+		payload: `SELECT payload FROM ` + t + ` WHERE id = $1 AND attempts = $2 AND state = 'fired'`,
 		// Its rows are found by primary key, one lookup per outcome. The
 		// fence is one join clause, "(attempt matches AND state is fired) IS
 		// TRUE", which the planner cannot split and push down to the scan of
@@ -164,6 +185,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 				lease_until = NULL,
 				confirmed_at = CASE WHEN u.state = 'confirmed' THEN now() ELSE e.confirmed_at END,
 				outcome_attempt = u.attempt,
+				rescues = 0,
 				updated_at = now()
 			FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::integer[]), pg_catalog.unnest($3::text[]),
 					pg_catalog.unnest($4::text[]), pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]), pg_catalog.unnest($7::bigint[]),
@@ -187,14 +209,23 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// that may be repeated (idempotent provider, or at-least-once) go
 		// back to pending with the same key, unless out of attempts or past
 		// the provider's key window; the rest become uncertain.
+		//
+		// Each rescue counts (rescues, set back to 0 by an outcome): an
+		// effect whose claims ended in a lost worker its kind's max_rescues
+		// times in a row (0: no bound) is the likely cause, a poison
+		// effect whose payload or call kills the process. It is
+		// quarantined: ended uncertain, as each of its calls may have
+		// reached the provider, with a last_error that says why, instead
+		// of being put back to kill the next worker.
 		rescue: `WITH policy AS (
 				SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::boolean[]), pg_catalog.unnest($3::integer[]),
-						pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[]))
-					AS p(kind, repeatable, max_attempts, window_ms, timeout_ms)
+						pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[]), pg_catalog.unnest($7::integer[]))
+					AS p(kind, repeatable, max_attempts, window_ms, timeout_ms, max_rescues)
 			), due AS (
 				SELECT e.id, p.repeatable AND e.attempts < coalesce(e.max_attempts, p.max_attempts)
 					AND NOT (p.window_ms > 0 AND now() + (p.timeout_ms OPERATOR(pg_catalog.*) interval '1 millisecond')
-						>= coalesce(e.first_fired_at, now()) + (p.window_ms OPERATOR(pg_catalog.*) interval '1 millisecond')) AS again
+						>= coalesce(e.first_fired_at, now()) + (p.window_ms OPERATOR(pg_catalog.*) interval '1 millisecond')) AS again,
+					p.max_rescues > 0 AND e.rescues + 1 >= p.max_rescues AS poison
 				FROM ` + t + ` e JOIN policy p ON p.kind = e.kind
 				WHERE e.state = 'fired' AND e.lease_until < now()
 				ORDER BY e.lease_until
@@ -202,11 +233,15 @@ func buildDispatchQueries(t string) dispatchQueries {
 				FOR UPDATE OF e SKIP LOCKED
 			)
 			UPDATE ` + t + ` AS e
-			SET state = CASE WHEN due.again THEN 'pending' ELSE 'uncertain' END,
+			SET state = CASE WHEN due.again AND NOT due.poison THEN 'pending' ELSE 'uncertain' END,
 				maybe_attempts = pg_catalog.array_append(pg_catalog.array_remove(e.maybe_attempts, e.attempts), e.attempts),
+				rescues = e.rescues + 1,
 				lease_until = NULL, next_attempt_at = now(), updated_at = now(),
-				last_error = pg_catalog.format('attempt %s: lease expired at %s with no outcome recorded (worker %s)',
-					e.attempts, e.lease_until, coalesce(e.claimed_by, 'unknown'))
+				last_error = CASE WHEN due.poison
+					THEN pg_catalog.format('quarantined: its claim or call ended the process %s times in a row with no outcome recorded (attempts up to %s; last lease expired at %s, worker %s); its calls may have reached the provider',
+						e.rescues + 1, e.attempts, e.lease_until, coalesce(e.claimed_by, 'unknown'))
+					ELSE pg_catalog.format('attempt %s: lease expired at %s with no outcome recorded (worker %s)',
+						e.attempts, e.lease_until, coalesce(e.claimed_by, 'unknown')) END
 			FROM due WHERE e.id = due.id
 			RETURNING e.id, e.kind, e.state, e.attempts`,
 		// A claim whose answer never reached its worker (a timeout, a lost
@@ -272,6 +307,11 @@ type ClaimParams struct {
 	// (at most the lease): an effect that may have been performed is
 	// claimed only if its call can end inside the window.
 	Timeouts map[string]time.Duration
+	// MaxBytes bounds the payload bytes (their JSON text) one claim
+	// returns, besides Limit; the first effect is claimed whatever its
+	// size, alone if over MaxBytes, and its payload read by a statement
+	// of its own once the claim committed. 0: no bound in bytes.
+	MaxBytes int64
 }
 
 // Claim moves up to p.Limit due pending effects of p.Kinds to fired, with
@@ -294,13 +334,29 @@ func (s *Engine) Claim(ctx context.Context, p ClaimParams) ([]*effects.Effect, e
 	}
 	// QueryExecModeExec plans the claim for each execution's parameters: a
 	// plan cached while the table was small can scan it whole once it grows.
-	rows, err := s.db.Query(ctx, s.q.claim, pgx.QueryExecModeExec, p.Kinds, p.Limit, p.Lease.Milliseconds(), p.Worker, windows, timeouts)
+	budget := p.MaxBytes
+	if budget <= 0 {
+		budget = math.MaxInt64
+	}
+	rows, err := s.db.Query(ctx, s.q.claim, pgx.QueryExecModeExec, p.Kinds, p.Limit, p.Lease.Milliseconds(), p.Worker, windows, timeouts, budget)
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", noRow(err))
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*effects.Effect, error) { return scanEffect(r) })
 	if err != nil {
 		return nil, fmt.Errorf("claim effects: %w", noRow(err))
+	}
+	for _, e := range list {
+		if e.Payload != nil || e.State != effects.Fired {
+			continue
+		}
+		// Claimed alone over the budget: fired is committed, the payload
+		// comes now. A process that dies here leaves the effect to the
+		// rescuer, which counts it.
+		if err := s.db.QueryRow(ctx, s.q.payload, e.ID, e.Attempts).Scan(&e.Payload); err != nil {
+			return nil, fmt.Errorf("claim effects: read the payload of effect %d, claimed alone over the budget of %d bytes: %w",
+				e.ID, budget, noRow(err))
+		}
 	}
 	return list, nil
 }
@@ -643,6 +699,10 @@ type RescuePolicy struct {
 	// window) and Timeout how long a call may take: a repeatable effect is
 	// put back only if its next call can end inside the window.
 	KeyWindow, Timeout time.Duration
+	// MaxRescues quarantines an effect whose lease ran out this many times
+	// in a row with no outcome recorded: it ends uncertain, its last_error
+	// saying so, instead of going back to pending. 0: no bound.
+	MaxRescues int
 }
 
 // Rescue moves up to limit fired effects of the given kinds whose lease has
@@ -656,12 +716,12 @@ func (s *Engine) Rescue(ctx context.Context, policies []RescuePolicy, limit int)
 	}
 	n := len(policies)
 	kinds, repeatable, maxAttempts := make([]string, n), make([]bool, n), make([]int32, n)
-	windows, timeouts := make([]int64, n), make([]int64, n)
+	windows, timeouts, rescues := make([]int64, n), make([]int64, n), make([]int32, n)
 	for i, p := range policies {
 		kinds[i], repeatable[i], maxAttempts[i] = p.Kind, p.Repeatable, int32(p.MaxAttempts)
-		windows[i], timeouts[i] = p.KeyWindow.Milliseconds(), p.Timeout.Milliseconds()
+		windows[i], timeouts[i], rescues[i] = p.KeyWindow.Milliseconds(), p.Timeout.Milliseconds(), int32(min(p.MaxRescues, math.MaxInt32))
 	}
-	rows, err := s.db.Query(ctx, s.q.rescue, kinds, repeatable, maxAttempts, limit, windows, timeouts)
+	rows, err := s.db.Query(ctx, s.q.rescue, kinds, repeatable, maxAttempts, limit, windows, timeouts, rescues)
 	if err != nil {
 		return nil, fmt.Errorf("rescue expired leases: %w", noRow(err))
 	}
