@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/sidefx/sidefx/internal/httpbound"
 )
 
 // Failed sign-ins (the form, or a bearer token no line names) are limited
@@ -69,20 +71,8 @@ func newThrottle(now func() time.Time) *throttle {
 	return &throttle{by: map[string]*list.Element{}, lru: list.New(), keep: throttleKeep, ceiling: globalFailures, now: now}
 }
 
-// addrBlock is the block addr counts for: an IPv6 address's /64, an IPv4
-// address (IPv4-mapped IPv6 included) itself; anything that does not parse
-// as an address counts as itself.
-func addrBlock(addr string) string {
-	a, err := netip.ParseAddr(addr)
-	if err != nil {
-		return addr
-	}
-	a = a.Unmap().WithZone("")
-	if a.Is4() {
-		return a.String()
-	}
-	return netip.PrefixFrom(a, 64).Masked().String()
-}
+// addrBlock is the block addr counts for (httpbound.Block).
+func addrBlock(addr string) string { return httpbound.Block(addr) }
 
 // blocked reports whether addr may not try to sign in now, how long until
 // it may, and whether that is because of the global ceiling.
