@@ -33,10 +33,19 @@ import (
 const maxEventBody = 1 << 20
 
 // eventsBudget bounds the bytes of event deliveries held in memory at
-// once, across providers: 16 whole deliveries. A delivery past it is
-// refused with 503 and Retry-After; Stripe and SendGrid both deliver again
-// later (for days, and for 24 hours).
+// once, across providers: 16 whole deliveries; one client (an IPv4
+// address, an IPv6 /64) holds at most a quarter of it. The bytes are
+// reserved as they arrive, and a delivery must keep httpbound's pace (2 s
+// for its first bytes, 128 KiB a second after): one client cannot make
+// another's delivery wait or be refused. A delivery past it is refused
+// with 503 and Retry-After; Stripe and SendGrid both deliver again later
+// (for days, and for 24 hours).
 const eventsBudget = 16 << 20
+
+// newEventsBudget is the budget of the events endpoint.
+func newEventsBudget() *httpbound.Budget {
+	return httpbound.NewBudget(httpbound.BudgetConfig{Total: eventsBudget})
+}
 
 // eventsHandler takes the providers' signed event deliveries at POST
 // /events/{provider}: verified by the provider's EventSource (401 when they
@@ -44,9 +53,10 @@ const eventsBudget = 16 << 20
 // evidence for reconciliation (503 when the database fails, so that the
 // provider delivers again). Events without a sidefx key are not sidefx's,
 // and are counted and dropped. Before a byte of the body is read, a
-// provider without an event source is refused (404), a delivery declaring
-// more than maxEventBody (413), and one that budget cannot hold now (503
-// with Retry-After).
+// provider without an event source is refused (404), and a delivery
+// declaring more than maxEventBody (413); one that budget cannot hold, or
+// that falls behind httpbound's pace, is refused as it is read (503 with
+// Retry-After, 408).
 func eventsHandler(db engine.DB, schema string, sources map[string]providers.EventSource, budget *httpbound.Budget, count func(provider, result string, n int), log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("provider")
@@ -64,12 +74,8 @@ func eventsHandler(db engine.DB, schema string, sources map[string]providers.Eve
 
 // events reads, verifies and stores one delivery of name's events.
 func events(w http.ResponseWriter, r *http.Request, name string, src providers.EventSource, db engine.DB, schema string, count func(provider, result string, n int), log *slog.Logger) {
-	body, err := httpbound.ReadBody(r, maxEventBody)
-	if httpbound.TooLarge(err) {
-		http.Error(w, fmt.Sprintf("an event delivery is at most %d bytes", maxEventBody), http.StatusRequestEntityTooLarge)
-		return
-	}
-	if err != nil {
+	body, err := httpbound.Body(r, maxEventBody)
+	if err != nil { // read whole by budget.Limit, which answered any failure
 		http.Error(w, "the delivery could not be read: "+err.Error(), http.StatusBadRequest)
 		return
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -170,7 +172,90 @@ func TestEvents_EndpointRefusesAnOldDelivery(t *testing.T) {
 
 // eventsHandlerMux serves the events endpoint as the daemon does.
 func eventsHandlerMux(db engine.DB, sources map[string]providers.EventSource) http.Handler {
+	return eventsMux(db, sources, newEventsBudget())
+}
+
+func eventsMux(db engine.DB, sources map[string]providers.EventSource, budget *httpbound.Budget) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /events/{provider}", eventsHandler(db, "public", sources, httpbound.NewBudget(eventsBudget), func(string, string, int) {}, slog.New(slog.DiscardHandler)))
+	mux.Handle("POST /events/{provider}", eventsHandler(db, "public", sources, budget, func(string, string, int) {}, slog.New(slog.DiscardHandler)))
 	return mux
+}
+
+// One anonymous client cannot shut out the providers' deliveries: from
+// 127.0.0.1, 16 connections declaring 1 MiB and sending nothing, and 8
+// declaring 1 MiB and sending all of it but the last byte, until the
+// endpoint refuses one of them (503: the client holds all it may). A
+// delivery from another address (127.0.0.2) is then still read and
+// answered by its signature check: 401 forged, 200 signed. Before, the
+// 16 declared bodies reserved the whole 16 MiB budget unread, and every
+// other delivery got 503 until the read timeout.
+func TestEvents_OneClientCannotShutOutTheDeliveries(t *testing.T) {
+	t.Parallel()
+	_, pool, _ := newCLI(t)
+	const whsec = "whsec_daemon_test_secret"
+	st, _ := stripe.NewEvents(whsec)
+	srv := httptest.NewServer(eventsMux(pool, map[string]providers.EventSource{"stripe": st}, newEventsBudget()))
+	t.Cleanup(srv.Close)
+	addr := srv.Listener.Addr().String()
+
+	refused := make(chan string, 64)
+	attack := func(send int) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+		go func() {
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			refused <- resp.Status
+		}()
+		if _, err := fmt.Fprintf(c, "POST /events/stripe HTTP/1.1\r\nHost: sidefx\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", maxEventBody); err != nil {
+			t.Fatal(err)
+		}
+		if send > 0 {
+			go c.Write(make([]byte, send)) //nolint:errcheck // refused and closed, or held
+		}
+	}
+	for range 16 {
+		attack(0)
+	}
+	for range 8 {
+		attack(maxEventBody - 1)
+	}
+	deadline := time.After(time.Minute)
+	for waiting := true; waiting; {
+		select {
+		case s := <-refused:
+			waiting = !strings.HasPrefix(s, "503")
+		case <-deadline:
+			t.Fatal("no connection of the attacking client refused with 503 within a minute")
+		}
+	}
+
+	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	post := func(sig, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/events/stripe", strings.NewReader(body))
+		req.Header.Set("Stripe-Signature", sig)
+		resp, err := other.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	at := time.Now()
+	body := `{"id":"evt_7","object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_7","object":"charge","status":"succeeded","metadata":{"sidefx_key":"sfx1_elsewhere"}}}}`
+	if code, answer := post("t=1,v1=00", body); code != http.StatusUnauthorized {
+		t.Fatalf("a forged delivery from another client while the first holds all it may: %d, want 401\n%s", code, answer)
+	}
+	sig := fmt.Sprintf("t=%d,v1=%s", at.Unix(), hex.EncodeToString(webhook.ComputeSignature(at, []byte(body), whsec)))
+	if code, answer := post(sig, body); code != http.StatusOK || !strings.Contains(answer, `"stored":1`) {
+		t.Fatalf("a signed delivery from another client while the first holds all it may: %d, want 200\n%s", code, answer)
+	}
 }

@@ -1,18 +1,26 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/migrations"
 )
 
 // A daemon started before its database serves /healthz at once, and /readyz
@@ -150,5 +158,62 @@ func (d *daemon) stop() {
 	}
 	if err := <-d.exited; err != nil {
 		d.t.Fatalf("sidefx did not stop cleanly on SIGTERM: %v\n%s", err, d.logs())
+	}
+}
+
+// An anonymous /readyz flood does not load the dispatcher's pool: 100
+// concurrent requests run one database check between them, on one
+// connection at a time, and the next check starts only once readyInterval
+// has passed (the clock is the test's). Before, each request ran its own
+// ping and migration-status transaction.
+func TestReadyz_ChecksTheDatabaseOncePerInterval(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	db := dbCheck{pool: pool, session: pool, mc: &migrations.Config{}}
+	var checks, inFlight, most atomic.Int64
+	counted := func(ctx context.Context) error {
+		checks.Add(1)
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		return db.check(ctx)
+	}
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	srv := httptest.NewServer(httpHandler(prometheus.NewRegistry(), newReadiness(counted, clock).get, func() bool { return true }, func() error { return nil }))
+	t.Cleanup(srv.Close)
+	get := func() (int, string) {
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			if code, body := get(); code != http.StatusOK {
+				t.Errorf("/readyz: %d %s", code, body)
+			}
+		})
+	}
+	wg.Wait()
+	if n, m := checks.Load(), most.Load(); n != 1 || m != 1 {
+		t.Fatalf("100 concurrent /readyz ran %d database checks, at most %d at once; want 1 and 1", n, m)
+	}
+	mu.Lock()
+	now = now.Add(readyInterval)
+	mu.Unlock()
+	if code, body := get(); code != http.StatusOK || checks.Load() != 2 {
+		t.Fatalf("/readyz once the interval passed: %d %s, %d checks in all, want 2", code, body, checks.Load())
 	}
 }

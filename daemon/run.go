@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -166,9 +167,9 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	var started atomic.Bool
 	db := dbCheck{pool: pool, session: session, mc: &rt.Migrations, url: rt.DatabaseURL}
-	mux := httpHandler(reg, db, started.Load, d.Healthy)
+	mux := httpHandler(reg, newReadiness(db.check, time.Now).get, started.Load, d.Healthy)
 	if len(rt.EventSources) > 0 {
-		mux.Handle("POST /events/{provider}", eventsHandler(pool, rt.Dispatcher.Schema, rt.EventSources, httpbound.NewBudget(eventsBudget), m.Event, log))
+		mux.Handle("POST /events/{provider}", eventsHandler(pool, rt.Dispatcher.Schema, rt.EventSources, newEventsBudget(), m.Event, log))
 		for name := range rt.EventSources {
 			for _, result := range []string{metrics.EventStored, metrics.EventDuplicate, metrics.EventForeign, metrics.EventRefused} {
 				m.Event(name, result, 0) // every series from the start
@@ -313,20 +314,83 @@ func waitForDatabase(ctx context.Context, db dbCheck, migrate bool, log *slog.Lo
 	}
 }
 
+// readyInterval is how long a readiness check's result is reused, and
+// readyTimeout how long one may take.
+const (
+	readyInterval = time.Second
+	readyTimeout  = 3 * time.Second
+)
+
+// readiness shares the database's readiness check between /readyz
+// requests: at most one check runs at a time, so at most one of the pool's
+// connections serves them, and checks start at least readyInterval apart,
+// every request in between answered with the last result. A request that
+// ends first (its client gone) does not end the check.
+type readiness struct {
+	check func(context.Context) error
+	now   func() time.Time
+
+	mu      sync.Mutex
+	at      time.Time // when the last check started
+	err     error     // its result
+	checked bool
+	running chan struct{} // closed when the check in flight ends; nil if none
+}
+
+func newReadiness(check func(context.Context) error, now func() time.Time) *readiness {
+	return &readiness{check: check, now: now}
+}
+
+// get returns the last check's result if it started within readyInterval,
+// else that of the check in flight, starting one if none is.
+func (r *readiness) get(ctx context.Context) error {
+	r.mu.Lock()
+	if r.checked && r.now().Sub(r.at) < readyInterval {
+		defer r.mu.Unlock()
+		return r.err
+	}
+	done := r.running
+	if done == nil {
+		done = make(chan struct{})
+		r.running, r.at = done, r.now()
+		go r.run(done)
+	}
+	r.mu.Unlock()
+	select {
+	case <-done:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("the readiness check did not answer: %w", ctx.Err())
+	}
+}
+
+func (r *readiness) run(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	err := r.check(ctx)
+	r.mu.Lock()
+	r.err, r.checked, r.running = err, true, nil
+	r.mu.Unlock()
+	close(done)
+}
+
 // httpHandler serves /metrics, /healthz (the process is up, whatever the
 // database) and /readyz: 200 once the database answers, the schema is
-// current, the daemon has started and the dispatcher reports no persistent
-// error; else 503 with the reason.
-func httpHandler(reg *prometheus.Registry, db dbCheck, started func() bool, healthy func() error) *http.ServeMux {
+// current (ready, shared and at most once a readyInterval), the daemon has
+// started and the dispatcher reports no persistent error; else 503 with
+// the reason.
+func httpHandler(reg *prometheus.Registry, ready func(context.Context) error, started func() bool, healthy func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
-		if err := db.check(ctx); err != nil {
+		if err := ready(ctx); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}

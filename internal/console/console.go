@@ -78,8 +78,10 @@ type Config struct {
 
 // The console's bodies: a form (a note, a merge patch) is at most MaxBody
 // bytes, refused before a byte is read when it declares more; the bodies
-// being read at once hold at most BodyBudget bytes, and a request past it
-// gets 503 with Retry-After without its body being read.
+// being read at once hold at most BodyBudget bytes, a client (its address
+// block, as the sign-in throttle counts it) a quarter of that, reserved as
+// their bytes arrive; a body past either gets 503 with Retry-After
+// (httpbound.Budget).
 const (
 	MaxBody    = 1 << 20
 	BodyBudget = 8 << 20
@@ -142,7 +144,8 @@ func New(cfg Config) (*Handler, error) {
 	mux.HandleFunc("GET /bulk/done/{id}", h.get(h.bulkDone))
 	mux.HandleFunc("GET /runs", h.get(h.runs))
 	h.mux = mux
-	h.serve = httpbound.NewBudget(BodyBudget).Limit(MaxBody, "a form", mux)
+	h.serve = httpbound.NewBudget(httpbound.BudgetConfig{Total: BodyBudget,
+		Client: func(r *http.Request) string { return httpbound.Block(h.clientAddr(r)) }}).Limit(MaxBody, "a form", mux)
 	return h, nil
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/sidefx/sidefx/internal/httpbound"
 )
 
 // Failed sign-ins (the form, or a bearer token no line names) are limited
@@ -26,21 +28,26 @@ import (
 // often many unrelated clients (a carrier's NAT, a campus), whom one
 // client's failures would lock out.
 //
-// Over all blocks, at most globalFailures failures are counted in a
-// minute: past them, every sign-in attempt (form or bearer token) gets 429
-// until that minute has passed. A client holding many blocks (an IPv6 /48
-// has 65,536 /64s) is held to that pace whatever it rotates through;
-// sessions already signed in, and users a trusted proxy names, go on.
+// Over all blocks, globalFailures failures in a minute (globalWindow) trip
+// a ceiling: until that minute has passed, a block that has failed in it
+// gets 429 on every sign-in attempt (form or bearer token), and a block
+// that has not may still try, its first failure locking it for the rest
+// of the minute. A client holding many blocks (an IPv6 /48 has 65,536
+// /64s) gets one guess per fresh block a minute past the ceiling, not
+// ten; clients that have not failed, and sessions already signed in, are
+// never locked out by others' failures.
 const (
 	failuresPerMinute = 6
 	failuresBurst     = 10
 	// throttleKeep bounds the blocks remembered: past it, the block that
 	// failed least recently is forgotten, in constant time. Forgetting a
-	// block takes throttleKeep failures from others, which the global
-	// ceiling spreads over throttleKeep/globalFailures minutes.
+	// block takes throttleKeep failures from other blocks; past the
+	// ceiling each block fails once a window, so only a client holding
+	// thousands of blocks can, and a forgotten block is a fresh one.
 	throttleKeep = 10000
 	// globalFailures is the ceiling of failed sign-ins, over all clients,
-	// in a minute (globalWindow).
+	// in a minute (globalWindow), past which a block's first failure locks
+	// it for the rest of the minute.
 	globalFailures = 100
 	globalWindow   = time.Minute
 )
@@ -55,7 +62,7 @@ type throttle struct {
 	keep int
 	now  func() time.Time
 
-	ceiling  int       // failures in a window past which everyone waits
+	ceiling  int       // failures in a window past which a block that failed in it waits
 	windowAt time.Time // start of the current window
 	failures int       // failures counted in it
 }
@@ -63,26 +70,15 @@ type throttle struct {
 type blockFailures struct {
 	block string
 	l     *rate.Limiter
+	last  time.Time // its last failure
 }
 
 func newThrottle(now func() time.Time) *throttle {
 	return &throttle{by: map[string]*list.Element{}, lru: list.New(), keep: throttleKeep, ceiling: globalFailures, now: now}
 }
 
-// addrBlock is the block addr counts for: an IPv6 address's /64, an IPv4
-// address (IPv4-mapped IPv6 included) itself; anything that does not parse
-// as an address counts as itself.
-func addrBlock(addr string) string {
-	a, err := netip.ParseAddr(addr)
-	if err != nil {
-		return addr
-	}
-	a = a.Unmap().WithZone("")
-	if a.Is4() {
-		return a.String()
-	}
-	return netip.PrefixFrom(a, 64).Masked().String()
-}
+// addrBlock is the block addr counts for (httpbound.Block).
+func addrBlock(addr string) string { return httpbound.Block(addr) }
 
 // blocked reports whether addr may not try to sign in now, how long until
 // it may, and whether that is because of the global ceiling.
@@ -90,14 +86,15 @@ func (t *throttle) blocked(addr string) (blocked bool, wait time.Duration, globa
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	if end := t.windowAt.Add(globalWindow); t.failures >= t.ceiling && now.Before(end) {
-		return true, end.Sub(now), true
-	}
 	e, ok := t.by[addrBlock(addr)]
 	if !ok {
 		return false, 0, false
 	}
-	l := e.Value.(*blockFailures).l
+	bf := e.Value.(*blockFailures)
+	if end := t.windowAt.Add(globalWindow); t.failures >= t.ceiling && now.Before(end) && !bf.last.Before(t.windowAt) {
+		return true, end.Sub(now), true
+	}
+	l := bf.l
 	if tokens := l.TokensAt(now); tokens < 1 {
 		return true, time.Duration((1 - tokens) / float64(l.Limit()) * float64(time.Second)), false
 	}
@@ -126,7 +123,9 @@ func (t *throttle) failed(addr string) {
 		e = t.lru.PushFront(&blockFailures{block: block, l: rate.NewLimiter(rate.Limit(failuresPerMinute)/60, failuresBurst)})
 		t.by[block] = e
 	}
-	e.Value.(*blockFailures).l.AllowN(now, 1)
+	bf := e.Value.(*blockFailures)
+	bf.l.AllowN(now, 1)
+	bf.last = now
 }
 
 // clientAddr is who a request comes from: its peer's address, or, when
@@ -175,8 +174,8 @@ func (h *Handler) throttled(w http.ResponseWriter, r *http.Request) bool {
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(wait.Seconds()+0.999))))
 	if global {
-		h.log.Warn("console: sign-in refused: too many failed sign-ins on this console in the last minute", "remote", h.clientAddr(r))
-		h.refuse(w, r, nil, http.StatusTooManyRequests, "too many failed sign-ins on this console: try again later")
+		h.log.Warn("console: sign-in refused: too many failed sign-ins on this console in the last minute, one from this address", "remote", h.clientAddr(r))
+		h.refuse(w, r, nil, http.StatusTooManyRequests, "too many failed sign-ins on this console, one of them from this address: try again later")
 		return true
 	}
 	h.log.Warn("console: sign-in refused: too many failures from this address", "remote", h.clientAddr(r))
