@@ -26,15 +26,35 @@ import (
 	"github.com/sidefx/sidefx/migrations"
 )
 
-// binary builds the sidefx command into the test's temporary directory.
+// built is the sidefx command, built once for the package's tests
+// (binary): each test that ran its own go build made the package's run
+// minutes longer on a loaded machine.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	out  []byte
+	err  error
+}
+
+// binary is the sidefx command built without cgo, once for the package:
+// its threads' stacks are the Go runtime's (small), so that a data limit
+// (RLIMIT_DATA, the memory tests) bounds what it allocates.
 func binary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sidefx")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/sidefx/sidefx/cmd/sidefx").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "sidefx-daemon-test-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "sidefx")
+		build := exec.Command("go", "build", "-o", built.bin, "github.com/sidefx/sidefx/cmd/sidefx")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		built.out, built.err = build.CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("go build: %v\n%s", built.err, built.out)
 	}
-	return bin
+	return built.bin
 }
 
 // signedReceiver verifies every delivery with the Standard Webhooks

@@ -29,9 +29,8 @@ import (
 // container's.
 const memLimit = 256 << 20
 
-// limited is a sidefx binary built without cgo, so that its threads'
-// stacks are the Go runtime's (small) and RLIMIT_DATA bounds what it
-// allocates, and a way to run it under memLimit.
+// limited is the sidefx binary (built without cgo: binary) and a way to
+// run it under memLimit.
 type limited struct {
 	t    *testing.T
 	bin  string
@@ -60,12 +59,7 @@ func newLimited(t *testing.T, dispatcherYAML string) *limited {
 	if _, err := exec.LookPath("prlimit"); err != nil {
 		t.Skip("prlimit (util-linux) is not installed")
 	}
-	bin := filepath.Join(t.TempDir(), "sidefx")
-	build := exec.Command("go", "build", "-o", bin, "github.com/sidefx/sidefx/cmd/sidefx")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := binary(t)
 	url := pgtest.URL(t)
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {

@@ -472,13 +472,16 @@ func TestNew_Config(t *testing.T) {
 	if _, err := small.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "s", Kind: "k", Payload: map[string]string{"a": "0123456789abcdef"}}); !errors.Is(err, outbox.ErrInvalid) {
 		t.Fatalf("over a 16-byte limit: %v", err)
 	}
-	// A larger limit than the database's default is honoured by the SQL too.
+	// A larger limit than the database's only lowers nothing: the
+	// database's (256 KiB) is the producer's ceiling (issue 34), and says
+	// so.
 	big, err := outbox.New(&outbox.Config{MaxPayloadBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := big.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "s", Kind: "k", Payload: map[string]string{"a": strings.Repeat("x", 300<<10)}}); err != nil {
-		t.Fatalf("300 KiB under a 1 MiB limit: %v", err)
+	_, err = big.Enqueue(b.ctx, b.pool, outbox.Effect{SourceID: "s", Kind: "k", Payload: map[string]string{"a": strings.Repeat("x", 300<<10)}})
+	if !errors.Is(err, outbox.ErrInvalid) || !strings.Contains(err.Error(), "the limit is 262144") {
+		t.Fatalf("300 KiB with a 1 MiB limit of the producer's own: %v, want refused at the database's 262144 bytes", err)
 	}
 }
 

@@ -73,9 +73,13 @@ var errShutDown = errors.New("pgtest: used after Main finished the tests")
 // It runs the tests, stops and removes the server if one was started (or, for
 // SIDEFX_TEST_DATABASE_URL, drops the template and leftover databases), and
 // exits with the tests' status. It does not check for goroutine leaks; that
-// is up to the caller.
-func Main(m *testing.M) {
+// is up to the caller. Each of after runs once the tests have finished
+// (the package's own clean-up: os.Exit runs no deferred call).
+func Main(m *testing.M, after ...func()) {
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if err := shutdown(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		if code == 0 {
