@@ -15,8 +15,14 @@ import (
 const parkedKind = "bench.parked"
 
 // backlogOpen counts the open effects of the drained kind alone: the
-// parked ones stay pending.
-const backlogOpen = `SELECT count(*) FROM side_effects WHERE state IN ('pending', 'fired') AND kind = '` + kind + `'`
+// parked ones stay pending. Each part matches a partial index's predicate
+// (the pending index leads with kind; few effects are fired), so that the
+// count does not read the backlog: written as one "state IN ('pending',
+// 'fired')", it was planned through the (source_id, kind) key and read
+// every row, 0.1 to 1.9 s a count with a million parked, inside the
+// timed drain (the drain without the backlog counted in 4 ms).
+const backlogOpen = `SELECT (SELECT count(*) FROM side_effects WHERE state = 'pending' AND kind = '` + kind + `')
+	+ (SELECT count(*) FROM side_effects WHERE state = 'fired' AND kind = '` + kind + `')`
 
 // backlogAll drains e.o.backlogN effects of one kind with e.o.backlogParked
 // pending effects of another kind parked (due a day ago, before every
@@ -33,6 +39,10 @@ func (e *env) backlogAll(ctx context.Context) error {
 		return err
 	}
 	defer dropW()
+	// The statements report tells the two databases apart.
+	if err := e.label(ctx, with, "sidefx with backlog"); err != nil {
+		return err
+	}
 	without, _, dropO, err := e.fresh(ctx, tmplSidefx)
 	if err != nil {
 		return err

@@ -119,20 +119,24 @@ func (d *Dispatcher) retire() {
 
 // reportUnserved logs, at warn, the pending effects of kinds no live
 // dispatcher serves: they wait until one does. One line, however many
-// kinds producers wrote: their number, the effects, the oldest due time
-// and the first unservedSample kinds by name.
+// kinds producers wrote: their number, the effects (each kind's counted
+// up to unservedCountUpTo, so that a backlog costs the report no more
+// than that), the oldest due time and the first unservedSample kinds by
+// name.
 func (d *Dispatcher) reportUnserved(ctx context.Context) {
 	uctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
-	un, err := d.store.UnservedPending(uctx)
+	un, err := d.store.UnservedPending(uctx, unservedCountUpTo)
 	if err != nil || len(un) == 0 {
 		return // the table statistics and status say it too; not worth a warning each minute
 	}
 	var pending int64
+	atLeast := false
 	oldest := un[0].Oldest
 	sample := make([]string, 0, min(len(un), unservedSample))
 	for _, u := range un { // ordered by kind
 		pending += u.Pending
+		atLeast = atLeast || u.Pending >= unservedCountUpTo
 		if u.Oldest.Before(oldest) {
 			oldest = u.Oldest
 		}
@@ -140,12 +144,19 @@ func (d *Dispatcher) reportUnserved(ctx context.Context) {
 			sample = append(sample, u.Kind)
 		}
 	}
-	d.log.Warn("pending effects of kinds no live dispatcher serves wait until one does",
-		"kinds", len(un), "pending", pending, "oldest_due", oldest, "e.g.", strings.Join(sample, ", "))
+	args := []any{"kinds", len(un), "pending", pending, "oldest_due", oldest, "e.g.", strings.Join(sample, ", ")}
+	if atLeast {
+		args = append(args, "counted_up_to_per_kind", unservedCountUpTo) // pending is a lower bound
+	}
+	d.log.Warn("pending effects of kinds no live dispatcher serves wait until one does", args...)
 }
 
 // unservedSample is how many unserved kinds reportUnserved names.
 const unservedSample = 5
+
+// unservedCountUpTo is how many pending effects of one unserved kind
+// reportUnserved counts at most; sidefx status counts them all.
+const unservedCountUpTo = 10000
 
 const maintenanceBatch = 1000
 

@@ -32,7 +32,7 @@ func TestStore_RegistryOfServedKinds(t *testing.T) {
 	if err != nil || !served["charge.create"] || !served["email.receipt"] || served["sms.send"] {
 		t.Fatalf("served = %v, %v", served, err)
 	}
-	un, err := b.store.UnservedPending(b.ctx)
+	un, err := b.store.UnservedPending(b.ctx, 1000)
 	if err != nil || len(un) != 1 || un[0].Kind != "sms.send" || un[0].Pending != 2 || un[0].Oldest.IsZero() {
 		t.Fatalf("unserved = %+v, %v", un, err)
 	}

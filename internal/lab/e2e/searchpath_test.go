@@ -323,7 +323,7 @@ func TestE2E_NoStatementDependsOnSearchPath(t *testing.T) {
 	step("stats", err)
 	_, err = st.KindStatuses(ctx)
 	step("kind statuses", err)
-	_, err = st.UnservedPending(ctx)
+	_, err = st.UnservedPending(ctx, 1000)
 	step("unserved", err)
 	_, err = st.Dispatchers(ctx)
 	step("dispatchers", err)
