@@ -166,6 +166,8 @@ func fakeStripe(t *testing.T, broken bool, charges map[string]string) *httptest.
 			fmt.Fprint(w, `{"error":{"type":"invalid_request_error","message":"this account cannot list charges"}}`)
 			return
 		}
+		// Stripe's mark: the provider reads no list without it.
+		w.Header().Set("Request-Id", "req_fake")
 		created := time.Now().Add(-30 * time.Minute).Unix()
 		var data []string
 		for _, ref := range []string{"ch_settled", "ch_orphan"} {

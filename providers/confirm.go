@@ -107,10 +107,20 @@ func mediaType(header http.Header) string {
 // is the peer's own (why says what is missing): it may be an
 // intermediary's, and the request may or may not have reached the peer.
 func NotProven(what string, status int, why string) Result {
-	return Unsure(fmt.Errorf("%s: %w: status %d, %s", what, ErrNotProven, status, why))
+	return Unsure(NotProvenError(what, status, why))
+}
+
+// NotProvenError is the error, wrapping ErrNotProven, of an answer with
+// status that does not prove it is the peer's own (why says what is
+// missing): NotProven's, and a lookup's or a listing's, which then says
+// nothing of what the peer holds.
+func NotProvenError(what string, status int, why string) error {
+	return fmt.Errorf("%s: %w: status %d, %s", what, ErrNotProven, status, why)
 }
 
 // ErrNotProven is wrapped by the error of an Unknown Result whose answer
 // was a 2xx without the proof that it is the peer's own (ConfirmWhen, or
-// a provider's own rule): an intermediary may have answered.
+// a provider's own rule): an intermediary may have answered. A lookup or
+// a listing answered so fails with it too (NotProvenError): its verdict
+// is NotKnown, never Absent.
 var ErrNotProven = errors.New("answer not proven the provider's own")

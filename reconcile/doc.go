@@ -18,7 +18,9 @@
 //     consistency delay has passed: the kind's policy applies, by default
 //     leaving it to an operator with the evidence (Absent), or, with
 //     Kind.RefireWhenAbsentAfter, sending it again (Refired). Not known:
-//     nothing changes.
+//     nothing changes. A lookup or listing whose answer is not proven
+//     the provider's own (providers.ErrNotProven: a proxy's page, a wrong
+//     host's "{}") is an Error finding, never Absent or Missing.
 //   - Where the provider can list (providers.Lister), the objects it made
 //     in the window are compared with the effects: an object whose effect
 //     is missing, confirmed with another reference, or failed or cancelled

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -927,5 +928,51 @@ func TestReconcile_StripesLookupMeasuresWithTheDatabasesClock(t *testing.T) {
 	}
 	if ev, err := reconcile.Evidence(ctx, pool, "", e.ID, e.Key); err != nil || len(ev) != 0 {
 		t.Errorf("evidence %+v, %v; want none yet", ev, err)
+	}
+}
+
+// A charge made whose answer was lost, and a confirmed one; then the
+// reconciler's requests reach a host that answers every one with 200
+// "{}" and no Request-Id (a wrong base URL, a proxy). That is no listing
+// of Stripe's: the run reports errors, and neither the uncertain charge
+// is absent nor the confirmed one missing; no evidence is recorded.
+func TestReconcile_AnAnswerNotStripesSaysNothing(t *testing.T) {
+	t.Parallel()
+	stateful := peers.StartStripeStateful(t)
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	p := newStripe(t, stateful.URL, nil)
+	enqueue(t, pool, "order-kept")
+	drain(t, pool, p)
+	tr := &dropAnswers{}
+	tr.drop.Store(true)
+	enqueue(t, pool, "order-lost")
+	drain(t, pool, newStripe(t, stateful.URL, tr))
+	st, _ := engine.NewStore(pool, nil)
+	lost, err := st.GetBySource(ctx, "order-lost", chargeKind)
+	if err != nil || lost.State != effects.Uncertain {
+		t.Fatalf("after the lost answer: %+v, %v; want uncertain", lost, err)
+	}
+
+	wrong := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`)
+	}))
+	t.Cleanup(wrong.Close)
+	rep, err := newReconciler(t, pool, newStripe(t, wrong.URL, nil)).RunNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := findings(rep, reconcile.Error)
+	if len(errs) != 2 || len(rep.Findings) != 2 {
+		t.Fatalf("findings %+v; want two errors (the lookup, the listing), nothing absent or missing", rep.Findings)
+	}
+	for _, f := range errs {
+		if !strings.Contains(f.Detail, providers.ErrNotProven.Error()) {
+			t.Errorf("finding %q does not say the answer is not Stripe's", f.Detail)
+		}
+	}
+	if ev, err := reconcile.Evidence(ctx, pool, "", lost.ID, lost.Key); err != nil || len(ev) != 0 {
+		t.Fatalf("evidence %+v, %v; want none", ev, err)
 	}
 }

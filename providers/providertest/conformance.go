@@ -225,8 +225,9 @@ var intermediaryPages = map[string]struct {
 }{
 	"a proxy's 200 HTML page": {200, "text/html; charset=utf-8",
 		"<!DOCTYPE html><html><head><title>Access policy</title></head><body><h1>This site is blocked by your organisation's policy.</h1></body></html>"},
-	"a 200 JSON answer without the peer's proof": {200, "application/json", `{"status":"ok"}`},
-	"a 202 with an empty body and no headers":    {202, "text/plain", ""},
+	"a 200 JSON answer without the peer's proof":       {200, "application/json", `{"status":"ok"}`},
+	"a 200 empty JSON object without the peer's proof": {200, "application/json", `{}`},
+	"a 202 with an empty body and no headers":          {202, "text/plain", ""},
 }
 
 // RespondJSON is a Conformance.Respond for a JSON API that answers with
@@ -411,6 +412,46 @@ func RunConformance(t *testing.T, c Conformance) {
 			}
 		})
 	}
+	// Nor is it a lookup's or a listing's answer: read as an empty list,
+	// it would tell the reconciler, and an operator, that the peer never
+	// got an effect it performed. A provider that looks up (providers.
+	// Looker) or lists (providers.Lister) fails with an error instead, its
+	// verdict NotKnown.
+	t.Run("an intermediary's answer to a lookup is not known", func(t *testing.T) {
+		s := server(t)
+		p := c.New(t, s.URL)
+		looker, _ := p.(providers.Looker)
+		lister, _ := p.(providers.Lister)
+		if looker == nil && lister == nil {
+			t.Skip("the provider neither looks up nor lists")
+		}
+		// Fired two days ago: long past any consistency delay.
+		fired := time.Now().Add(-48 * time.Hour)
+		q := providers.Query{EffectID: 1, SourceID: "conformance-lookup", Kind: c.Kind, Key: derive.Key("conformance-lookup", c.Kind), FirstFiredAt: fired}
+		for _, name := range slices.Sorted(maps.Keys(intermediaryPages)) {
+			t.Run(name, func(t *testing.T) {
+				s.mu.Lock()
+				s.page = name
+				s.mu.Unlock()
+				if looker != nil {
+					ev, err := looker.Lookup(context.Background(), q)
+					if ev.Verdict == providers.Absent {
+						t.Fatalf("an intermediary's answer (%s) made the lookup absent: a provider reaches a verdict only on its peer's own answer", name)
+					}
+					if ev.Verdict != providers.NotKnown || err == nil {
+						t.Fatalf("lookup: %s (%v), want not known with an error: nothing was learnt of the peer", ev.Verdict, err)
+					}
+				}
+				if lister != nil {
+					n := 0
+					err := lister.List(context.Background(), c.Kind, fired, time.Now(), func(providers.Object) error { n++; return nil })
+					if err == nil {
+						t.Fatalf("an intermediary's answer (%s) was read as a listing of %d objects: want an error", name, n)
+					}
+				}
+			})
+		}
+	})
 	t.Run("timeout is unknown", func(t *testing.T) {
 		s := server(t)
 		s.set(AnswerOK, true, false)

@@ -38,6 +38,8 @@ const (
 	brokenLeak = "leak"
 	// brokenAny2xx confirms any 2xx, whoever answered it.
 	brokenAny2xx = "any2xx"
+	// brokenAbsent takes any 2xx to a lookup for the peer's listing.
+	brokenAbsent = "absent"
 )
 
 func newRefProvider(baseURL, secret, broken string) *refProvider {
@@ -100,6 +102,45 @@ func (p *refProvider) call(ctx context.Context, c providers.Call) providers.Resu
 	r.Detail = detail
 	return r
 }
+
+var _ providers.Looker = (*refProvider)(nil)
+
+// Lookup asks the peer for the objects made under q.Key (GET with the key
+// in the query), and reads its answer only when it is the peer's own: a
+// 200 with JSON, its X-Ref-Request header, and a "data" array. Absent when
+// that array is empty.
+func (p *refProvider) Lookup(ctx context.Context, q providers.Query) (providers.Evidence, error) {
+	ev := providers.Evidence{Verdict: providers.NotKnown, Source: "ref lookup"}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"&key="+url.QueryEscape(q.Key), nil)
+	if err != nil {
+		return ev, fmt.Errorf("ref: lookup: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+p.secret)
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return ev, errors.New("ref: lookup: transport error")
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	var list struct {
+		Data *[]struct{ ID string } `json:"data"`
+	}
+	jerr := json.Unmarshal(body, &list)
+	switch {
+	case p.broken == brokenAbsent && resp.StatusCode/100 == 2:
+	case resp.StatusCode != http.StatusOK || jerr != nil || list.Data == nil || resp.Header.Get("X-Ref-Request") == "" || !providers.HasMediaType(resp.Header, "application/json"):
+		return ev, providers.NotProvenError("ref: lookup", resp.StatusCode, "no JSON list with X-Ref-Request")
+	}
+	if list.Data == nil || len(*list.Data) == 0 {
+		ev.Verdict = providers.Absent
+		return ev, nil
+	}
+	ev.Verdict, ev.Ref, ev.Succeeded = providers.Found, (*list.Data)[0].ID, true
+	return ev, nil
+}
+
+// ConsistencyDelay is a minute.
+func (p *refProvider) ConsistencyDelay() time.Duration { return time.Minute }
 
 const (
 	refSecret = "sk_ref_secret_123"
@@ -171,6 +212,9 @@ func TestConformance_CatchesBrokenProviders(t *testing.T) {
 		// A provider that confirms any 2xx takes a proxy's page for its
 		// peer's confirmation.
 		{brokenAny2xx, []string{"a_proxy's_200_HTML_page_is_not_confirmed", "an intermediary's answer"}},
+		// A provider that reads any 2xx as its peer's listing tells the
+		// operator the peer never got an effect it may have performed.
+		{brokenAbsent, []string{"an_intermediary's_answer_to_a_lookup_is_not_known/a_200_empty_JSON_object", "made the lookup absent"}},
 	} {
 		t.Run(tc.broken, func(t *testing.T) {
 			t.Parallel()

@@ -232,22 +232,68 @@ type confirmed struct {
 	RequestID string `json:"request_id,omitempty"`
 }
 
-// proof says what a 2xx answer lacks to be Stripe's own: Stripe answers
-// every API request with JSON (Content-Type application/json) and a
-// Request-Id header, and a create or an action returns the object with its
-// id. "" when nothing is missing.
+// stripes is what every answer of Stripe's API carries: JSON
+// (Content-Type application/json) and a Request-Id header.
+var stripes = providers.ConfirmWhen{ContentType: "application/json", Headers: []string{"Request-Id"}}
+
+// proof says what a 2xx answer lacks to be Stripe's own: Stripe's marks
+// (stripes), and the object with its id, which a create or an action
+// returns. "" when nothing is missing.
 func proof(obj *object, header http.Header) string {
 	var miss []string
-	if !providers.HasMediaType(header, "application/json") {
-		miss = append(miss, fmt.Sprintf("content type %q (want application/json)", header.Get("Content-Type")))
-	}
-	if strings.TrimSpace(header.Get("Request-Id")) == "" {
-		miss = append(miss, "no Request-Id header")
+	if why := stripes.Check(http.StatusOK, header); why != "" {
+		miss = append(miss, why)
 	}
 	if obj == nil || obj.ID == "" {
 		miss = append(miss, "no object id")
 	}
 	return strings.Join(miss, ", ")
+}
+
+// listProof says what the answer to a list request lacks to be Stripe's
+// own: a 200 with Stripe's marks (stripes) whose body is a list object,
+// {"object": "list", "data": […]}, each of its objects with an id. "" when
+// nothing is missing. It never quotes the answer.
+func listProof(answer *stripego.APIResponse) string {
+	if answer == nil {
+		return "no answer read"
+	}
+	rule := stripes
+	rule.Statuses = []int{http.StatusOK}
+	var miss []string
+	if why := rule.Check(answer.StatusCode, answer.Header); why != "" {
+		miss = append(miss, why)
+	}
+	var list struct {
+		Object string `json:"object"`
+		Data   *[]struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	switch err := json.Unmarshal(answer.RawJSON, &list); {
+	case err != nil:
+		miss = append(miss, "body not a list object")
+	case list.Object != "list":
+		miss = append(miss, fmt.Sprintf(`object %q (want "list")`, cut(list.Object)))
+	case list.Data == nil:
+		miss = append(miss, "no data array")
+	default:
+		for i, o := range *list.Data {
+			if o.ID == "" {
+				miss = append(miss, fmt.Sprintf("data[%d] has no id", i))
+				break
+			}
+		}
+	}
+	return strings.Join(miss, ", ")
+}
+
+// cut shortens what a peer wrote to 32 bytes, for a message.
+func cut(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "…"
+	}
+	return s
 }
 
 // confirm builds a Confirmed Result from obj, which proof accepted with

@@ -52,7 +52,7 @@
 //     never sends a possibly-performed effect again once its first attempt
 //     is older, since Stripe may have forgotten the key; the effect becomes
 //     uncertain instead. A reconciler can then look the object up by its
-//     metadata (Stripe's search API: metadata['sidefx_key']:'sfx1_…').
+//     metadata (Lookup, below).
 //   - The request's parameters are the same on every attempt: the payload
 //     is the effect's, and the metadata added (below) holds no attempt
 //     number. Anything that varied would turn a retry into an
@@ -146,6 +146,20 @@
 //	409 idempotency_key_in_use                the attempt  another request under the key is executing
 //	429 rate limited, lock_timeout            the attempt  the limiter runs before the idempotency layer
 //	4xx with Stripe-Should-Retry: true        the attempt  a hint about this request only
+//
+// # Lookups
+//
+// Lookup and List (providers.Looker, providers.Lister, for the reconciler)
+// list the objects a kind's operation made (GET /v1/charges…, created in
+// a span; not the Search API, which may lag an hour) and find an effect's
+// by its metadata sidefx_key. A page is read only when it is Stripe's own
+// answer: a 200, Content-Type application/json, a Request-Id header, and a
+// list object ({"object": "list", "data": […]}, each object with an id).
+// Anything else fails the listing with an error wrapping
+// providers.ErrNotProven, and the lookup's verdict is NotKnown: a proxy's
+// page or a wrong host's "{}" read as an empty list would call absent a
+// charge Stripe made, and an operator who then sent it again past the
+// key window would charge twice.
 //
 // # Secrets
 //

@@ -33,72 +33,85 @@ const lookupSkew = 10 * time.Minute
 const listPage int64 = 100
 
 // lister lists one object type created in a span, a page at a time.
-type lister func(api *client.API, params stripego.ListParams, span *stripego.RangeQueryParams) (page []providers.Object, last string, more bool, err error)
+type lister func(api *client.API, params stripego.ListParams, span *stripego.RangeQueryParams) (page, error)
+
+// page is one page of a listing: its objects, the id of its last (where
+// the next page starts), whether more follow, and the answer it was read
+// from (nil when none was read), which listProof checks.
+type page struct {
+	objects []providers.Object
+	last    string
+	more    bool
+	answer  *stripego.APIResponse
+}
 
 var listers = map[string]lister{
-	"charges": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+	"charges": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) (page, error) {
 		it := api.Charges.List(&stripego.ChargeListParams{ListParams: lp, CreatedRange: span})
-		var out []providers.Object
-		last := ""
+		var pg page
 		for it.Next() {
 			c := it.Charge()
-			last = c.ID
-			out = append(out, object4(c.ID, c.Metadata, string(c.Status), Performed("charge", string(c.Status)), c.Created))
+			pg.last = c.ID
+			pg.objects = append(pg.objects, object4(c.ID, c.Metadata, string(c.Status), Performed("charge", string(c.Status)), c.Created))
 		}
-		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+		return pg.read(it.Iter, it.ChargeList().LastResponse), it.Err()
 	},
-	"payment_intents": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+	"payment_intents": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) (page, error) {
 		it := api.PaymentIntents.List(&stripego.PaymentIntentListParams{ListParams: lp, CreatedRange: span})
-		var out []providers.Object
-		last := ""
+		var pg page
 		for it.Next() {
 			pi := it.PaymentIntent()
-			last = pi.ID
+			pg.last = pi.ID
 			// Created is what the create call did: an intent that needs no
 			// more of the caller (succeeded, processing, or authorised for
 			// a later capture) performed the effect; one still waiting for
 			// a payment method or an action, or canceled, did not.
-			out = append(out, object4(pi.ID, pi.Metadata, string(pi.Status), Performed("payment_intent", string(pi.Status)), pi.Created))
+			pg.objects = append(pg.objects, object4(pi.ID, pi.Metadata, string(pi.Status), Performed("payment_intent", string(pi.Status)), pi.Created))
 		}
-		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+		return pg.read(it.Iter, it.PaymentIntentList().LastResponse), it.Err()
 	},
-	"refunds": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+	"refunds": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) (page, error) {
 		it := api.Refunds.List(&stripego.RefundListParams{ListParams: lp, CreatedRange: span})
-		var out []providers.Object
-		last := ""
+		var pg page
 		for it.Next() {
 			r := it.Refund()
-			last = r.ID
-			out = append(out, object4(r.ID, r.Metadata, string(r.Status), Performed("refund", string(r.Status)), r.Created))
+			pg.last = r.ID
+			pg.objects = append(pg.objects, object4(r.ID, r.Metadata, string(r.Status), Performed("refund", string(r.Status)), r.Created))
 		}
-		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+		return pg.read(it.Iter, it.RefundList().LastResponse), it.Err()
 	},
-	"customers": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+	"customers": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) (page, error) {
 		it := api.Customers.List(&stripego.CustomerListParams{ListParams: lp, CreatedRange: span})
-		var out []providers.Object
-		last := ""
+		var pg page
 		for it.Next() {
 			c := it.Customer()
-			last = c.ID
-			out = append(out, object4(c.ID, c.Metadata, "created", Performed("customer", ""), c.Created))
+			pg.last = c.ID
+			pg.objects = append(pg.objects, object4(c.ID, c.Metadata, "created", Performed("customer", ""), c.Created))
 		}
-		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+		return pg.read(it.Iter, it.CustomerList().LastResponse), it.Err()
 	},
-	"transfers": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) ([]providers.Object, string, bool, error) {
+	"transfers": func(api *client.API, lp stripego.ListParams, span *stripego.RangeQueryParams) (page, error) {
 		it := api.Transfers.List(&stripego.TransferListParams{ListParams: lp, CreatedRange: span})
-		var out []providers.Object
-		last := ""
+		var pg page
 		for it.Next() {
 			t := it.Transfer()
-			last = t.ID
+			pg.last = t.ID
 			status := "paid"
 			if t.Reversed {
 				status = "reversed"
 			}
-			out = append(out, object4(t.ID, t.Metadata, status, Performed("transfer", status), t.Created))
+			pg.objects = append(pg.objects, object4(t.ID, t.Metadata, status, Performed("transfer", status), t.Created))
 		}
-		return out, last, it.Meta() != nil && it.Meta().HasMore, it.Err()
+		return pg.read(it.Iter, it.TransferList().LastResponse), it.Err()
 	},
+}
+
+// read completes pg with what it says of the page: whether more follow,
+// and the answer it was read from.
+func (pg page) read(it *stripego.Iter, answer *stripego.APIResponse) page {
+	pg.more = it.Meta() != nil && it.Meta().HasMore
+	pg.answer = answer
+	return pg
 }
 
 func object4(id string, md map[string]string, status string, ok bool, created int64) providers.Object {
@@ -198,7 +211,12 @@ func (p *Provider) ConsistencyDelay() time.Duration { return p.consistency }
 // endpoint for the object (GET /v1/charges…), created[gte] and created[lt]
 // set, a page of 100 at a time, at most Config.LookupRate pages a second.
 // Objects outside the span are skipped here too, for an endpoint that
-// ignores the filter.
+// ignores the filter. Every page must be Stripe's own answer: a 200 with
+// Content-Type application/json and a Request-Id header, whose body is a
+// list object ({"object": "list", "data": […]}, each object with an id).
+// Any other page — a proxy's, "{}" from a host a wrong BaseURL points at —
+// says nothing of what Stripe holds: List fails with an error wrapping
+// providers.ErrNotProven, as it does on Stripe's error answers.
 func (p *Provider) List(ctx context.Context, kind string, from, to time.Time, fn func(providers.Object) error) error {
 	objects, ok := p.objects(kind)
 	if !ok {
@@ -218,11 +236,23 @@ func (p *Provider) List(ctx context.Context, kind string, from, to time.Time, fn
 		if after != "" {
 			lp.StartingAfter = stripego.String(after)
 		}
-		page, last, more, err := listers[objects](p.api, lp, span)
+		pg, err := listers[objects](p.api, lp, span)
+		if err != nil && pg.answer == nil {
+			// No answer read (a transport error), or Stripe's error
+			// object or a page without one on a status of 400 or more:
+			// stripe-go keeps no answer on the list then.
+			return fmt.Errorf("stripe: list %s: %s", objects, p.redact.String(err.Error()))
+		}
+		// A page says what Stripe holds only if it is Stripe's own: an
+		// intermediary's page, or "{}" from a wrong host, read as an empty
+		// list would make an effect Stripe performed absent.
+		if why := listProof(pg.answer); why != "" {
+			return providers.NotProvenError("stripe: list "+objects, pg.answer.StatusCode, p.redact.String(why))
+		}
 		if err != nil {
 			return fmt.Errorf("stripe: list %s: %s", objects, p.redact.String(err.Error()))
 		}
-		for _, o := range page {
+		for _, o := range pg.objects {
 			if o.Key == "" || o.Created.Before(from.Truncate(time.Second)) || !o.Created.Before(to) {
 				continue
 			}
@@ -230,10 +260,10 @@ func (p *Provider) List(ctx context.Context, kind string, from, to time.Time, fn
 				return err
 			}
 		}
-		if !more || last == "" {
+		if !pg.more || pg.last == "" {
 			return nil
 		}
-		after = last
+		after = pg.last
 	}
 }
 
@@ -245,7 +275,9 @@ var errFound = errors.New("found")
 // its id and status. None: Absent once ConsistencyDelay has passed since
 // the latest attempt (q.Latest()) by the database's clock (q.Now, else
 // Config.Now), NotKnown before. A kind whose operation cannot be listed
-// is NotKnown, with no error.
+// is NotKnown, with no error. A listing that fails — a page not proven
+// Stripe's (List), an error answer, a transport error — is NotKnown with
+// the error: never Absent.
 func (p *Provider) Lookup(ctx context.Context, q providers.Query) (providers.Evidence, error) {
 	objects, ok := p.objects(q.Kind)
 	if !ok {

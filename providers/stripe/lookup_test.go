@@ -4,6 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,5 +115,146 @@ func TestLookup_AbsentOnlyAfterTheConsistencyDelay(t *testing.T) {
 	}
 	if err := p.List(ctx, "charge.capture", now.Add(-time.Hour), now, func(providers.Object) error { return nil }); !errors.Is(err, stripe.ErrNotListable) {
 		t.Errorf("listing captures: %v, want ErrNotListable", err)
+	}
+}
+
+// A listing's answer says what Stripe holds only when it is Stripe's own:
+// a 200 JSON list object with a Request-Id. Anything else — a proxy's
+// page, "{}" from a host a wrong base URL points at, a list without
+// Stripe's marks — is an error wrapping providers.ErrNotProven, and the
+// lookup's verdict NotKnown: never Absent, which would tell an operator
+// Stripe never got a charge it made.
+func TestLookup_AbsentOnlyOnStripesOwnList(t *testing.T) {
+	t.Parallel()
+	proven := map[string]string{"Content-Type": "application/json", "Request-Id": "req_list1"}
+	emptyList := `{"object":"list","url":"/v1/charges","has_more":false,"data":[]}`
+	cases := []struct {
+		name   string
+		status int
+		header map[string]string
+		body   string
+	}{
+		{"a proxy's 200 HTML page", 200, map[string]string{"Content-Type": "text/html; charset=utf-8"}, "<html><body>Blocked by policy</body></html>"},
+		{"200 {} without headers", 200, nil, `{}`},
+		{"200 JSON {} without a Request-Id", 200, map[string]string{"Content-Type": "application/json"}, `{}`},
+		{`200 JSON {"status":"ok"} without a Request-Id`, 200, map[string]string{"Content-Type": "application/json"}, `{"status":"ok"}`},
+		{"an empty list without a Request-Id", 200, map[string]string{"Content-Type": "application/json"}, emptyList},
+		{"an empty list labelled text/plain", 200, map[string]string{"Content-Type": "text/plain", "Request-Id": "req_1"}, emptyList},
+		{"{} with Stripe's marks", 200, proven, `{}`},
+		{"a list object without data", 200, proven, `{"object":"list","has_more":false}`},
+		{"a list object whose data is null", 200, proven, `{"object":"list","data":null}`},
+		{"another object than a list", 200, proven, `{"object":"charge","id":"ch_1"}`},
+		{"a listed object without an id", 200, proven, `{"object":"list","data":[{"object":"charge","created":1,"metadata":{}}]}`},
+		{"a 204 with Stripe's marks", 204, proven, ``},
+		{"a 203 list", 203, proven, emptyList},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := listServer(t, func(w http.ResponseWriter, _ *http.Request) {
+				for k, v := range c.header {
+					w.Header().Set(k, v)
+				}
+				if c.header["Content-Type"] == "" {
+					w.Header()["Content-Type"] = nil // no type at all, not Go's sniffed one
+				}
+				w.WriteHeader(c.status)
+				io.WriteString(w, c.body)
+			})
+			p := listingProvider(t, srv.URL)
+			assertNotAbsent(t, p)
+		})
+	}
+	// Every page is checked: a second page that is not Stripe's stops
+	// the listing too.
+	t.Run("a second page not Stripe's", func(t *testing.T) {
+		t.Parallel()
+		var second atomic.Int32
+		srv := listServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("starting_after") == "ch_other" {
+				second.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{}`)
+				return
+			}
+			for k, v := range proven {
+				w.Header().Set(k, v)
+			}
+			fmt.Fprintf(w, `{"object":"list","has_more":true,"data":[{"id":"ch_other","object":"charge","status":"succeeded","created":%d,"metadata":{"sidefx_key":"another"}}]}`, time.Now().Add(-30*time.Minute).Unix())
+		})
+		p := listingProvider(t, srv.URL)
+		stripe.SetListPage(p, 1)
+		assertNotAbsent(t, p)
+		if second.Load() != 2 {
+			t.Fatalf("the second page was asked for %d times, want twice (the lookup, the listing)", second.Load())
+		}
+	})
+	// Stripe's own empty list is absence.
+	t.Run("Stripe's empty list is absent", func(t *testing.T) {
+		t.Parallel()
+		srv := listServer(t, func(w http.ResponseWriter, _ *http.Request) {
+			for k, v := range proven {
+				w.Header().Set(k, v)
+			}
+			io.WriteString(w, emptyList)
+		})
+		p := listingProvider(t, srv.URL)
+		if ev, err := p.Lookup(context.Background(), lostCharge()); err != nil || ev.Verdict != providers.Absent {
+			t.Fatalf("lookup: %+v, %v; want absent", ev, err)
+		}
+	})
+}
+
+// listServer answers GET /v1/charges with answer, and anything else with
+// a failure of the test.
+func listServer(t *testing.T, answer http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != "/v1/charges" {
+			t.Errorf("unexpected request %s %s", r.Method, r.URL.Path)
+			http.NotFound(w, r)
+			return
+		}
+		answer(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// listingProvider is a provider of charge.create (charges.create) on url
+// that says absent a minute after the latest attempt.
+func listingProvider(t *testing.T, url string) *stripe.Provider {
+	return newProvider(t, url, func(cfg *stripe.Config) {
+		cfg.Operations = map[string]string{"charge.create": "charges.create"}
+		cfg.ConsistencyDelay, cfg.LookupRate = time.Minute, 1000
+	})
+}
+
+// lostCharge is a query about a charge first and last fired an hour ago,
+// long past the consistency delay.
+func lostCharge() providers.Query {
+	return providers.Query{EffectID: 3, SourceID: "order-lost", Kind: "charge.create", Key: derive.Key("order-lost", "charge.create"),
+		FirstFiredAt: time.Now().Add(-time.Hour)}
+}
+
+// assertNotAbsent checks that p's lookup of lostCharge and its listing
+// fail with providers.ErrNotProven, the lookup NotKnown, without the API
+// key in the error.
+func assertNotAbsent(t *testing.T, p *stripe.Provider) {
+	t.Helper()
+	ctx := context.Background()
+	ev, err := p.Lookup(ctx, lostCharge())
+	if ev.Verdict != providers.NotKnown || err == nil {
+		t.Fatalf("lookup: %s (%+v), %v; want not known with an error: the answer is not Stripe's", ev.Verdict, ev, err)
+	}
+	if !errors.Is(err, providers.ErrNotProven) {
+		t.Errorf("lookup error %v does not wrap providers.ErrNotProven", err)
+	}
+	if strings.Contains(err.Error(), testAPIKey) {
+		t.Errorf("lookup error holds the API key: %v", err)
+	}
+	err = p.List(ctx, "charge.create", time.Now().Add(-2*time.Hour), time.Now(), func(providers.Object) error { return nil })
+	if !errors.Is(err, providers.ErrNotProven) {
+		t.Errorf("list: %v, want an error wrapping providers.ErrNotProven", err)
 	}
 }

@@ -9,6 +9,7 @@
 // LOG_LEVEL is loglevel's: silent, error, warn, info (default) or debug
 // (debug logs every request's parameters).
 "use strict";
+const crypto = require("crypto");
 const http = require("http");
 const log = require("loglevel");
 const { createExpressApp } = require("stripe-stateful-mock");
@@ -23,14 +24,18 @@ log.setDefaultLevel("info");
 if (process.env.LOG_LEVEL) {
   log.setLevel(process.env.LOG_LEVEL);
 }
-// Stripe answers every API request with JSON. The package replays a
-// stored answer with Express's res.send(string), which labels it text/html;
-// sidefx takes application/json for part of Stripe's proof that an answer
-// is Stripe's, so every answer is labelled JSON before the app runs (the
-// app's own res.json keeps a type already set).
+// Stripe answers every API request with JSON and a Request-Id header. The
+// package replays a stored answer with Express's res.send(string), which
+// labels it text/html, and sets a Request-Id only on requests with an
+// Idempotency-Key (not on a listing); sidefx takes both for Stripe's proof
+// that an answer is Stripe's, its lookups and listings included. So every
+// answer is labelled JSON (the app's own res.json keeps a type already
+// set) and given a Request-Id before the app runs (the app's own, on a
+// keyed request, replaces it).
 const app = createExpressApp();
 const server = http.createServer((req, res) => {
   res.setHeader("Content-Type", "application/json; charset=utf-8");
+  res.setHeader("Request-Id", "req_" + crypto.randomBytes(7).toString("hex"));
   app(req, res);
 }).listen(port, host, () => {
   log.info(`stripe-stateful-mock listening on ${host}:${port}`);

@@ -295,6 +295,13 @@ func TestStripeStateful(t *testing.T) {
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("GET /v1/charges?%s: %d %v", query, resp.StatusCode, body)
 			}
+			// Stripe's marks, which the stripe provider's listings take
+			// for proof that the list is Stripe's (serve.js adds the
+			// Request-Id the package sets only on keyed requests).
+			if resp.Header.Get("Request-Id") == "" || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || body["object"] != "list" || body["data"] == nil {
+				t.Fatalf("GET /v1/charges?%s: Request-Id %q, Content-Type %q, object %v: want Stripe's list, with a Request-Id", query,
+					resp.Header.Get("Request-Id"), resp.Header.Get("Content-Type"), body["object"])
+			}
 			return len(data)
 		}
 		if n := list("limit=1"); n != 1 {

@@ -56,6 +56,10 @@ const StripeStatefulAPIKey = "sk_test_sidefx_stateful_peer"
 //     creating a charge (the 500 is stored for the key, the 429 is not);
 //     "tok_a|tok_b|…" answers as each token in turn on successive uses.
 //   - The API key must start with sk_test_, by Bearer or basic auth.
+//   - Every answer is JSON with a Request-Id, as Stripe's are: serve.js
+//     labels each application/json and gives it a Request-Id (the package
+//     sets one only on a request with an Idempotency-Key, none on a
+//     listing), which the stripe provider takes for proof.
 type StripeStatefulServer struct {
 	// URL is the base URL, http://127.0.0.1:PORT.
 	URL string
