@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"slices"
 	"sort"
@@ -236,11 +235,5 @@ func (c *Checker) logReport(rep Report) {
 
 // job is the drift job's runs and lock, for package schedule.
 func (c *Checker) job() engine.Job {
-	return engine.Job{Name: "drift", Pool: c.pool, Runs: runsTable(c.schema), Lock: c.lockKey(), Runner: c.cfg.Runner}
-}
-
-func (c *Checker) lockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("sidefx/drift/" + c.schema))
-	return int64(h.Sum64())
+	return engine.Job{Name: "drift", Pool: c.pool, Schema: c.schema, Runs: runsTable(c.schema), Runner: c.cfg.Runner}
 }
