@@ -30,7 +30,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sidefx/sidefx/internal/engine"
 )
@@ -368,107 +367,18 @@ func render(sql, schema string) string {
 	).Replace(sql)
 }
 
-// lock serialises Apply per schema, in tx. Once sidefx_migrations exists,
-// a role that may write it locks it (EXCLUSIVE: readers such as
-// CheckCurrent go on; only a role with write rights on it could hold it
-// back), and a role that may not takes nothing: it can apply nothing and
-// finds the schema current or fails on its first statement. Before, it
-// takes the advisory lock, which any role can hold: it waits for it at
-// most wait, then fails with a *LockedError naming the holders.
+// lock serialises Apply per schema, in tx (engine.LockMigrations): a
+// *LockedError when the first migration's advisory lock stayed held for
+// wait.
 func lock(ctx context.Context, tx pgx.Tx, schema string, wait time.Duration) error {
-	table := engine.Quote(schema) + ".sidefx_migrations"
-	var have bool
-	if err := tx.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", table).Scan(&have); err != nil {
-		return fmt.Errorf("apply migrations: %w", err)
-	}
-	if !have {
-		if err := advisoryLock(ctx, tx, schema, wait); err != nil {
-			return err
-		}
-		// Another migrator may have created it while this one waited.
-		if err := tx.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", table).Scan(&have); err != nil {
-			return fmt.Errorf("apply migrations: %w", err)
-		}
-		if !have {
-			return nil
-		}
-	}
-	var writer bool
-	if err := tx.QueryRow(ctx, "SELECT pg_catalog.has_table_privilege($1, 'INSERT')", table).Scan(&writer); err != nil {
-		return fmt.Errorf("apply migrations: %w", err)
-	}
-	if !writer {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN EXCLUSIVE MODE"); err != nil {
-		return fmt.Errorf("apply migrations: lock %s: %w", table, err)
-	}
-	return nil
-}
-
-// advisoryLock takes the schema's advisory lock in tx, waiting at most
-// wait; past it, it reads who holds it and returns a *LockedError.
-func advisoryLock(ctx context.Context, tx pgx.Tx, schema string, wait time.Duration) error {
-	if _, err := tx.Exec(ctx, "SAVEPOINT sidefx_lock"); err != nil {
-		return fmt.Errorf("apply migrations: lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1))); err != nil {
-		return fmt.Errorf("apply migrations: lock: %w", err)
-	}
-	key := lockKey(schema)
-	_, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::bigint)", key)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT sidefx_lock"); err != nil {
-			return fmt.Errorf("apply migrations: lock: %w", err)
-		}
-		holders, err := advisoryHolders(ctx, tx, key)
-		if err != nil {
-			return fmt.Errorf("apply migrations: waited %s for the lock; reading its holders: %w", wait, err)
-		}
+	holders, err := engine.LockMigrations(ctx, tx, schema, lockKey(schema), wait)
+	if errors.Is(err, engine.ErrLockWait) {
 		return &LockedError{Schema: schema, Waited: wait, Holders: holders}
 	}
 	if err != nil {
-		return fmt.Errorf("apply migrations: lock: %w", err)
-	}
-	// The lock is the transaction's; the wait goes back to the default.
-	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT sidefx_lock"); err != nil {
-		return fmt.Errorf("apply migrations: lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = DEFAULT"); err != nil {
-		return fmt.Errorf("apply migrations: lock: %w", err)
+		return fmt.Errorf("apply migrations: %w", err)
 	}
 	return nil
-}
-
-// advisoryHolders names the sessions holding advisory lock key: pid,
-// role, application and since when.
-func advisoryHolders(ctx context.Context, tx pgx.Tx, key int64) ([]string, error) {
-	rows, err := tx.Query(ctx, `SELECT k.pid, coalesce(a.usename::text, '?'), coalesce(a.application_name, ''), a.backend_start
-		FROM pg_catalog.pg_locks k LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = k.pid
-		WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1
-			AND k.classid::bigint = $1 AND k.objid::bigint = $2 ORDER BY k.pid`,
-		int64(uint64(key)>>32), int64(uint64(key)&0xffffffff))
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for rows.Next() {
-		var (
-			pid       int32
-			role, app string
-			since     pgtype.Timestamptz
-		)
-		if err := rows.Scan(&pid, &role, &app, &since); err != nil {
-			return nil, err
-		}
-		h := fmt.Sprintf("pid %d, role %s, application %q", pid, role, app)
-		if since.Valid {
-			h += ", connected since " + since.Time.UTC().Format(time.RFC3339)
-		}
-		out = append(out, h)
-	}
-	return out, rows.Err()
 }
 
 // lockKey is the advisory lock that serialises Apply per schema before its
