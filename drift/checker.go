@@ -157,6 +157,9 @@ func (c *Checker) Start(ctx context.Context) (stop func()) {
 			c.log.Error("drift run failed", "tick", tick, "err", err)
 		} else if !ran {
 			c.log.Debug("drift tick taken by another replica", "tick", tick)
+			if who, held := c.job().HeldOff(ctx); who != "" {
+				c.log.Warn("drift could not run: another session holds its lock", "holder", who, "held_for", held.Round(time.Second))
+			}
 		}
 	})
 }

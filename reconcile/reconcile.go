@@ -261,6 +261,9 @@ func (r *Reconciler) Start(ctx context.Context) (stop func()) {
 			r.failed(err)
 		} else if !ran {
 			r.log.Debug("reconciliation tick taken by another replica", "tick", tick)
+			if who, held := r.job().HeldOff(ctx); who != "" {
+				r.log.Warn("reconciliation could not run: another session holds its lock", "holder", who, "held_for", held.Round(time.Second))
+			}
 		}
 	})
 }

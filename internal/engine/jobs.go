@@ -64,6 +64,21 @@ func (j Job) Begin(ctx context.Context, tick time.Time) (runID int64, end func()
 	return runID, end, true, nil
 }
 
+// HeldOffAfter is how long one holder may hold a Job's lease before
+// HeldOff reports it: three times LeaseTTL.
+const HeldOffAfter = 3 * LeaseTTL
+
+// HeldOff reports who has held the job's lease for longer than
+// HeldOffAfter ("" when nobody has), for the log line of a replica whose
+// tick found it held.
+func (j Job) HeldOff(ctx context.Context) (who string, held time.Duration) {
+	who, held, err := LockHolder(ctx, j.Pool, j.Schema, j.Name)
+	if err != nil || held <= HeldOffAfter {
+		return "", 0
+	}
+	return who, held
+}
+
 // Prune deletes the runs (and, by cascade, their findings) that started
 // before cutoff.
 func (j Job) Prune(ctx context.Context, before time.Time) (int64, error) {

@@ -230,3 +230,29 @@ func TestLocks_LockHolderNamesTheSession(t *testing.T) {
 		t.Fatalf("holder once released = %q, %v", who, err)
 	}
 }
+
+// A lease held longer than HeldOffAfter is reported with its holder; a
+// fresh one is not.
+func TestLocks_JobHeldOffNamesALongHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.DB(t)
+	job := engine.Job{Name: "reconciliation", Pool: pool, Runs: "public.sidefx_reconcile_runs", Runner: "r1"}
+	_, end, ok, err := job.Begin(ctx, time.Time{})
+	if err != nil || !ok {
+		t.Fatalf("begin: %v, %v", ok, err)
+	}
+	defer end()
+	if who, _ := job.HeldOff(ctx); who != "" {
+		t.Fatalf("a lease just taken is reported: %q", who)
+	}
+	// Recorded time: the lease was taken before HeldOffAfter.
+	if _, err := pool.Exec(ctx, "UPDATE sidefx_locks SET taken_at = now() - $1::interval WHERE name = 'reconciliation'",
+		(engine.HeldOffAfter + time.Minute).String()); err != nil {
+		t.Fatal(err)
+	}
+	who, held := job.HeldOff(ctx)
+	if !strings.HasPrefix(who, "r1 (pid ") || held <= engine.HeldOffAfter {
+		t.Fatalf("held off by %q for %s", who, held)
+	}
+}
