@@ -27,8 +27,8 @@
 //
 // The daemon connects with database_url for its work and, when set, with
 // session_database_url for what needs a session of its own: the
-// dispatcher's LISTEN, the drift job's session advisory lock and the
-// migrations. At start it checks that the connection for sessions keeps
+// dispatcher's LISTEN, the drift and reconciliation jobs' leases (held
+// by a session's pid) and the migrations. At start it checks that the connection for sessions keeps
 // one (a pooler in transaction mode, PgBouncer's pool_mode=transaction,
 // does not) and refuses to start, naming the setting, if it does not.
 package daemon

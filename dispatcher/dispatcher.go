@@ -33,6 +33,9 @@ type Dispatcher struct {
 	served    []string // the kinds served, in order: probed, registered, hashed for the rescue lock
 	policies  []engine.RescuePolicy
 	rescueJob string
+	// heldWarned is when maintain last logged each job held off by another
+	// holder of its lock; maintain's goroutine alone uses it.
+	heldWarned map[string]time.Time
 
 	// now is the clock of provider pauses, rate limits and the error log's
 	// interval; tests replace it before Run. Leases, timeouts and the

@@ -239,7 +239,9 @@
 // in the same pass.
 //
 // The rescuer (every RescueInterval) and the reaper (every ReapInterval)
-// run in one replica at a time, under a PostgreSQL advisory lock. The
+// run in one replica at a time, each locking its row of sidefx_locks for
+// its transaction: only the daemon's role may lock it (a producer could
+// hold an advisory lock, which these jobs took before schema 36). The
 // reaper compacts finished effects older than Retention (default 30 days)
 // into tombstones: payload and stored answer dropped; (source_id, kind),
 // key, payload hash, final state, reference, times and history kept.

@@ -186,6 +186,9 @@ func (d *Dispatcher) rescue(ctx context.Context) {
 		if len(got) > 0 {
 			signal(d.wake)
 		}
+		if !ran {
+			d.heldOff(ctx, d.rescueJob, d.cfg.RescueInterval)
+		}
 		if !ran || len(got) < maintenanceBatch {
 			return
 		}
@@ -239,9 +242,39 @@ func (d *Dispatcher) reap(ctx context.Context) {
 					d.cfg.Observer.Reaped(n)
 				}
 			}
+			if !ran {
+				d.heldOff(ctx, j.name, d.cfg.ReapInterval)
+			}
 			if !ran || n < maintenanceBatch {
 				break
 			}
 		}
 	}
+}
+
+// heldOffAfter is how many of its intervals a job's lock may be held by
+// one holder before heldOff logs it.
+const heldOffAfter = 3
+
+// heldOff is called when job (run every interval) found its lock held: if
+// one holder has held it for more than heldOffAfter intervals, it logs, at
+// warn and at most once per heldOffAfter intervals, who. Only the daemons'
+// roles can hold these locks; a holder that long is a replica stuck in the
+// job's transaction.
+func (d *Dispatcher) heldOff(ctx context.Context, job string, interval time.Duration) {
+	limit := heldOffAfter * interval
+	if last, ok := d.heldWarned[job]; ok && d.now().Sub(last) < limit {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
+	defer cancel()
+	who, held, err := engine.LockHolder(hctx, d.pool, d.engine.Schema(), job)
+	if err != nil || who == "" || held <= limit {
+		return
+	}
+	if d.heldWarned == nil {
+		d.heldWarned = map[string]time.Time{}
+	}
+	d.heldWarned[job] = d.now()
+	d.log.Warn("a maintenance job could not run: another session holds its lock", "job", job, "holder", who, "held_for", held.Round(time.Second), "interval", interval)
 }

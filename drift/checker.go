@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"slices"
 	"sort"
@@ -158,6 +157,9 @@ func (c *Checker) Start(ctx context.Context) (stop func()) {
 			c.log.Error("drift run failed", "tick", tick, "err", err)
 		} else if !ran {
 			c.log.Debug("drift tick taken by another replica", "tick", tick)
+			if who, held := c.job().HeldOff(ctx); who != "" {
+				c.log.Warn("drift could not run: another session holds its lock", "holder", who, "held_for", held.Round(time.Second))
+			}
 		}
 	})
 }
@@ -236,11 +238,5 @@ func (c *Checker) logReport(rep Report) {
 
 // job is the drift job's runs and lock, for package schedule.
 func (c *Checker) job() engine.Job {
-	return engine.Job{Name: "drift", Pool: c.pool, Runs: runsTable(c.schema), Lock: c.lockKey(), Runner: c.cfg.Runner}
-}
-
-func (c *Checker) lockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("sidefx/drift/" + c.schema))
-	return int64(h.Sum64())
+	return engine.Job{Name: "drift", Pool: c.pool, Schema: c.schema, Runs: runsTable(c.schema), Runner: c.cfg.Runner}
 }

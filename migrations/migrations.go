@@ -3,8 +3,9 @@
 // steps once.
 //
 // Each file NNNN_name.sql is one version. Apply runs, in one transaction
-// under an advisory lock, every version the database lacks, and records it in
-// sidefx_migrations. Two processes applying at once serialise on the lock;
+// under a lock of sidefx_migrations (an advisory lock before it exists),
+// every version the database lacks, and records it in sidefx_migrations.
+// Two processes applying at once serialise on the lock;
 // the second finds nothing to do. The transaction is READ COMMITTED whatever
 // the database's default_transaction_isolation, so that the second reads the
 // versions after the lock, with what the first committed. Released files never change: a change to
@@ -14,6 +15,7 @@
 package migrations
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -24,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,6 +58,31 @@ type Config struct {
 	// derived, changing it would give a retried effect another key, and
 	// Apply returns ErrNamespaceChange instead.
 	Namespace string
+
+	// LockWait is how long Apply waits for the lock of a schema's very
+	// first migration (an advisory lock: no sidefx table exists yet to
+	// lock), which any role that can connect may hold; past it Apply fails
+	// with a *LockedError naming the sessions holding it. Default 1 minute.
+	// Once sidefx_migrations exists Apply locks it instead, which only
+	// roles that may write it can hold, and waits as long as they do.
+	LockWait time.Duration
+}
+
+// LockedError is returned by Apply when the first migration's lock was
+// held by another session for longer than Config.LockWait.
+type LockedError struct {
+	Schema  string
+	Waited  time.Duration
+	Holders []string // each "pid N, role R, application A, since T"
+}
+
+func (e *LockedError) Error() string {
+	who := "a session that has since ended"
+	if len(e.Holders) > 0 {
+		who = strings.Join(e.Holders, "; ")
+	}
+	return fmt.Sprintf("apply migrations: schema %s: waited %s for the migrations lock (advisory lock %d), held by %s; "+
+		"end that session (pg_terminate_backend) or wait for it, then run migrate again", e.Schema, e.Waited, lockKey(e.Schema), who)
 }
 
 // ErrNamespaceChange is returned by Apply when Config.Namespace differs from
@@ -181,8 +209,8 @@ func apply(ctx context.Context, db Beginner, cfg *Config, ms []Migration) error 
 	if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog, pg_temp"); err != nil {
 		return fmt.Errorf("apply migrations: pin search_path: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_catalog.pg_advisory_xact_lock($1::bigint)", lockKey(schema)); err != nil {
-		return fmt.Errorf("apply migrations: lock: %w", err)
+	if err := lock(ctx, tx, schema, cmp.Or(cfg.LockWait, time.Minute)); err != nil {
+		return err
 	}
 	// Only what is missing is created: CREATE … IF NOT EXISTS needs the
 	// privilege to create even when the object exists, and a current
@@ -339,7 +367,22 @@ func render(sql, schema string) string {
 	).Replace(sql)
 }
 
-// lockKey is the advisory lock that serialises Apply per schema.
+// lock serialises Apply per schema, in tx (engine.LockMigrations): a
+// *LockedError when the first migration's advisory lock stayed held for
+// wait.
+func lock(ctx context.Context, tx pgx.Tx, schema string, wait time.Duration) error {
+	holders, err := engine.LockMigrations(ctx, tx, schema, lockKey(schema), wait)
+	if errors.Is(err, engine.ErrLockWait) {
+		return &LockedError{Schema: schema, Waited: wait, Holders: holders}
+	}
+	if err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	return nil
+}
+
+// lockKey is the advisory lock that serialises Apply per schema before its
+// first migration.
 func lockKey(schema string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("sidefx/migrations/" + schema))

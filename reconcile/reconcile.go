@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
 	"slices"
@@ -262,6 +261,9 @@ func (r *Reconciler) Start(ctx context.Context) (stop func()) {
 			r.failed(err)
 		} else if !ran {
 			r.log.Debug("reconciliation tick taken by another replica", "tick", tick)
+			if who, held := r.job().HeldOff(ctx); who != "" {
+				r.log.Warn("reconciliation could not run: another session holds its lock", "holder", who, "held_for", held.Round(time.Second))
+			}
 		}
 	})
 }
@@ -276,17 +278,9 @@ func (r *Reconciler) RunNow(ctx context.Context) (Report, error) {
 	return rep, err
 }
 
-// lockKey is the session advisory lock that makes one run at a time
-// across replicas.
 // job is the reconciliation job's runs and lock, for package schedule.
 func (r *Reconciler) job() engine.Job {
-	return engine.Job{Name: "reconciliation", Pool: r.pool, Runs: statements(r.schema).RunsTable(), Lock: r.lockKey(), Runner: r.cfg.Runner}
-}
-
-func (r *Reconciler) lockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("sidefx reconcile " + r.schema))
-	return int64(h.Sum64())
+	return engine.Job{Name: "reconciliation", Pool: r.pool, Schema: r.schema, Runs: statements(r.schema).RunsTable(), Runner: r.cfg.Runner}
 }
 
 // run claims tick (zero: a run by hand), reconciles every kind, stores and

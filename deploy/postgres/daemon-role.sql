@@ -44,6 +44,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_reconcile_runs TO sidefx_d
 GRANT SELECT, INSERT ON public.sidefx_reconcile_findings TO sidefx_daemon;
 GRANT SELECT ON public.sidefx_pauses TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE ON public.sidefx_kinds TO sidefx_daemon;
+-- The maintenance jobs' exclusion (schema 36): rescue and reaping lock
+-- their row for their transaction, drift and reconciliation lease theirs.
+-- Grant it to the daemons alone: a role that can lock these rows can hold
+-- the jobs off.
+GRANT SELECT, INSERT, UPDATE ON public.sidefx_locks TO sidefx_daemon;
 -- The operators' actions (each checks its guard and records itself in the
 -- history or the pause log): the reconciler resolves with them, and the
 -- web console acts with them.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 	"strings"
@@ -827,20 +826,23 @@ func (s *Engine) Analyze(ctx context.Context) error {
 }
 
 // Exclusive runs fn, with an Engine bound to a transaction, only if no other
-// process holds the job's advisory lock for this schema; the lock is held
-// until the transaction ends. It reports whether fn ran. Jobs that must run
-// once across replicas (rescue, reap) use it. When ctx has a deadline, the
-// server ends the transaction if it sits idle past it, so a paused holder
-// does not keep the lock from the others.
+// transaction holds the job's row of sidefx_locks for this schema; the row
+// is locked until the transaction ends. It reports whether fn ran. Jobs
+// that must run once across replicas (rescue, reap) use it. Locking the
+// row needs UPDATE on sidefx_locks, which only the daemons' roles have: a
+// producer cannot hold a job off (an advisory lock, which any role can
+// take, could). When ctx has a deadline, the server ends the transaction
+// if it sits idle past it, so a paused holder does not keep the lock from
+// the others.
 func (s *Engine) Exclusive(ctx context.Context, db Beginner, job string, fn func(*Engine) error) (bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("%s: begin: %w", job, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	var got bool
-	if err := tx.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_xact_lock($1::bigint)", s.lockKey(job)).Scan(&got); err != nil {
-		return false, fmt.Errorf("%s: lock: %w", job, err)
+	got, err := lockRow(ctx, tx, s.db, locksOf(s.schema), job)
+	if err != nil {
+		return false, fmt.Errorf("%s: lock: %w", job, Brief(err))
 	}
 	if !got {
 		return false, nil
@@ -864,11 +866,8 @@ func (s *Engine) Exclusive(ctx context.Context, db Beginner, job string, fn func
 	return true, nil
 }
 
-func (s *Engine) lockKey(job string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("sidefx/job/" + s.schema + "/" + job))
-	return int64(h.Sum64())
-}
+// Schema is the schema the Engine's tables are in, unquoted.
+func (s *Engine) Schema() string { return s.schema }
 
 // DispatchSQL returns the text of the claim and outcome statements, for
 // benchmarks that measure the database alone against the dispatcher (the

@@ -28,7 +28,7 @@ const engineHome = "internal/engine/"
 // table); sidefxtest/contract's check what the contract wrote.
 var sqlHomes = map[string]int{
 	"daemon/session.go":            1,
-	"migrations/migrations.go":     9,
+	"migrations/migrations.go":     8,
 	"sidefxtest/contract/cases.go": 6,
 }
 
