@@ -203,3 +203,87 @@ func TestDaemon_ClaimsStayWithinAMemoryLimit(t *testing.T) {
 	}
 	t.Logf("17 effects (192 MiB of payloads) drained under a %d MiB data limit; peak RSS %.1f MiB", memLimit>>20, float64(hwm)/(1<<20))
 }
+
+// An effect whose payload alone is more than the process can hold (200
+// MiB under a data limit of 256 MiB) ends every process that claims it: its
+// claim commits it fired without reading its payload (its size is
+// payload_bytes), and the read after the claim runs the process out of
+// memory. Each end is a rescue; at max_rescues (3) it is quarantined,
+// uncertain with a reason, and another producer's effects are delivered.
+// The test restarts the daemon each time it dies, at most 8 times: with no
+// quarantine (max_rescues: -1) the effect is claimed and ends the process
+// again and again, and the test fails.
+func TestDaemon_QuarantinesAnEffectThatEndsTheProcess(t *testing.T) {
+	t.Parallel()
+	l := newLimited(t, `{workers: 16, lease: 30s, rescue_interval: 200ms, poll_interval: 50ms, shutdown_timeout: 5s, max_rescues: 3}`)
+	l.enqueue("poison", "webhook.attachment", 200<<20)
+	for i := range 3 {
+		l.enqueue(fmt.Sprintf("ping-%d", i), "webhook.ping", 2)
+	}
+	store, _ := engine.NewStore(l.pool, nil)
+	poison := func() *effects.Effect {
+		e, err := store.GetBySource(context.Background(), "poison", "webhook.attachment")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	crashes := 0
+	for run := 1; ; run++ {
+		if run > 8 {
+			t.Fatalf("8 runs and the poison effect is %s (%q), states %v\n%s", poison().State, poison().LastError, l.states(), l.logs())
+		}
+		cmd := l.start()
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		tick := time.NewTicker(20 * time.Millisecond)
+		deadline := time.NewTimer(2 * time.Minute)
+		done := false
+	wait:
+		for {
+			select {
+			case err := <-exited:
+				if cmd.ProcessState.ExitCode() != 2 {
+					t.Fatalf("sidefx run %d ended (%v), not by a fatal error\n%s", run, err, l.logs())
+				}
+				crashes++
+				t.Logf("run %d ended: %v; poison %s attempts %d", run, err, poison().State, poison().Attempts)
+				break wait
+			case <-deadline.C:
+				t.Fatalf("run %d: states %v after 2 minutes\n%s", run, l.states(), l.logs())
+			case <-tick.C:
+				if poison().State == effects.Uncertain && l.states()[effects.Confirmed] == 3 {
+					done = true
+					if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+						t.Fatal(err)
+					}
+					if err := <-exited; err != nil {
+						t.Fatalf("sidefx run did not stop cleanly: %v\n%s", err, l.logs())
+					}
+					break wait
+				}
+			}
+		}
+		tick.Stop()
+		deadline.Stop()
+		if done {
+			break
+		}
+	}
+	e := poison()
+	// Each claim of it ended with no outcome: the process died reading
+	// its payload (a rescue), or, on a machine slow enough, the read
+	// outlasted the claim's timeout and the effect was put back counted.
+	const why = "3 times in a row"
+	if e.State != effects.Uncertain || !strings.HasPrefix(e.LastError, "quarantined: ") || !strings.Contains(e.LastError, why) {
+		t.Fatalf("poison effect: %s (%q), want uncertain, quarantined %s", e.State, e.LastError, why)
+	}
+	if crashes < 1 || crashes > 3 {
+		t.Fatalf("the poison effect ended %d processes, want 1 to 3\n%s", crashes, l.logs())
+	}
+	out, err := exec.Command(l.bin, "inspect", "--config", l.cfg, strconv.FormatInt(e.ID, 10)).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), why) {
+		t.Fatalf("sidefx inspect %d: %v\n%s", e.ID, err, out)
+	}
+	t.Logf("the poison effect (200 MiB) ended %d processes under a %d MiB data limit and was quarantined: %s", crashes, memLimit>>20, e.LastError)
+}

@@ -5,6 +5,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -238,8 +239,17 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			// The claim may have committed although its answer never came
 			// back: its effects would be fired with nobody calling them, and
 			// rescued as possibly performed. Put them back.
-			d.log.Warn("a claim failed; putting back what it may have claimed", "provider", g.name, "err", cerr)
-			d.putBack(hardCtx)
+			// An effect whose payload could not be read after its claim
+			// (claimed alone over the budget) is put back counted as a
+			// rescue: a payload too slow to read would otherwise be
+			// claimed again forever. MaxRescues such put-backs in a row
+			// quarantine it.
+			var unread []int64
+			if pe := (*engine.PayloadReadError)(nil); errors.As(cerr, &pe) {
+				unread = []int64{pe.ID}
+			}
+			d.log.Warn("a claim failed; putting back what it may have claimed", "provider", g.name, "err", cerr, "unread", unread)
+			d.putBack(hardCtx, unread...)
 			continue
 		}
 		d.mu.Lock()
@@ -301,7 +311,10 @@ func (d *Dispatcher) unreserve(g *group, unused, n int) {
 // worker id that it holds no call or outcome for: those of a claim whose
 // answer was lost. It tries until it succeeds or a lease has passed; by
 // then the rescuer takes them.
-func (d *Dispatcher) putBack(ctx context.Context) {
+//
+// The effects of unread, whose payload could not be read after their
+// claim, count a rescue each (engine.PutBackUnread).
+func (d *Dispatcher) putBack(ctx context.Context, unread ...int64) {
 	deadline := time.Now().Add(d.cfg.Lease)
 	d.claimMu.Lock()
 	defer d.claimMu.Unlock()
@@ -313,7 +326,7 @@ func (d *Dispatcher) putBack(ctx context.Context) {
 		}
 		d.mu.Unlock()
 		pctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-		ids, err := d.engine.PutBack(pctx, d.cfg.WorkerID, keep)
+		ids, err := d.engine.PutBackUnread(pctx, d.cfg.WorkerID, keep, unread, max(d.cfg.MaxRescues, 0))
 		cancel()
 		if err == nil {
 			if len(ids) > 0 {

@@ -20,16 +20,30 @@
 --    wedged) while reading or calling it. An outcome sets it back to 0;
 --    past the dispatcher's bound, the rescuer ends the effect instead of
 --    putting it back (dispatcher.Config.MaxRescues).
+--
+-- 4. side_effects.payload_bytes holds the payload's size (the octets of its
+--    JSON text, the measure of the limit), written at enqueue and by
+--    sidefx_supersede, so that a claim bounds its bytes without reading a
+--    payload: measuring them in the claim detoasted and rendered every
+--    candidate's (a 200 MiB payload made the claim outlast its timeout).
+--    Rows of older versions have none (NULL); the claim measures those.
+--
+-- 5. A not_before in the past is due now: next_attempt_at is
+--    greatest(not_before, now()). Stored as given, 5,000 effects with a
+--    not_before of 2000-01-01 went ahead of every effect due now on their
+--    kinds (and the oldest pending one read 26 years old).
 
 CREATE TABLE {{schema}}.sidefx_kind_limits (
   kind              text    PRIMARY KEY,
   max_payload_bytes integer NOT NULL CHECK (max_payload_bytes > 0)
 );
 
-ALTER TABLE {{schema}}.side_effects ADD COLUMN rescues integer NOT NULL DEFAULT 0;
+ALTER TABLE {{schema}}.side_effects ADD COLUMN rescues integer NOT NULL DEFAULT 0,
+  ADD COLUMN payload_bytes integer;
 
 -- CREATE OR REPLACE restates the whole function of version 26. New: the
--- limit of each item is least(p_max_payload_bytes, the kind's ceiling).
+-- limit of each item is least(p_max_payload_bytes, the kind's ceiling);
+-- payload_bytes is written; a not_before in the past is due now.
 
 CREATE OR REPLACE FUNCTION {{schema}}.sidefx_enqueue_many(
   p_source_ids text[],
@@ -59,6 +73,7 @@ DECLARE
   one_id bigint;
   one_conflicted boolean := false;
   one_key text;
+  one_bytes integer;
   bad_ord integer;
   bad_why text;
   r record;
@@ -86,6 +101,7 @@ BEGIN
   IF n = 1 THEN
     max_bytes := least(asked, coalesce(
       (SELECT l.max_payload_bytes FROM {{schema}}.sidefx_kind_limits l WHERE l.kind = p_kinds[1]), ceiling));
+    one_bytes := octet_length(p_payloads[1]::text);
   END IF;
 
   -- One valid item, the common call: one INSERT of it, and its result, if
@@ -98,14 +114,14 @@ BEGIN
      AND jsonb_typeof(p_payloads[1]) = 'object'
      AND coalesce(p_max_attempts[1], 0) >= 0
      AND (p_not_before[1] IS NULL OR (p_not_before[1] >= timestamptz '2000-01-01 00:00:00+00' AND p_not_before[1] <= now() + interval '1 year'))
-     AND octet_length(p_payloads[1]::text) <= max_bytes THEN
+     AND one_bytes <= max_bytes THEN
     INSERT INTO {{schema}}.side_effects AS e
-      (source_id, kind, idempotency_key, payload, payload_hash, max_attempts, next_attempt_at, due_at)
+      (source_id, kind, idempotency_key, payload, payload_hash, payload_bytes, max_attempts, next_attempt_at, due_at)
     VALUES (p_source_ids[1], p_kinds[1],
       'sfx1_' || encode(sha256(prefix || int4send(octet_length(convert_to(p_source_ids[1], 'UTF8'))) || convert_to(p_source_ids[1], 'UTF8')
         || int4send(octet_length(convert_to(p_kinds[1], 'UTF8'))) || convert_to(p_kinds[1], 'UTF8')), 'hex'),
-      p_payloads[1], sha256(convert_to(p_payloads[1]::text, 'UTF8')), nullif(p_max_attempts[1], 0),
-      coalesce(p_not_before[1], now()), CASE WHEN p_not_before[1] > now() THEN p_not_before[1] END)
+      p_payloads[1], sha256(convert_to(p_payloads[1]::text, 'UTF8')), one_bytes, nullif(p_max_attempts[1], 0),
+      greatest(p_not_before[1], now()), CASE WHEN p_not_before[1] > now() THEN p_not_before[1] END)
     ON CONFLICT (source_id, kind) DO NOTHING
     RETURNING e.id, e.idempotency_key INTO one_id, one_key;
     IF one_id IS NOT NULL THEN
@@ -130,7 +146,7 @@ BEGIN
   -- that conflicts wastes its id, as the column's default would), so that
   -- when every item was inserted the result needs no join.
   WITH v AS MATERIALIZED (
-    SELECT i.o::integer AS o, i.s, i.k, i.p, c.t, nullif(i.m, 0) AS m, coalesce(i.nb, now()) AS nb,
+    SELECT i.o::integer AS o, i.s, i.k, i.p, c.t, octet_length(c.t) AS b, nullif(i.m, 0) AS m, greatest(i.nb, now()) AS nb,
            nextval(seq) AS id,
            'sfx1_' || encode(sha256(prefix || int4send(octet_length(convert_to(i.s, 'UTF8'))) || convert_to(i.s, 'UTF8')
              || int4send(octet_length(convert_to(i.k, 'UTF8'))) || convert_to(i.k, 'UTF8')), 'hex') AS key
@@ -147,9 +163,9 @@ BEGIN
     ORDER BY i.o
   ), ins AS (
     INSERT INTO {{schema}}.side_effects AS e
-      (id, source_id, kind, idempotency_key, payload, payload_hash, max_attempts, next_attempt_at, due_at)
+      (id, source_id, kind, idempotency_key, payload, payload_hash, payload_bytes, max_attempts, next_attempt_at, due_at)
       OVERRIDING SYSTEM VALUE
-    SELECT v.id, v.s, v.k, v.key, v.p, sha256(convert_to(v.t, 'UTF8')), v.m, v.nb, CASE WHEN v.nb > now() THEN v.nb END
+    SELECT v.id, v.s, v.k, v.key, v.p, sha256(convert_to(v.t, 'UTF8')), v.b, v.m, v.nb, CASE WHEN v.nb > now() THEN v.nb END
     FROM v ORDER BY v.o
     ON CONFLICT (source_id, kind) DO NOTHING
     RETURNING e.id

@@ -162,8 +162,9 @@ $$;
 
 -- Supersede the payload of effect p_id, read at revision p_revision with
 -- payload hash p_hash, with p_payload (a JSON object, another payload,
--- within the database's payload limit), under the key of its next
--- revision, and send it again with p_extra more attempts. Only an effect
+-- within its kind's payload limit as at enqueue: sidefx_kind_limits, else
+-- the database's), its size kept in payload_bytes, under the key of its
+-- next revision, and send it again with p_extra more attempts. Only an effect
 -- that definitely did nothing: pending or failed, no attempt that may have
 -- been performed, no flag.
 CREATE FUNCTION {{schema}}.sidefx_supersede(p_id bigint, p_payload jsonb, p_extra integer, p_revision integer,
@@ -185,6 +186,7 @@ BEGIN
       UPDATE {{schema}}.side_effects AS e SET
         payload = n.p,
         payload_hash = n.h,
+        payload_bytes = n.len,
         revision = o.revision + 1,
         idempotency_key = {{schema}}.sidefx_revision_key(o.idempotency_key, o.revision + 1),
         superseded_hashes = o.superseded_hashes || o.payload_hash,
@@ -199,7 +201,8 @@ BEGIN
       WHERE e.id = o.id AND e.state IN ('pending', 'failed') AND e.reaped_at IS NULL
         AND cardinality(e.maybe_attempts) = 0 AND e.flag IS NULL
         AND o.revision = p_revision AND o.payload_hash = p_hash
-        AND n.h <> o.payload_hash AND n.len <= st.max_payload_bytes
+        AND n.h <> o.payload_hash AND n.len <= coalesce(
+          (SELECT l.max_payload_bytes FROM {{schema}}.sidefx_kind_limits AS l WHERE l.kind = e.kind), st.max_payload_bytes)
       RETURNING e AS eff, o.state AS old_state, o.idempotency_key AS old_key, o.payload_hash AS old_hash, o.provider_ref AS old_ref
     ), ev AS (
       INSERT INTO {{schema}}.side_effect_events (effect_id, action, from_state, to_state, actor, note,

@@ -1290,3 +1290,37 @@ func TestConsole_ANoteTellsItsAuthorNothingOfHiddenFields(t *testing.T) {
 		t.Errorf("another user reads the note unblotted:\n%s", page)
 	}
 }
+
+// A quarantined effect (its lease ran out max_rescues times in a row) shows
+// why on its page and in the list of uncertain effects.
+func TestConsole_ShowsWhyAnEffectIsQuarantined(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	e.enqueue("email.receipt", `{"to":"x"}`, "poison")
+	got, err := e.eng.Claim(ctx, engine.ClaimParams{Kinds: []string{"email.receipt"}, Limit: 1, Lease: time.Millisecond, Worker: "w#1"})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	id := got[0].ID
+	policy := []engine.RescuePolicy{{Kind: "email.receipt", Repeatable: true, MaxAttempts: 5, MaxRescues: 1}}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.effect(id).State == effects.Fired {
+		if time.Now().After(deadline) {
+			t.Fatal("effect not rescued within 10s")
+		}
+		if _, err := e.eng.Rescue(ctx, policy, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const why = "quarantined: its claim or call ended the process 1 times in a row"
+	if got := e.effect(id); got.State != effects.Uncertain || !strings.HasPrefix(got.LastError, why) {
+		t.Fatalf("effect %d: %s (%q), want uncertain, quarantined", id, got.State, got.LastError)
+	}
+	op := e.login(console.Viewer)
+	for _, path := range []string{fmt.Sprintf("/effects/%d", id), "/effects?state=uncertain"} {
+		if page := op.page(path); !strings.Contains(page, why) {
+			t.Errorf("%s does not say why the effect is quarantined:\n%s", path, page)
+		}
+	}
+}

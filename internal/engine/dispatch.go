@@ -118,7 +118,11 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// the budget comes back without its payload: the claim commits
 		// fired before the payload travels, which the payload statement
 		// then reads, so that a process that cannot hold it dies with the
-		// effect fired, to be rescued and counted (rescues).
+		// effect fired, to be rescued and counted (rescues). The sizes are
+		// payload_bytes, written at enqueue (schema 32): measuring them
+		// here detoasted and rendered every candidate's payload, so that
+		// one of 200 MiB made the claim outlast its timeout. Rows of older
+		// versions, without it, are measured.
 		claim: `UPDATE ` + t + ` AS e
 			SET state = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN 'uncertain' ELSE 'fired' END,
 				attempts = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN e.attempts ELSE e.attempts + 1 END,
@@ -136,7 +140,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 						(pg_catalog.sum(c.size) OVER (ORDER BY c.next_attempt_at, c.id ROWS UNBOUNDED PRECEDING))::bigint AS total,
 						pg_catalog.row_number() OVER (ORDER BY c.next_attempt_at, c.id) AS n
 					FROM (SELECT DISTINCT kind FROM pg_catalog.unnest($1::text[]) AS u(kind)) AS s
-					CROSS JOIN LATERAL (SELECT id, next_attempt_at, coalesce(pg_catalog.octet_length(payload::text), 0)::bigint AS size FROM ` + t + `
+					CROSS JOIN LATERAL (SELECT id, next_attempt_at, coalesce(payload_bytes, pg_catalog.octet_length(payload::text), 0)::bigint AS size FROM ` + t + `
 						WHERE state = 'pending' AND kind = s.kind AND next_attempt_at <= now()
 						ORDER BY next_attempt_at, id
 						LIMIT $2
@@ -146,7 +150,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 				WHERE w.total <= $7::bigint OR w.n = 1))
 				AND (e.state = 'pending') IS TRUE AND k.kind = e.kind
 			RETURNING ` + strings.Replace(Columns("e."), "e.payload, ",
-			"CASE WHEN pg_catalog.octet_length(e.payload::text)::bigint <= $7::bigint THEN e.payload END, ", 1),
+			"CASE WHEN coalesce(e.payload_bytes, pg_catalog.octet_length(e.payload::text))::bigint <= $7::bigint THEN e.payload END, ", 1),
 		// The payload of an effect claimed alone over the budget, read
 		// after its claim committed; fenced by the attempt.
 		payload: `SELECT payload FROM ` + t + ` WHERE id = $1 AND attempts = $2 AND state = 'fired'`,
@@ -258,11 +262,29 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// connection) may still have committed: its effects are fired with
 		// nobody calling them. The worker puts them back as they were, so
 		// they are not rescued as possibly performed.
-		putBack: `UPDATE ` + t + ` SET state = 'pending', attempts = attempts - 1, lease_until = NULL,
-				first_fired_at = CASE WHEN attempts = 1 THEN NULL ELSE first_fired_at END,
+		//
+		// Those whose payload could not be read after the claim ($3: an
+		// effect claimed alone over the budget, its read timed out or
+		// failed) were never called either, but the effect is the likely
+		// cause: each such put-back counts as a rescue, and the one that
+		// reaches max_rescues ($4, 0: no bound) quarantines it, uncertain
+		// as the rescuer's, its attempts unchanged otherwise. Put back
+		// uncounted, a payload too slow to read was claimed again forever.
+		putBack: `UPDATE ` + t + ` AS e
+			SET state = CASE WHEN e.id = ANY($3::bigint[]) AND $4::integer > 0 AND e.rescues + 1 >= $4::integer
+					THEN 'uncertain' ELSE 'pending' END,
+				attempts = e.attempts - 1, lease_until = NULL,
+				first_fired_at = CASE WHEN e.attempts = 1 THEN NULL ELSE e.first_fired_at END,
+				rescues = CASE WHEN e.id = ANY($3::bigint[]) THEN e.rescues + 1 ELSE e.rescues END,
+				last_error = CASE WHEN NOT e.id = ANY($3::bigint[]) THEN e.last_error
+					WHEN $4::integer > 0 AND e.rescues + 1 >= $4::integer
+					THEN pg_catalog.format('quarantined: its claims ended %s times in a row with no outcome recorded, the last because its payload (%s bytes) could not be read after the claim (attempt %s, worker %s, not called)',
+						e.rescues + 1, coalesce(e.payload_bytes, pg_catalog.octet_length(e.payload::text)), e.attempts, coalesce(e.claimed_by, 'unknown'))
+					ELSE pg_catalog.format('attempt %s: put back, never called: its payload (%s bytes) could not be read after its claim (worker %s)',
+						e.attempts, coalesce(e.payload_bytes, pg_catalog.octet_length(e.payload::text)), coalesce(e.claimed_by, 'unknown')) END,
 				updated_at = now()
-			WHERE state = 'fired' AND claimed_by = $1 AND id <> ALL($2::bigint[])
-			RETURNING id`,
+			WHERE e.state = 'fired' AND e.claimed_by = $1 AND e.id <> ALL($2::bigint[])
+			RETURNING e.id`,
 		// Reaping compacts finished effects into tombstones in place: the
 		// payload and the stored answer go, the row and its guard stay.
 		// sidefx_reap does it with its owner's rights: the daemon may not
@@ -364,12 +386,27 @@ func (s *Engine) Claim(ctx context.Context, p ClaimParams) ([]*effects.Effect, e
 		// comes now. A process that dies here leaves the effect to the
 		// rescuer, which counts it.
 		if err := s.db.QueryRow(ctx, s.q.payload, e.ID, e.Attempts).Scan(&e.Payload); err != nil {
-			return nil, fmt.Errorf("claim effects: read the payload of effect %d, claimed alone over the budget of %d bytes: %w",
-				e.ID, budget, noRow(err))
+			return nil, &PayloadReadError{ID: e.ID, Budget: budget, Err: noRow(err)}
 		}
 	}
 	return list, nil
 }
+
+// PayloadReadError is Claim's error when the payload of an effect claimed
+// alone over the budget could not be read after the claim committed: the
+// effect is fired, never called. Put it back with PutBackUnread, which
+// counts it as a rescue.
+type PayloadReadError struct {
+	ID     int64 // the effect
+	Budget int64 // the claim's budget in bytes
+	Err    error
+}
+
+func (e *PayloadReadError) Error() string {
+	return fmt.Sprintf("claim effects: read the payload of effect %d, claimed alone over the budget of %d bytes: %v", e.ID, e.Budget, e.Err)
+}
+
+func (e *PayloadReadError) Unwrap() error { return e.Err }
 
 // PutBack returns to pending, as they were before, the effects fired under
 // worker (a ClaimParams.Worker) other than keep: those of a claim whose
@@ -378,10 +415,21 @@ func (s *Engine) Claim(ctx context.Context, p ClaimParams) ([]*effects.Effect, e
 // the outcome. Put back, they are not evidence of anything performed. It
 // returns their ids.
 func (s *Engine) PutBack(ctx context.Context, worker string, keep []int64) ([]int64, error) {
+	return s.PutBackUnread(ctx, worker, keep, nil, 0)
+}
+
+// PutBackUnread is PutBack, where the effects of unread (a
+// PayloadReadError's) count a rescue each: an effect whose payload could
+// not be read maxRescues times in a row (0: no bound) is quarantined,
+// uncertain with a last error that says so, instead of put back.
+func (s *Engine) PutBackUnread(ctx context.Context, worker string, keep, unread []int64, maxRescues int) ([]int64, error) {
 	if keep == nil {
 		keep = []int64{}
 	}
-	rows, err := s.db.Query(ctx, s.q.putBack, worker, keep)
+	if unread == nil {
+		unread = []int64{}
+	}
+	rows, err := s.db.Query(ctx, s.q.putBack, worker, keep, unread, int32(min(max(maxRescues, 0), math.MaxInt32)))
 	if err != nil {
 		return nil, fmt.Errorf("put back claimed effects: %w", noRow(err))
 	}

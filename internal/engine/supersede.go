@@ -38,7 +38,8 @@ import (
 // with a *MaybePerformedError; a confirmed or cancelled effect, or a
 // tombstone, with a *StateError; one at another version than from, with a
 // *ChangedError; a payload that is not a JSON object, that
-// exceeds the database's payload limit, or that is the effect's payload
+// exceeds its kind's payload limit (sidefx_kind_limits, else the
+// database's, as at enqueue), or that is the effect's payload
 // already, with a *ValidationError. Nothing is changed when it is refused.
 //
 // The caller checks the payload against its provider first (sidefx
@@ -95,8 +96,11 @@ func (s *Store) supersedeRefusal(ctx context.Context, id int64, from effects.Ver
 		hash        []byte
 		size, limit int
 	)
-	err = s.db.QueryRow(ctx, `SELECT pg_catalog.sha256(pg_catalog.convert_to($1::jsonb::text, 'UTF8')), pg_catalog.octet_length($1::jsonb::text), max_payload_bytes
-		FROM `+Quote(s.schema)+`.sidefx_settings`, string(payload)).Scan(&hash, &size, &limit)
+	// The limit is the kind's own (sidefx_kind_limits), else the
+	// database's, as sidefx_supersede applies it.
+	err = s.db.QueryRow(ctx, `SELECT pg_catalog.sha256(pg_catalog.convert_to($1::jsonb::text, 'UTF8')), pg_catalog.octet_length($1::jsonb::text),
+			coalesce((SELECT l.max_payload_bytes FROM `+Quote(s.schema)+`.sidefx_kind_limits l WHERE l.kind = $2), st.max_payload_bytes)
+		FROM `+Quote(s.schema)+`.sidefx_settings st`, string(payload), cur.Kind).Scan(&hash, &size, &limit)
 	if err != nil {
 		return fmt.Errorf("%s effect %d: %w", op, id, translate(err))
 	}
