@@ -260,6 +260,16 @@ func printEffect(io *IO, e *effects.Effect, why, maxA string, history []effects.
 		if h.Note != "" {
 			line += ": " + printable(h.Note)
 		}
+		// Schema 37: the key window a retry or refire used, whether it
+		// started again, and the database login behind the actor.
+		if h.WindowRestarted {
+			line += fmt.Sprintf(" [past the key window of %s: window and key epoch started again]", h.KeyWindow)
+		} else if h.KeyWindow > 0 {
+			line += fmt.Sprintf(" [key window %s]", h.KeyWindow)
+		}
+		if h.Login != "" {
+			line += " [login " + printable(h.Login) + "]"
+		}
 		fmt.Fprintln(io.Out, strings.TrimRight(line, " "))
 	}
 }

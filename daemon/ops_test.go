@@ -355,6 +355,10 @@ func TestCLI_MaybePerformedAndKeyWindow(t *testing.T) {
 	if out := c.ok("resolve", id, "--refire", "--past-key-window", "--note", "nothing at Stripe"); !strings.Contains(out, "now pending") {
 		t.Fatalf("refire with --past-key-window: %s", out)
 	}
+	// The history says the window started again, which, and who logged in.
+	if out := c.ok("inspect", id); !strings.Contains(out, "[past the key window of 24h0m0s: window and key epoch started again] [login ") {
+		t.Fatalf("inspect after a refire past the window: %s", out)
+	}
 }
 
 // A kind nothing serves is refused by sidefx enqueue, unless --any-kind;

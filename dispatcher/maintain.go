@@ -93,7 +93,8 @@ func (d *Dispatcher) beat() engine.Beat {
 		if g == nil {
 			continue
 		}
-		kb := engine.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit, MaxAttempts: d.cfg.Kinds[kind].MaxAttempts}
+		kb := engine.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit, MaxAttempts: d.cfg.Kinds[kind].MaxAttempts,
+			KeyWindow: d.cfg.Kinds[kind].keyWindow()}
 		d.mu.Lock()
 		kb.InFlight = g.inflight
 		if g.pausedUntil.After(now) {

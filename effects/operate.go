@@ -42,6 +42,14 @@ type Event struct {
 	// ones it set; other actions leave them empty.
 	OldKey, NewKey                 string
 	OldPayloadHash, NewPayloadHash []byte
+	// Login is the database login that wrote the row (empty: before
+	// schema 37), whoever the actor says it is.
+	Login string
+	// KeyWindow is the key window a retry or refire used (the longest of
+	// the operator's and the dispatchers'), and WindowRestarted whether it
+	// sent the effect past it, starting the window and key epoch again.
+	KeyWindow       time.Duration
+	WindowRestarted bool
 }
 
 // RefireOptions says what an operator accepts when an effect is sent again.

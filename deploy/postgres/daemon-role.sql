@@ -11,8 +11,11 @@
 -- producer, revision, key epoch or max attempts), inserts and deletes no
 -- effect, and reaps (compacting finished effects into tombstones) and
 -- purges tombstones (only when configured) through sidefx_reap and
--- sidefx_purge (schema 34). It records late answers in the effects'
--- history (it adds to it; it never changes or deletes it); records its
+-- sidefx_purge (schema 34). It records late answers through
+-- sidefx_late_answer (schema 37), which writes the effect's history row;
+-- it never writes the history itself. The database refuses it (42501)
+-- any change of an effect no dispatcher makes (schema 37's guard: a
+-- confirmed effect sent again, evidence cleared, ...). It records its
 -- heartbeat and the kinds it serves in the registry (and in sidefx_kinds,
 -- which producers check kinds against); records drift runs;
 -- deletes the consumers' inbox records and the HTTP edge's keys past their
@@ -30,7 +33,9 @@ GRANT SELECT ON public.side_effects TO sidefx_daemon;
 GRANT UPDATE (state, attempts, maybe_attempts, last_error, lease_until, claimed_by, fired_at, first_fired_at,
   next_attempt_at, provider_ref, outcome, confirmed_at, outcome_attempt, flag, rescues, updated_at) ON public.side_effects TO sidefx_daemon;
 GRANT EXECUTE ON FUNCTION public.sidefx_reap(bigint, integer), public.sidefx_purge(bigint, integer) TO sidefx_daemon;
-GRANT SELECT, INSERT ON public.side_effect_events TO sidefx_daemon;
+GRANT SELECT ON public.side_effect_events TO sidefx_daemon;
+GRANT EXECUTE ON FUNCTION public.sidefx_late_answer(bigint, text, text, integer[], boolean, text, jsonb, text, boolean, text,
+  boolean, integer, text) TO sidefx_daemon;
 GRANT SELECT ON public.sidefx_migrations TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_dispatchers TO sidefx_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_drift_runs TO sidefx_daemon;

@@ -569,7 +569,8 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// dispatcherActor is the actor of late answers in the history.
+// dispatcherActor is the actor of late answers in the history, which
+// sidefx_late_answer writes.
 const dispatcherActor = "sidefx dispatcher"
 
 // late records outcome o that the complete statement did not apply, in a
@@ -682,29 +683,16 @@ func (s *Engine) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from effec
 		u.maybe = []int32{}
 	}
 	store := u.store
-	_, err := tx.Exec(ctx, `UPDATE `+s.table+` SET state = $2, maybe_attempts = $3,
-			provider_ref = CASE WHEN $4 THEN coalesce($5, provider_ref) ELSE provider_ref END,
-			outcome = CASE WHEN $4 THEN coalesce($6::jsonb, outcome) ELSE outcome END,
-			last_error = CASE WHEN $4 THEN last_error ELSE coalesce($7, last_error) END,
-			confirmed_at = CASE WHEN $2 = 'confirmed' AND confirmed_at IS NULL THEN now() ELSE confirmed_at END,
-			next_attempt_at = CASE WHEN $8 THEN now() ELSE next_attempt_at END,
-			lease_until = CASE WHEN $2 = 'fired' THEN lease_until ELSE NULL END,
-			flag = coalesce($9, flag),
-			outcome_attempt = CASE WHEN $10 THEN $11 ELSE outcome_attempt END,
-			updated_at = now()
-		WHERE id = $1`,
-		o.ID, string(u.to), u.maybe, store,
+	// The effect and its history row change together, with the owner's
+	// rights: the daemon's role may not make these changes itself (schema
+	// 37's guard), nor write the history.
+	_, err := tx.Exec(ctx, `SELECT `+strings.TrimSuffix(s.table, "side_effects")+`sidefx_late_answer($1, $2, $3, $4, $5, $6, $7::text::jsonb,
+			$8, $9, $10, $11, $12, $13)`,
+		o.ID, string(from), string(u.to), u.maybe, store,
 		pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""},
 		pgtype.Text{String: string(o.Detail), Valid: o.Detail != nil},
 		pgtype.Text{String: o.Error, Valid: o.Error != ""},
-		u.retry, pgtype.Text{String: u.flag, Valid: u.flag != ""}, u.recorded, int32(o.Attempt))
-	if err != nil {
-		return noRow(err)
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO `+s.events+` (effect_id, action, from_state, to_state, actor, note, provider_ref)
-		VALUES ($1, 'late_answer', $2, $3, $4, $5, $6)`,
-		o.ID, string(from), string(u.to), dispatcherActor, truncate(note, 4096),
-		pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""})
+		u.retry, pgtype.Text{String: u.flag, Valid: u.flag != ""}, u.recorded, int32(o.Attempt), truncate(note, 4096))
 	return noRow(err)
 }
 

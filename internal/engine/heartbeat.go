@@ -35,6 +35,9 @@ type KindBeat struct {
 	// MaxAttempts is the kind's attempts per effect, for an effect
 	// without a max_attempts of its own.
 	MaxAttempts int
+	// KeyWindow is how long the kind's provider remembers a key (0: none):
+	// an operator's retry or refire never uses a shorter one (schema 37).
+	KeyWindow time.Duration
 }
 
 // Heartbeat records that worker is alive and serves kinds, and will beat
@@ -52,7 +55,8 @@ func (s *Engine) Beat(ctx context.Context, b Beat) error {
 	st := make([]kindStatusRow, len(b.Status))
 	for i, k := range b.Status {
 		st[i] = kindStatusRow{Kind: k.Kind, Provider: k.Provider, PausedMS: k.PausedFor.Milliseconds(),
-			InFlight: k.InFlight, Limit: k.Limit, Failures: k.Failures, MaxAttempts: k.MaxAttempts}
+			InFlight: k.InFlight, Limit: k.Limit, Failures: k.Failures, MaxAttempts: k.MaxAttempts,
+			WindowMS: k.KeyWindow.Milliseconds()}
 	}
 	raw, err := json.Marshal(st)
 	if err != nil {

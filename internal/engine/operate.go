@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -175,7 +176,8 @@ func attemptSince(op string, id int64, at, now int) error {
 // History returns the operator actions on effect id, oldest first.
 func (s *Store) History(ctx context.Context, id int64) ([]effects.Event, error) {
 	rows, err := s.db.Query(ctx, `SELECT id, effect_id, at, action, from_state, to_state, actor, note, coalesce(provider_ref, ''),
-			coalesce(old_key, ''), coalesce(new_key, ''), old_payload_hash, new_payload_hash
+			coalesce(old_key, ''), coalesce(new_key, ''), old_payload_hash, new_payload_hash,
+			coalesce(login, ''), coalesce(key_window_ms, 0), coalesce(window_restarted, false)
 		FROM `+Quote(s.schema)+`.side_effect_events WHERE effect_id = $1 ORDER BY id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("history of effect %d: %w", id, translate(err))
@@ -183,8 +185,10 @@ func (s *Store) History(ctx context.Context, id int64) ([]effects.Event, error) 
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (effects.Event, error) {
 		var e effects.Event
 		var from, to string
+		var windowMS int64
 		err := r.Scan(&e.ID, &e.EffectID, &e.At, &e.Action, &from, &to, &e.Actor, &e.Note, &e.ProviderRef,
-			&e.OldKey, &e.NewKey, &e.OldPayloadHash, &e.NewPayloadHash)
+			&e.OldKey, &e.NewKey, &e.OldPayloadHash, &e.NewPayloadHash, &e.Login, &windowMS, &e.WindowRestarted)
+		e.KeyWindow = time.Duration(windowMS) * time.Millisecond
 		e.From, e.To = effects.State(from), effects.State(to)
 		return e, err
 	})

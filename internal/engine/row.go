@@ -38,6 +38,11 @@ type kindStatusRow struct {
 	// for an effect without a max_attempts of its own (0: not said, by a
 	// dispatcher of an earlier release).
 	MaxAttempts int `json:"max_attempts,omitempty"`
+	// WindowMS is how long the kind's provider remembers a key, in
+	// milliseconds, as this dispatcher holds it (0: none, or a dispatcher
+	// of an earlier release); sidefx_send_again (schema 37) never takes a
+	// shorter one.
+	WindowMS int64 `json:"window_ms,omitempty"`
 }
 
 // columns lists what every read returns, in scanEffect's order.
