@@ -113,7 +113,7 @@ func healthError(t *testing.T, d *dispatcher.Dispatcher) *dispatcher.HealthError
 }
 
 // The dispatcher's role loses the privilege to record outcomes in the
-// middle of a run (UPDATE on provider_ref, which claims do not set): the
+// middle of a run (UPDATE on outcome_attempt, which claims do not set): the
 // outcome of the call already made is kept and retried; Healthy says what
 // is wrong, for /readyz; the metric counts every failure; the error is
 // logged once per interval, not at every retry; no effect is claimed while
@@ -150,7 +150,7 @@ func TestDispatcher_RefusedRecordIsSurfacedAndOutcomesKept(t *testing.T) {
 	var cols string
 	if err := owner.QueryRow(ctx, `SELECT string_agg(quote_ident(column_name), ', ' ORDER BY ordinal_position)
 		FROM information_schema.columns
-		WHERE table_schema = current_schema() AND table_name = 'side_effects' AND column_name <> 'provider_ref'`).Scan(&cols); err != nil {
+		WHERE table_schema = current_schema() AND table_name = 'side_effects' AND column_name <> 'outcome_attempt'`).Scan(&cols); err != nil {
 		t.Fatal(err)
 	}
 	// One transaction: a claim between the two would be refused too.

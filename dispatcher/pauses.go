@@ -20,7 +20,11 @@ func (d *Dispatcher) refreshPauses(ctx context.Context) {
 	defer cancel()
 	ps, err := d.store.Pauses(pctx)
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case d.paused.Load() == nil:
+			d.log.Warn("reading the pauses failed; claiming nothing until a reading succeeds (tried again each heartbeat)", "err", err)
+		default:
 			d.log.Warn("reading the pauses failed; keeping the last reading", "err", err)
 		}
 		return
@@ -53,7 +57,7 @@ func (d *Dispatcher) refreshPauses(ctx context.Context) {
 			}
 		}
 	}
-	if prev != nil && !sameSet(prev, next) {
+	if prev == nil || !sameSet(prev, next) {
 		signal(d.wake) // something resumed: its effects may be due
 	}
 }
@@ -75,10 +79,14 @@ func sameSet(a, b *pauseSet) bool {
 	return true
 }
 
-// active returns g's kinds that are not paused, nor their provider.
+// active returns g's kinds that are not paused, nor their provider; none
+// before the pauses were first read: a pause must hold across a restart.
 func (d *Dispatcher) active(g *group) []string {
 	p := d.paused.Load()
-	if p == nil || (len(p.kinds) == 0 && len(p.providers) == 0) {
+	if p == nil {
+		return nil
+	}
+	if len(p.kinds) == 0 && len(p.providers) == 0 {
 		return g.kinds
 	}
 	if p.providers[g.name] {
@@ -87,10 +95,14 @@ func (d *Dispatcher) active(g *group) []string {
 	return slices.DeleteFunc(slices.Clone(g.kinds), func(k string) bool { return p.kinds[k] })
 }
 
-// activeServed returns the served kinds that are not paused.
+// activeServed returns the served kinds that are not paused; none before
+// the pauses were first read.
 func (d *Dispatcher) activeServed() []string {
 	p := d.paused.Load()
-	if p == nil || (len(p.kinds) == 0 && len(p.providers) == 0) {
+	if p == nil {
+		return nil
+	}
+	if len(p.kinds) == 0 && len(p.providers) == 0 {
 		return d.served
 	}
 	var out []string

@@ -165,3 +165,53 @@ func TestDispatcher_ReportsUnservedKindsAgainEveryFewHeartbeats(t *testing.T) {
 		return n >= 3, fmt.Sprintf("%d reports of the unserved kinds, want 3", n)
 	})
 }
+
+// Until the pauses are first read, nothing is claimed: a paused kind stays
+// paused across a restart whose read of the pauses fails (or times out),
+// where it was delivered before. Once a read succeeds, the rest go.
+func TestDispatcher_ClaimsNothingBeforeThePausesAreRead(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	ctx := context.Background()
+	st, _ := engine.NewStore(pool, nil)
+	if _, err := st.SetPause(ctx, effects.PauseKind, "mail.paused", true, effects.By{Actor: "ops@example", Note: "incident"}); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, "mail.paused", "p", 5)
+	enqueue(t, pool, "hook.live", "l", 5)
+	// The read of the pauses fails until the table is back.
+	if _, err := pool.Exec(ctx, `ALTER TABLE sidefx_pauses RENAME TO sidefx_pauses_away`); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	r := start(t, pool, &dispatcher.Config{PollInterval: 10 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Kinds: map[string]dispatcher.Kind{
+			"mail.paused": {Provider: providertest.New(providertest.Config{Name: "mailer"})},
+			"hook.live":   {Provider: providertest.New(providertest.Config{Name: "hooks", Idempotent: true})},
+		}})
+	defer r.stop(t)
+	const msg = "reading the pauses failed"
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		n := strings.Count(logs.String(), msg)
+		return n >= 3, fmt.Sprintf("%d failed reads of the pauses, want 3", n)
+	})
+	for _, k := range []string{"mail.paused", "hook.live"} {
+		if s := stateOf(t, pool, k); s[effects.Pending] != 5 {
+			t.Fatalf("before the pauses were read, %s's effects: %v, want 5 pending", k, s)
+		}
+	}
+	if !strings.Contains(logs.String(), "claiming nothing until a reading succeeds") {
+		t.Fatalf("the log does not say why nothing is claimed:\n%s", logs.String())
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE sidefx_pauses_away RENAME TO sidefx_pauses`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		s := stateOf(t, pool, "hook.live")
+		return s[effects.Confirmed] == 5, fmt.Sprintf("the live kind's effects: %v", s)
+	})
+	if s := stateOf(t, pool, "mail.paused"); s[effects.Pending] != 5 {
+		t.Fatalf("the paused kind's effects: %v, want 5 pending", s)
+	}
+}

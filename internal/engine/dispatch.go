@@ -111,9 +111,12 @@ func buildDispatchQueries(t string) dispatchQueries {
 		//
 		// A claim is bounded in bytes as well as rows ($7): of the rows
 		// merged, in claim order, it takes those whose running total of
-		// payload bytes (their JSON text, as the dispatcher receives it)
-		// stays within the budget, and always the first, so an effect
-		// larger than the budget is claimed alone. The rest stay pending,
+		// bytes stays within the budget: the payload's (its JSON text, as
+		// the dispatcher receives it) and the other variable columns the
+		// claim returns (provider_ref, outcome, last_error), and always
+		// the first, so an effect larger than the budget is claimed alone.
+		// Those columns are bounded (migration 0035's CHECKs); a row
+		// written before has them cut to the bounds as it is claimed. The rest stay pending,
 		// unlocked when the statement ends. An effect claimed alone over
 		// the budget comes back without its payload: the claim commits
 		// fired before the payload travels, which the payload statement
@@ -129,7 +132,9 @@ func buildDispatchQueries(t string) dispatchQueries {
 				last_error = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + `
 					THEN pg_catalog.format('not sent again: attempt %s may have been performed, and the provider forgets keys %s after the first attempt at %s',
 						pg_catalog.array_to_string(e.maybe_attempts, ', '), (k.window_ms OPERATOR(pg_catalog.*) interval '1 millisecond'), e.first_fired_at)
-					ELSE e.last_error END,
+					ELSE pg_catalog.left(e.last_error, ` + maxLastErrorChars + `) END,
+				provider_ref = pg_catalog.left(e.provider_ref, ` + maxRefChars + `),
+				outcome = ` + boundedOutcome("e.outcome", maxOutcomeCheck) + `,
 				lease_until = CASE WHEN ` + windowPassed("e.maybe_attempts", "k.window_ms", "k.timeout_ms") + ` THEN NULL
 					ELSE now() + ($3 OPERATOR(pg_catalog.*) interval '1 millisecond') END,
 				claimed_by = $4, fired_at = now(), first_fired_at = coalesce(e.first_fired_at, now()), updated_at = now()
@@ -140,7 +145,8 @@ func buildDispatchQueries(t string) dispatchQueries {
 						(pg_catalog.sum(c.size) OVER (ORDER BY c.next_attempt_at, c.id ROWS UNBOUNDED PRECEDING))::bigint AS total,
 						pg_catalog.row_number() OVER (ORDER BY c.next_attempt_at, c.id) AS n
 					FROM (SELECT DISTINCT kind FROM pg_catalog.unnest($1::text[]) AS u(kind)) AS s
-					CROSS JOIN LATERAL (SELECT id, next_attempt_at, coalesce(payload_bytes, pg_catalog.octet_length(payload::text), 0)::bigint AS size FROM ` + t + `
+					CROSS JOIN LATERAL (SELECT id, next_attempt_at, coalesce(payload_bytes, pg_catalog.octet_length(payload::text), 0)::bigint
+						OPERATOR(pg_catalog.+) ` + otherBytes + ` AS size FROM ` + t + `
 						WHERE state = 'pending' AND kind = s.kind AND next_attempt_at <= now()
 						ORDER BY next_attempt_at, id
 						LIMIT $2
@@ -188,7 +194,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 					ELSE u.state END,
 				maybe_attempts = ` + newMaybe + `,
 				provider_ref = coalesce(u.ref, e.provider_ref),
-				outcome = coalesce(u.outcome_text::jsonb, e.outcome),
+				outcome = coalesce(` + boundedOutcome("u.outcome_text::jsonb", maxOutcomeBytes) + `, e.outcome),
 				last_error = CASE
 					WHEN u.state = 'pending' AND ` + windowPassed(newMaybe, "u.window_ms", "(u.delay_ms + u.margin_ms)") + `
 					THEN coalesce(u.err || '; ', '') || pg_catalog.format('not retried: the next attempt could not end before the provider forgets the key (%s after the first attempt at %s)',
@@ -248,6 +254,8 @@ func buildDispatchQueries(t string) dispatchQueries {
 			)
 			UPDATE ` + t + ` AS e
 			SET state = CASE WHEN due.again AND NOT due.poison THEN 'pending' ELSE 'uncertain' END,
+				provider_ref = pg_catalog.left(e.provider_ref, ` + maxRefChars + `),
+				outcome = ` + boundedOutcome("e.outcome", maxOutcomeCheck) + `,
 				maybe_attempts = pg_catalog.array_append(pg_catalog.array_remove(e.maybe_attempts, e.attempts), e.attempts),
 				rescues = e.rescues + 1,
 				lease_until = NULL, next_attempt_at = now(), updated_at = now(),
@@ -509,7 +517,7 @@ func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome
 		// outcome behind it.
 		detail := storableDetail(o.Detail)
 		ids[i], attempts[i], states[i] = o.ID, int32(o.Attempt), string(o.State)
-		refs[i] = pgtype.Text{String: cleanText(o.ProviderRef), Valid: o.ProviderRef != ""}
+		refs[i] = pgtype.Text{String: truncate(cleanText(o.ProviderRef), MaxProviderRef), Valid: o.ProviderRef != ""}
 		details[i] = pgtype.Text{String: string(detail), Valid: detail != nil}
 		errs[i] = pgtype.Text{String: cleanText(o.Error), Valid: o.Error != ""}
 		delays[i] = max(o.RetryIn.Milliseconds(), 0)
@@ -686,7 +694,7 @@ func (s *Engine) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from effec
 	// The effect and its history row change together, with the owner's
 	// rights: the daemon's role may not make these changes itself (schema
 	// 37's guard), nor write the history.
-	_, err := tx.Exec(ctx, `SELECT `+strings.TrimSuffix(s.table, "side_effects")+`sidefx_late_answer($1, $2, $3, $4, $5, $6, $7::text::jsonb,
+	_, err := tx.Exec(ctx, `SELECT `+strings.TrimSuffix(s.table, "side_effects")+`sidefx_late_answer($1, $2, $3, $4, $5, $6, `+boundedOutcome("$7::text::jsonb", maxOutcomeBytes)+`,
 			$8, $9, $10, $11, $12, $13)`,
 		o.ID, string(from), string(u.to), u.maybe, store,
 		pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""},

@@ -49,9 +49,10 @@ func (s *Store) SetPause(ctx context.Context, scope effects.PauseScope, name str
 	return true, nil
 }
 
-// Pauses lists what is paused, oldest first.
+// Pauses lists what is paused, oldest first: at most MaxPauses, the most
+// sidefx_set_pause holds.
 func (s *Store) Pauses(ctx context.Context) ([]effects.Pause, error) {
-	rows, err := s.db.Query(ctx, `SELECT scope, name, paused_at, actor, note FROM `+s.pauses()+` ORDER BY paused_at, scope, name`)
+	rows, err := s.db.Query(ctx, `SELECT scope, name, paused_at, actor, note FROM `+s.pauses()+` ORDER BY paused_at, scope, name LIMIT $1`, MaxPauses)
 	if err != nil {
 		return nil, fmt.Errorf("list pauses: %w", translate(err))
 	}
