@@ -697,7 +697,7 @@ func (s *Engine) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from effec
 	_, err := tx.Exec(ctx, `SELECT `+strings.TrimSuffix(s.table, "side_effects")+`sidefx_late_answer($1, $2, $3, $4, $5, $6, `+boundedOutcome("$7::text::jsonb", maxOutcomeBytes)+`,
 			$8, $9, $10, $11, $12, $13)`,
 		o.ID, string(from), string(u.to), u.maybe, store,
-		pgtype.Text{String: o.ProviderRef, Valid: o.ProviderRef != ""},
+		pgtype.Text{String: truncate(cleanText(o.ProviderRef), MaxProviderRef), Valid: o.ProviderRef != ""},
 		pgtype.Text{String: string(o.Detail), Valid: o.Detail != nil},
 		pgtype.Text{String: o.Error, Valid: o.Error != ""},
 		u.retry, pgtype.Text{String: u.flag, Valid: u.flag != ""}, u.recorded, int32(o.Attempt), truncate(note, 4096))
