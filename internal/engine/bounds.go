@@ -30,11 +30,12 @@ var (
 	maxLastErrorChars = strconv.Itoa(maxLastError)
 )
 
-// boundedOutcome is jsonb expression x, or when its JSON text is over
-// limit bytes, a marker object that says how large it was.
+// boundedOutcome is jsonb expression x (NULL stays NULL), or when its
+// JSON text is over limit bytes, a marker object that says how large it
+// was.
 func boundedOutcome(x string, limit int) string {
 	n := strconv.Itoa(limit)
-	return `(CASE WHEN pg_catalog.octet_length((` + x + `)::text) OPERATOR(pg_catalog.<=) ` + n + ` THEN ` + x + `
+	return `(CASE WHEN coalesce(pg_catalog.octet_length((` + x + `)::text), 0) OPERATOR(pg_catalog.<=) ` + n + ` THEN ` + x + `
 		ELSE pg_catalog.jsonb_build_object('sidefx_dropped'::text, pg_catalog.format('the outcome was %s bytes as JSON, over the limit of ` + n + `'::text,
 			pg_catalog.octet_length((` + x + `)::text))) END)`
 }

@@ -128,6 +128,15 @@ func TestEngine_AnOversizeAnswerIsStoredAsAMarker(t *testing.T) {
 	if got.State != effects.Confirmed || len(got.ProviderRef) != 255 || !strings.Contains(string(got.Outcome), "over the limit of 65536") {
 		t.Fatalf("stored %s, reference of %d characters, outcome %.100s", got.State, len(got.ProviderRef), got.Outcome)
 	}
+	// An answer without a detail stores none, not a marker.
+	insert(t, b, effects.NewEffect{SourceID: "s2", Kind: "k.one", Payload: json.RawMessage(`{}`)})
+	e = claim(t, b, "w", time.Minute, "k.one")[0]
+	if _, err := b.eng.Complete(b.ctx, []engine.Outcome{{ID: e.ID, Attempt: e.Attempts, State: effects.Confirmed, ProviderRef: "ref"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.store.Get(b.ctx, e.ID); got.Outcome != nil {
+		t.Fatalf("an answer without a detail stored the outcome %s, want none", got.Outcome)
+	}
 }
 
 // A pause's name is bounded (a kind's 128 characters, a provider's 64),
