@@ -19,8 +19,17 @@
 --    update that no dispatcher's statement makes: a confirmed or
 --    cancelled effect changing state; a failed or uncertain one going to
 --    pending or fired; an effect not fired losing an attempt from
---    maybe_attempts; first_fired_at changing once set, but by the put-back
---    of a claim that never reached its worker (fired to pending). Its
+--    maybe_attempts; a fired one going to pending or fired losing any but
+--    its current attempt (what the outcome answers); attempts changing
+--    but by the claim (pending to fired, one more) or the put-back of a
+--    claim that never reached its worker (fired to pending or uncertain,
+--    one less); first_fired_at changing once set, but by the put-back of
+--    a first claim (attempts 1 to 0, first_fired_at to NULL). A fired
+--    effect's outcome (to failed, confirmed, uncertain) may still clear
+--    its evidence, as an answer may speak for the key: the daemon's role
+--    can record an answer the provider never gave, which the database
+--    cannot tell from a real one, so its credentials are as sensitive as
+--    a provider's key. Its
 --    WHEN clause is plain SQL: the drain's updates never call plpgsql.
 --    Late answers, which change what the drain does not, go through
 --    sidefx_late_answer (owner's rights), which checks the answer's
@@ -75,8 +84,12 @@ BEGIN
   -- serving the kind said at their heartbeats (live or not yet retired):
   -- a caller's shorter one would restart the window early.
   SELECT x.kind, x.first_fired_at INTO v_kind, v_first FROM {{schema}}.side_effects AS x WHERE x.id = p_id FOR UPDATE;
+  -- Only windows that are numbers from 0 to 10 years (in ms) count: a
+  -- registry row saying 1e30 made every retry and refire of the kind fail
+  -- (bigint or interval out of range). numeric holds any JSON number.
   SELECT greatest(p_window_ms, max(CASE WHEN jsonb_typeof(d.kind_status -> v_kind -> 'window_ms') = 'number'
-      THEN (d.kind_status -> v_kind ->> 'window_ms')::numeric::bigint END))
+        AND (d.kind_status -> v_kind -> 'window_ms')::numeric BETWEEN 0 AND 315576000000
+      THEN round((d.kind_status -> v_kind -> 'window_ms')::numeric)::bigint END))
     INTO v_window FROM {{schema}}.sidefx_dispatchers AS d WHERE v_kind = ANY (d.kinds);
   v_window := coalesce(v_window, p_window_ms);
   v_restart := p_past_window AND v_window > 0 AND v_first IS NOT NULL
@@ -132,6 +145,11 @@ BEGIN
      OR (p_to = 'fired' AND p_from <> 'fired') THEN
     RAISE EXCEPTION 'sidefx: late answer to effect %: no answer moves a % effect to %', p_id, p_from, p_to USING ERRCODE = '22023';
   END IF;
+  IF EXISTS (SELECT FROM unnest(p_maybe) AS m(a) WHERE a IS NULL OR a < 1) OR cardinality(p_maybe) > 10000
+     OR char_length(p_flag) > 4096 THEN
+    RAISE EXCEPTION 'sidefx: late answer to effect %: maybe attempts must be at most 10000 attempt numbers of 1 or more, the flag at most 4096 characters', p_id
+      USING ERRCODE = '22023';
+  END IF;
   WITH upd AS (
     UPDATE {{schema}}.side_effects AS e SET state = p_to, maybe_attempts = p_maybe,
       provider_ref = CASE WHEN p_store THEN coalesce(p_ref, e.provider_ref) ELSE e.provider_ref END,
@@ -172,13 +190,30 @@ BEGIN
 END
 $$;
 
+-- An effect's evidence is well formed (checked for new rows only: NOT
+-- VALID, no scan): maybe_attempts holds at most 10000 attempt numbers, each
+-- 1 or more (a NULL among them made every later check of the guard fail,
+-- and with it the claim of the whole batch); a flag is at most 4096
+-- characters.
+ALTER TABLE {{schema}}.side_effects
+  ADD CONSTRAINT side_effects_maybe_attempts_bounded CHECK (array_position(maybe_attempts, NULL) IS NULL
+    AND 0 < ALL (maybe_attempts) AND cardinality(maybe_attempts) <= 10000) NOT VALID,
+  ADD CONSTRAINT side_effects_flag_bounded CHECK (char_length(flag) <= 4096) NOT VALID;
+
 CREATE TRIGGER side_effects_guard BEFORE UPDATE ON {{schema}}.side_effects
   FOR EACH ROW
   WHEN ((OLD.state IN ('confirmed', 'cancelled') AND NEW.state <> OLD.state)
     OR (OLD.state IN ('failed', 'uncertain') AND NEW.state IN ('pending', 'fired'))
     OR (OLD.state <> 'fired' AND NOT (OLD.maybe_attempts <@ NEW.maybe_attempts))
+    OR (OLD.state = 'fired' AND NEW.state IN ('pending', 'fired')
+      AND NOT (OLD.maybe_attempts <@ (NEW.maybe_attempts || OLD.attempts)))
+    OR (NEW.attempts IS DISTINCT FROM OLD.attempts
+      AND NOT (OLD.state = 'pending' AND NEW.state = 'fired' AND NEW.attempts = OLD.attempts + 1)
+      AND NOT (OLD.state = 'fired' AND NEW.state IN ('pending', 'uncertain') AND NEW.attempts = OLD.attempts - 1))
+    OR (OLD.state = 'pending' AND NEW.state = 'fired' AND NEW.attempts IS DISTINCT FROM OLD.attempts + 1)
     OR (OLD.first_fired_at IS NOT NULL AND NEW.first_fired_at IS DISTINCT FROM OLD.first_fired_at
-      AND NOT (OLD.state = 'fired' AND NEW.state = 'pending')))
+      AND NOT (OLD.state = 'fired' AND NEW.state IN ('pending', 'uncertain') AND OLD.attempts = 1 AND NEW.attempts = 0
+        AND NEW.first_fired_at IS NULL)))
   EXECUTE FUNCTION {{schema}}.sidefx_effect_guard();
 
 REVOKE EXECUTE ON FUNCTION {{schema}}.sidefx_late_answer(bigint, text, text, integer[], boolean, text, jsonb, text, boolean, text, boolean, integer, text) FROM PUBLIC;

@@ -700,7 +700,7 @@ func (s *Engine) applyLate(ctx context.Context, tx pgx.Tx, o Outcome, from effec
 		pgtype.Text{String: truncate(cleanText(o.ProviderRef), MaxProviderRef), Valid: o.ProviderRef != ""},
 		pgtype.Text{String: string(o.Detail), Valid: o.Detail != nil},
 		pgtype.Text{String: o.Error, Valid: o.Error != ""},
-		u.retry, pgtype.Text{String: u.flag, Valid: u.flag != ""}, u.recorded, int32(o.Attempt), truncate(note, 4096))
+		u.retry, pgtype.Text{String: truncate(u.flag, 4096), Valid: u.flag != ""}, u.recorded, int32(o.Attempt), truncate(note, 4096))
 	return noRow(err)
 }
 

@@ -60,12 +60,12 @@ func LockHolder(ctx context.Context, db DB, schema, job string) (who string, hel
 		leaseLive         bool
 	)
 	err = db.QueryRow(ctx, `SELECT a.pid, a.usename::text, a.application_name, now() - a.xact_start,
-			l.holder, l.pid, la.usename::text, now() - l.taken_at, l.until, coalesce(l.until >= now() AND la.pid IS NOT NULL, false)
+			l.holder, l.pid, la.usename::text, now() - l.taken_at, l.until, coalesce(`+liveLease("l", "$2")+`, false)
 		FROM `+locksOf(schema)+` l
 		LEFT JOIN pg_catalog.pg_locks k ON k.locktype = 'transactionid' AND k.transactionid = l.xmax AND k.mode = 'ExclusiveLock' AND k.granted
 		LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = k.pid
 		LEFT JOIN pg_catalog.pg_stat_activity la ON la.pid = l.pid
-		WHERE l.name = $1`, job).Scan(&pid, &role, &app, &xactFor, &holder, &leasePID, &leaseRole, &leaseFor, &until, &leaseLive)
+		WHERE l.name = $1`, job, LeaseTTL.Milliseconds()).Scan(&pid, &role, &app, &xactFor, &holder, &leasePID, &leaseRole, &leaseFor, &until, &leaseLive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", 0, nil
 	}
@@ -105,13 +105,24 @@ type lease struct {
 	done  chan struct{} // closed when renew has stopped using conn
 }
 
+// liveLease is the SQL condition that the lease of row l (of sidefx_locks)
+// counts: it ends in the future but no later than a lease's TTL (ttlMs,
+// SQL for milliseconds) from now, and its pid is a client backend of this
+// database. A row naming a background process's pid, or an expiry of
+// 'infinity', written by hand, holds nobody off.
+func liveLease(l, ttlMs string) string {
+	return l + `.until >= now() AND ` + l + `.until <= now() + (` + ttlMs + ` OPERATOR(pg_catalog.*) interval '1 millisecond')
+			AND EXISTS (SELECT FROM pg_catalog.pg_stat_activity a WHERE a.pid = ` + l + `.pid
+				AND a.backend_type = 'client backend' AND a.datname = pg_catalog.current_database())`
+}
+
 // takeLease tries to lease name's row to holder on conn: it succeeds when
-// nobody holds it, its lease expired, or its holder's session is gone.
+// nobody holds it, its lease expired, or its holder's session is gone (see
+// liveLease).
 func takeLease(ctx context.Context, conn *pgxpool.Conn, table, name, holder string) (*lease, bool, error) {
 	take := `UPDATE ` + table + ` AS l SET holder = $2, pid = pg_catalog.pg_backend_pid(), taken_at = now(),
 			until = now() + ($3 OPERATOR(pg_catalog.*) interval '1 millisecond')
-		WHERE l.name = $1 AND (l.until IS NULL OR l.until < now() OR l.pid IS NULL
-			OR NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a WHERE a.pid = l.pid))
+		WHERE l.name = $1 AND NOT (` + liveLease("l", "$3") + `)
 		RETURNING true`
 	for range 2 {
 		var got bool

@@ -256,3 +256,37 @@ func TestLocks_JobHeldOffNamesALongHolder(t *testing.T) {
 		t.Fatalf("held off by %q for %s", who, held)
 	}
 }
+
+// A lease row written by hand holds no job off: one naming a background
+// process's pid (the checkpointer: no client of this database) or a live
+// client's pid with an expiry past a lease's TTL ('infinity') is taken by
+// the next run, as the daemon's role.
+func TestLocks_AForgedLeaseHoldsNoJobOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner, daemon, _ := pgtest.DaemonRole(t)
+	var bg, client int32
+	if err := pgtest.Admin(t).QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'`).Scan(&bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&client); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		pid   int32
+		until string
+	}{{bg, "'infinity'"}, {bg, "now() + interval '30 seconds'"}, {client, "'infinity'"}, {client, "now() + interval '1 day'"}} {
+		if _, err := daemon.Exec(ctx, `UPDATE sidefx_locks SET holder = 'x', pid = $1, taken_at = now(), until = `+c.until+` WHERE name = 'reconciliation'`, c.pid); err != nil {
+			t.Fatal(err)
+		}
+		if who, _, err := engine.LockHolder(ctx, daemon, "", "reconciliation"); err != nil || who != "" {
+			t.Errorf("pid %d until %s: holder %q, %v", c.pid, c.until, who, err)
+		}
+		_, end, ok, err := engine.Job{Name: "reconciliation", Pool: daemon, Runs: "public.sidefx_reconcile_runs", Runner: "r1"}.Begin(ctx, time.Time{})
+		if err != nil || !ok {
+			t.Errorf("pid %d until %s: a forged lease held the job off: ok %v, %v", c.pid, c.until, ok, err)
+			continue
+		}
+		end()
+	}
+}

@@ -173,3 +173,70 @@ func TestE2E_RoleGuard_AnOperatorCannotShortenTheKeyWindow(t *testing.T) {
 		}
 	}
 }
+
+// The daemon's role cannot wash an effect's evidence through a forged
+// claim and put-back (a claim must count an attempt; a put-back keeps
+// first_fired_at unless it undoes a first claim, and every attempt of the
+// evidence but the one claimed), nor break the guard with a NULL or
+// non-positive attempt in the evidence, nor break refires with a key
+// window in the registry that no interval holds.
+func TestE2E_RoleGuard_TheDaemonCannotWashEvidence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	owner, daemon, _ := pgtest.DaemonRole(t)
+	ev := guardEffect(t, owner, "wash-1", "charge.create", `attempts = 1, maybe_attempts = '{1}', first_fired_at = now() - interval '2 days'`)
+	ev2 := guardEffect(t, owner, "wash-2", "charge.create", `attempts = 1, maybe_attempts = '{1}', first_fired_at = now() - interval '2 days'`)
+	late := guardEffect(t, owner, "wash-3", "charge.create", `state = 'fired', attempts = 1, first_fired_at = now(), lease_until = now() + interval '1 hour'`)
+	for _, q := range []string{
+		fmt.Sprintf(`UPDATE side_effects SET state = 'fired', lease_until = now() + interval '1 min' WHERE id = %d`, ev),
+		fmt.Sprintf(`UPDATE side_effects SET attempts = 0 WHERE id = %d`, ev),
+		fmt.Sprintf(`UPDATE side_effects SET maybe_attempts = '{NULL}' WHERE id = %d`, ev),
+		fmt.Sprintf(`UPDATE side_effects SET maybe_attempts = '{1,0}' WHERE id = %d`, ev),
+		fmt.Sprintf(`UPDATE side_effects SET maybe_attempts = '{1,-3}' WHERE id = %d`, ev),
+		fmt.Sprintf(`UPDATE side_effects SET flag = repeat('f', 4097) WHERE id = %d`, ev),
+		fmt.Sprintf(`SELECT sidefx_late_answer(%d, 'fired', 'fired', '{NULL}', false, NULL, NULL, NULL, false, NULL, false, 1, 'x')`, late),
+		fmt.Sprintf(`SELECT sidefx_late_answer(%d, 'fired', 'fired', '{0}', false, NULL, NULL, NULL, false, NULL, false, 1, 'x')`, late),
+		fmt.Sprintf(`SELECT sidefx_late_answer(%d, 'fired', 'fired', '{}', false, NULL, NULL, NULL, false, repeat('f', 4097), false, 1, 'x')`, late),
+	} {
+		_, err := daemon.Exec(ctx, q)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || (pe.Code != "42501" && pe.Code != "23514" && pe.Code != "22023") {
+			t.Errorf("the daemon role ran %q: %v (want SQLSTATE 42501, 23514 or 22023)", q, err)
+		}
+	}
+	// A claim that counts its attempt passes; its put-back must keep
+	// attempt 1's evidence and first_fired_at.
+	if _, err := daemon.Exec(ctx, `UPDATE side_effects SET state = 'fired', attempts = 2, lease_until = now() + interval '1 min' WHERE id = $1`, ev2); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		fmt.Sprintf(`UPDATE side_effects SET state = 'pending', lease_until = NULL, maybe_attempts = '{}', first_fired_at = NULL WHERE id = %d`, ev2),
+		fmt.Sprintf(`UPDATE side_effects SET state = 'pending', attempts = 1, lease_until = NULL, maybe_attempts = '{}' WHERE id = %d`, ev2),
+		fmt.Sprintf(`UPDATE side_effects SET state = 'pending', attempts = 1, lease_until = NULL, first_fired_at = NULL WHERE id = %d`, ev2),
+		fmt.Sprintf(`UPDATE side_effects SET state = 'pending', attempts = 0, lease_until = NULL WHERE id = %d`, ev2),
+	} {
+		_, err := daemon.Exec(ctx, q)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" {
+			t.Errorf("the daemon role ran %q: %v (want SQLSTATE 42501)", q, err)
+		}
+	}
+	var washed int
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM side_effects WHERE id IN ($1, $2) AND (maybe_attempts <> '{1}' OR first_fired_at IS NULL OR flag IS NOT NULL)`,
+		ev, ev2).Scan(&washed); err != nil || washed != 0 {
+		t.Errorf("%d effects lost their evidence: %v", washed, err)
+	}
+
+	// A registry window no interval holds is ignored: the refire uses the
+	// caller's.
+	refire := guardEffect(t, owner, "wash-4", "webhook.order_paid", `state = 'uncertain', attempts = 1, maybe_attempts = '{1}', first_fired_at = now() - interval '1 hour'`)
+	if _, err := daemon.Exec(ctx, `INSERT INTO sidefx_dispatchers (worker_id, kinds, interval_ms, kind_status)
+		VALUES ('evil', '{webhook.order_paid}', 1000, '{"webhook.order_paid": {"window_ms": 1e30}}'),
+			('evil2', '{webhook.order_paid}', 1000, '{"webhook.order_paid": {"window_ms": 9e18}}')`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM sidefx_send_again('refire', $1, 1, false, 86400000, -1, 'alice', 'x')`, refire).Scan(&n); err != nil || n != 1 {
+		t.Errorf("refire with a window of 1e30 ms in the registry: %d, %v", n, err)
+	}
+}
