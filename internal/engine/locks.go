@@ -107,13 +107,17 @@ type lease struct {
 
 // liveLease is the SQL condition that the lease of row l (of sidefx_locks)
 // counts: it ends in the future but no later than a lease's TTL (ttlMs,
-// SQL for milliseconds) from now, and its pid is a client backend of this
-// database. A row naming a background process's pid, or an expiry of
-// 'infinity', written by hand, holds nobody off.
+// SQL for milliseconds) from now, and its pid is a session of a role on
+// this database. A role without pg_read_all_stats sees another role's
+// session with its database and role but no backend_type, and a
+// background process (a checkpointer, an autovacuum worker, a launcher)
+// with no database or no role: a row naming a background process's pid,
+// or an expiry of 'infinity', written by hand, holds nobody off, and a
+// lease of another daemon role's live session still counts.
 func liveLease(l, ttlMs string) string {
 	return l + `.until >= now() AND ` + l + `.until <= now() + (` + ttlMs + ` OPERATOR(pg_catalog.*) interval '1 millisecond')
 			AND EXISTS (SELECT FROM pg_catalog.pg_stat_activity a WHERE a.pid = ` + l + `.pid
-				AND a.backend_type = 'client backend' AND a.datname = pg_catalog.current_database())`
+				AND a.usesysid IS NOT NULL AND a.datname = pg_catalog.current_database())`
 }
 
 // takeLease tries to lease name's row to holder on conn: it succeeds when

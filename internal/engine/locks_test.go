@@ -289,4 +289,19 @@ func TestLocks_AForgedLeaseHoldsNoJobOff(t *testing.T) {
 		}
 		end()
 	}
+	// A lease of another role's live session within its TTL (a replica
+	// running as another daemon role: this role sees that session with no
+	// backend_type) holds the job off.
+	if _, err := daemon.Exec(ctx, `UPDATE sidefx_locks SET holder = 'other', pid = $1, taken_at = now(), until = now() + interval '30 seconds' WHERE name = 'reconciliation'`, client); err != nil {
+		t.Fatal(err)
+	}
+	if who, _, err := engine.LockHolder(ctx, daemon, "", "reconciliation"); err != nil || who == "" {
+		t.Errorf("another role's live lease: holder %q, %v; want it named", who, err)
+	}
+	if _, end, ok, err := (engine.Job{Name: "reconciliation", Pool: daemon, Runs: "public.sidefx_reconcile_runs", Runner: "r1"}).Begin(ctx, time.Time{}); err != nil || ok {
+		if ok {
+			end()
+		}
+		t.Errorf("another role's live lease was taken: ok %v, %v", ok, err)
+	}
 }
