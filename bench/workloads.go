@@ -340,6 +340,7 @@ func floorScript() (string, error) {
 		"$4", "'pgbench'",
 		"$5::bigint[]", "'{0}'::bigint[]", // the kind's key window: none
 		"$6::bigint[]", "'{60000}'::bigint[]", // its call's margin: the lease
+		"$7::bigint", "16777216::bigint", // the claim's bytes: the default budget
 	).Replace(claim)
 	complete = strings.NewReplacer(
 		"$1::bigint[]", "':ids'::bigint[]",
