@@ -366,9 +366,12 @@ func checkSummary(t *testing.T, s *demo.Summary, o demo.Options) {
 
 	// Reconciliation: every uncertain receipt settled without a person, by
 	// the mail API's events or sent again when it never got there; no
-	// email twice; nothing wrong in Stripe's listing.
+	// email twice; nothing wrong in Stripe's listing. A receipt sent again
+	// in one round may lose its answer again (the mail API's faults go on)
+	// and be settled by its event in the next: it counts in both, so the
+	// two together are at least the receipts that were uncertain.
 	rc := s.Reconcile
-	if rc.Before != len(s.Uncertain) || rc.After != 0 || rc.Settled+rc.Refired != rc.Before || rc.Settled == 0 ||
+	if rc.Before != len(s.Uncertain) || rc.After != 0 || rc.Settled+rc.Refired < rc.Before || rc.Settled == 0 ||
 		rc.MailDuplicates != 0 || rc.Extra+rc.Missing+rc.Errors != 0 || rc.EventsStored == 0 {
 		t.Errorf("reconciliation: %+v, want all %d uncertain receipts settled", rc, len(s.Uncertain))
 	}
