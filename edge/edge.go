@@ -878,7 +878,9 @@ func (e *Edge) conflict(w http.ResponseWriter, route, detail string) {
 // 503 with Retry-After) and logs why, with err, its cause: the method and
 // route, and for a keyed request its DomainID, never the key itself nor
 // the body. A cause that says the schema lacks a table, column or function
-// of sidefx's says to run sidefx migrate.
+// of sidefx's says to run sidefx migrate; one that is a driver's prepared
+// statement refused through a pooler in transaction mode names
+// default_query_exec_mode.
 func (e *Edge) fail(w http.ResponseWriter, r *http.Request, route string, status int, title, detail string, err error) {
 	attrs := []any{"method", r.Method, "route", route, "status", status}
 	if id := e.DomainID(r); id != "" {
@@ -887,6 +889,9 @@ func (e *Edge) fail(w http.ResponseWriter, r *http.Request, route string, status
 	if pe, ok := engine.PgErrorOf(err); ok && (pe.Code == "42P01" || pe.Code == "42703" || pe.Code == "42883") {
 		err = fmt.Errorf("%w (the schema lacks sidefx's tables or some of its migrations: run sidefx migrate)", err)
 	}
+	// Config.Pool through PgBouncer in transaction mode with pgx's
+	// statement cache: say which setting to change.
+	err = engine.ExplainPooled(err)
 	e.log.Error(title+": "+detail, append(attrs, "err", err)...)
 	var retry time.Duration
 	if status == http.StatusServiceUnavailable {

@@ -40,6 +40,17 @@ var (
 	// ErrUnknownKind: the kind is not one the caller knows, or no live
 	// dispatcher serves it; its effects would wait forever.
 	ErrUnknownKind = errors.New("unknown kind")
+	// ErrPooledStatement: PostgreSQL refused a prepared statement of the
+	// driver's (SQLSTATE 42P05, already exists, or 26000, does not exist):
+	// the connection goes through a pooler in transaction mode, which lends
+	// the server connection that holds the driver's named statements to
+	// other clients. The fix is the driver's exec mode (pgx:
+	// default_query_exec_mode=exec), or a PgBouncer that tracks prepared
+	// statements; see docs/pgbouncer.md.
+	ErrPooledStatement = errors.New("a prepared statement of the driver's cache was refused: " +
+		"the connection goes through a pooler in transaction mode (PgBouncer's pool_mode=transaction) that lends its server connection to other clients; " +
+		"add default_query_exec_mode=exec to the database URL (or set pgx's ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec), " +
+		"or run PgBouncer 1.21 or newer with max_prepared_statements above 0; see docs/pgbouncer.md")
 )
 
 // UnknownKindError names a kind that nothing serves, and the kinds that

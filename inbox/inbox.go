@@ -225,7 +225,7 @@ func (r Receipt) Record(ctx context.Context, tx any, result any) error {
 	}
 	found, err := engine.InboxRecord(ctx, db, r.schema, r.Consumer, r.ID, raw)
 	if err != nil {
-		return fmt.Errorf("inbox: record the result of consumer %s message %s: %w", r.Consumer, r.ID, err)
+		return fmt.Errorf("inbox: record the result of consumer %s message %s: %w", r.Consumer, r.ID, engine.ExplainPooled(err))
 	}
 	if !found {
 		return fmt.Errorf("%w: consumer %s message %s", ErrNotFound, r.Consumer, r.ID)
@@ -274,5 +274,5 @@ func translate(err error, m Message) error {
 				ErrOtherProducer, m.Consumer, m.ID, m.Consumer)
 		}
 	}
-	return fmt.Errorf("inbox: consumer %s message %s: %w", m.Consumer, m.ID, err)
+	return fmt.Errorf("inbox: consumer %s message %s: %w", m.Consumer, m.ID, engine.ExplainPooled(err))
 }

@@ -94,9 +94,14 @@
 // Enqueue works through PgBouncer in transaction pooling: it runs inside the
 // caller's transaction and keeps no session state. pgx's default statement
 // cache does not survive transaction pooling before PgBouncer 1.21, or with
-// max_prepared_statements = 0 (SQLSTATE 26000, prepared statement does not
-// exist): give the producer's pool default_query_exec_mode=exec in its URL
-// (or ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec). The daemon
+// max_prepared_statements = 0: one enqueue passes, then concurrent ones
+// fail with prepared statement "stmtcache_…" already exists (SQLSTATE
+// 42P05: another client's driver prepared it on the server connection this
+// one was lent) or does not exist (26000: it was prepared on another
+// server connection). Enqueue, EnqueueMany and Cancel return that error as
+// ErrPooledStatement (errors.Is), whose words name the fix: give the
+// producer's pool default_query_exec_mode=exec in its URL (or
+// ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec). The daemon
 // needs a session connection (see docs/pgbouncer.md).
 //
 // # Tracing

@@ -43,6 +43,13 @@ var (
 	// another producer role (another service using the same pairs): a
 	// producer enqueues again, and cancels, only its own effects.
 	ErrOtherProducer = effects.ErrOtherProducer
+	// ErrPooledStatement: PostgreSQL refused a prepared statement of the
+	// driver's cache (SQLSTATE 42P05 or 26000): db goes through a pooler in
+	// transaction mode (PgBouncer's pool_mode=transaction) and the driver
+	// prepares named statements, pgx's default. The error names the fix,
+	// default_query_exec_mode=exec in the database URL, and
+	// docs/pgbouncer.md.
+	ErrPooledStatement = effects.ErrPooledStatement
 )
 
 // DefaultMaxPayloadBytes is the default limit on one payload's JSON.

@@ -510,3 +510,84 @@ func atoiOrder(t *testing.T, txID string) int {
 	}
 	return n
 }
+
+// A service's pgx pool through PgBouncer in transaction mode with pgx's
+// defaults (the statement cache) passes a smoke test, one enqueue, then
+// fails under concurrent requests: a client connection prepares
+// "stmtcache_…" on a server connection that another client's driver
+// prepared it on already (42P05), or runs it on one that lacks it (26000).
+// The caller is told what to change, default_query_exec_mode, and where to
+// read about it; with that setting the same load passes.
+func TestPgBouncer_StatementCacheErrorNamesTheSetting(t *testing.T) {
+	t.Parallel()
+	_, b := bounced(t, 2, "")
+	if v := b.Version(); v.PreparedStatements() {
+		// A release that can track prepared statements: turn it off, as
+		// before 1.24 by default, so that pgx's cache meets the pooler.
+		_, b = bounced(t, 2, "max_prepared_statements = 0")
+	}
+	ctx := context.Background()
+	const requests = 16
+	load := func(pool *pgxpool.Pool, run string) []error {
+		errs := make([]error, requests)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range requests {
+			wg.Go(func() {
+				<-start
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+				for j := range 3 {
+					e := outbox.Effect{SourceID: fmt.Sprintf("%s-%d-%d", run, i, j), Kind: "email.receipt", Payload: map[string]any{"n": j}}
+					if _, err := outbox.Enqueue(ctx, tx, e); err != nil {
+						errs[i] = err
+						return
+					}
+				}
+				errs[i] = tx.Commit(ctx)
+			})
+		}
+		close(start)
+		wg.Wait()
+		return errs
+	}
+
+	pool := poolThrough(t, b, "", requests)
+	// The smoke test: one enqueue on one connection works.
+	if _, err := outbox.Enqueue(ctx, pool, outbox.Effect{SourceID: "smoke", Kind: "email.receipt", Payload: map[string]any{}}); err != nil {
+		t.Fatalf("one enqueue through PgBouncer %s with pgx's defaults: %v", b.Version(), err)
+	}
+	failed := 0
+	for _, err := range load(pool, "defaults") {
+		if err == nil {
+			continue
+		}
+		failed++
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || (pgErr.Code != "42P05" && pgErr.Code != "26000") {
+			t.Errorf("an enqueue failed with %v, want prepared statement already exists (42P05) or does not exist (26000)", err)
+			continue
+		}
+		if !errors.Is(err, outbox.ErrPooledStatement) || !strings.Contains(err.Error(), "default_query_exec_mode") ||
+			!strings.Contains(err.Error(), "docs/pgbouncer.md") {
+			t.Errorf("the error of a prepared statement through transaction pooling does not say what to change: %v", err)
+		}
+		if failed == 1 {
+			t.Logf("through PgBouncer %s: %v", b.Version(), err)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("%d concurrent requests with pgx's statement cache through PgBouncer %s in transaction mode all succeeded: the test shows nothing", requests, b.Version())
+	}
+
+	// The documented fix, under the same load.
+	for i, err := range load(poolThrough(t, b, "exec", requests), "exec") {
+		if err != nil {
+			t.Errorf("request %d with default_query_exec_mode=exec: %v", i, err)
+		}
+	}
+}

@@ -1,11 +1,16 @@
 package payloadcheck_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/outbox"
 	"github.com/sidefx/sidefx/payloadcheck"
 	"github.com/sidefx/sidefx/providers/sendgrid/sendgridcheck"
 	"github.com/sidefx/sidefx/providers/stripe/stripecheck"
@@ -81,5 +86,47 @@ func TestNew_RefusesWhatItCannotCheck(t *testing.T) {
 	}
 	if _, err := payloadcheck.Load("/nonexistent/sidefx.yaml", nil); err == nil {
 		t.Error("Load of a missing file: no error")
+	}
+}
+
+// A refund whose reason Stripe does not take is refused at enqueue, naming
+// the parameter and the values it takes; one it takes is enqueued.
+func TestEnqueue_RefusesAStripeEnumValue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	check, err := payloadcheck.Parse([]byte(doc), map[string]payloadcheck.Func{"sms-gateway": func(string, json.RawMessage) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.New(&outbox.Config{CheckPayload: check, AnyKind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ob.Enqueue(ctx, pool, outbox.Effect{SourceID: "order-1", Kind: "order.refund",
+		Payload: map[string]any{"payment_intent": "pi_1", "reason": "because"}})
+	if !errors.Is(err, outbox.ErrInvalid) || !strings.Contains(err.Error(), `parameter "reason": want one of "duplicate", `) || !strings.Contains(err.Error(), `"requested_by_customer"`) ||
+		strings.Contains(err.Error(), "because") {
+		t.Fatalf("a refund with reason \"because\": %v, want refused naming reason and the values it takes, not the value", err)
+	}
+	t.Logf("refused: %v", err)
+	_, err = ob.Enqueue(ctx, pool, outbox.Effect{SourceID: "order-1", Kind: "order.refund",
+		Payload: map[string]any{"payment_intent": "pi_1", "reason": "requested_by_customer"}})
+	if err != nil {
+		t.Fatalf("a refund with reason requested_by_customer: %v", err)
+	}
+	// Nested: a payment method option, in the payment intent's object.
+	_, err = ob.Enqueue(ctx, pool, outbox.Effect{SourceID: "order-2", Kind: "charge.payment_intents.create",
+		Payload: map[string]any{"amount": 100, "currency": "usd", "payment_method_options": map[string]any{"card": map[string]any{"request_three_d_secure": "always"}}}})
+	if !errors.Is(err, outbox.ErrInvalid) || !strings.Contains(err.Error(), `parameter "payment_method_options.card.request_three_d_secure": want one of "any", "automatic", "challenge"`) {
+		t.Fatalf("request_three_d_secure \"always\": %v, want refused naming the parameter", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM side_effects").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d effects stored (%v), want the one accepted", n, err)
 	}
 }

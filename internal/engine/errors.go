@@ -85,8 +85,42 @@ func translate(err error) error {
 	case "23514": // check_violation: the table's own guard
 		return fmt.Errorf("constraint %s: %w: %w", pe.Constraint, effects.ErrInvalid, err)
 	}
+	return ExplainPooled(err)
+}
+
+// ExplainPooled returns err saying what to change when err is PostgreSQL
+// refusing a driver's prepared statement (SQLSTATE 42P05, prepared
+// statement already exists, or 26000, does not exist; errors.Is
+// ErrPooledStatement): sidefx prepares no statement by name itself, so one
+// of these comes from a driver's statement cache (pgx's default,
+// "stmtcache_…") on a connection through a pooler in transaction mode. Any
+// other error is returned as it is.
+func ExplainPooled(err error) error {
+	if err == nil || errors.Is(err, effects.ErrPooledStatement) {
+		return err
+	}
+	if pe, ok := PgErrorOf(err); ok && pooledStatement(pe) {
+		return &pooledError{err: err}
+	}
 	return err
 }
+
+// pooledStatement reports whether pe is a prepared statement refused by
+// name: one a driver prepared on another server connection (26000), or one
+// another client's driver prepared on this one (42P05).
+func pooledStatement(pe PgError) bool {
+	return (pe.Code == "42P05" || pe.Code == "26000") && strings.Contains(pe.Message, "prepared statement")
+}
+
+// pooledError is ExplainPooled's: the database's words, then what to do.
+type pooledError struct{ err error }
+
+func (e *pooledError) Error() string {
+	pe, _ := PgErrorOf(e.err)
+	return fmt.Sprintf("%s (SQLSTATE %s): %s", pe.Message, pe.Code, effects.ErrPooledStatement.Error())
+}
+
+func (e *pooledError) Unwrap() []error { return []error{effects.ErrPooledStatement, e.err} }
 
 // IsRetryable reports whether err is a transient database condition
 // (serialization failure, deadlock, lost connection) after which the same

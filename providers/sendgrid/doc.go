@@ -30,7 +30,9 @@
 //   - each personalization's custom_args gets "sidefx_key" (the key),
 //     "sidefx_source_id" and "sidefx_kind" (when not empty); custom_args
 //     already in the payload are kept, ours win a clash;
-//   - the mail's headers get "X-Sidefx-Key: <key>"; other headers are kept,
+//   - the mail's headers (the body's top-level "headers": headers of the
+//     email SendGrid sends, not of the HTTP request to SendGrid) get
+//     "X-Sidefx-Key: <key>"; other headers are kept,
 //     and one of that name in another case is replaced.
 //
 // The arguments go into each personalization, not into the top-level

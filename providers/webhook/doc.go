@@ -25,8 +25,17 @@
 //
 // # What sidefx sends
 //
-// Each Call is one POST of the effect's payload, a JSON object sent byte for
-// byte as it was enqueued, to Config.URL, with:
+// Each Call is one POST of the effect's payload, a JSON object, to
+// Config.URL. The body is the payload as PostgreSQL's jsonb stores and
+// prints it, not the bytes the producer enqueued: keys ordered by length,
+// then bytewise; ", " and ": " between items; a key given twice kept
+// once, with its last value; \u escapes of printable characters written
+// as UTF-8; a number's text normalised (1e3 is sent as 1000; 1.50 stays
+// 1.50). Enqueued as {"total":1.50,"b":1e3,"name":"caf\u00e9"}, it is sent
+// as {"b": 1000, "name": "café", "total": 1.50}. Every attempt of an effect
+// sends the same bytes. The signature covers the bytes sent: a receiver
+// verifies the raw body it read, before parsing it, and never a body it
+// re-encoded (Verify below takes the raw bytes). The request carries:
 //
 //	Content-Type:       application/json
 //	User-Agent:         sidefx

@@ -3,7 +3,9 @@
 package stripecheck
 
 // paramsTable holds the parameters of each supported operation, read
-// from stripe-go's parameter structs by their form tags.
+// from stripe-go's parameter structs by their form tags, and the
+// allowed values of enum parameters, from stripe-mock's OpenAPI spec
+// (providers/stripe/testdata/openapi_enums.json).
 const paramsTable = `
 op charges.create 0
 op customers.create 1
@@ -13,12 +15,12 @@ op payment_intents.create 4
 op refunds.create 5
 op transfers.create 6
 0 amount=i64 application_fee=i64 application_fee_amount=i64 capture=b currency=s customer=s description=s destination=#7 exchange_rate=f64 expand=[s fraud_details=#8 level3=#9 metadata={s on_behalf_of=s radar_options=#10 receipt_email=s shipping=#11 source=s statement_descriptor=s statement_descriptor_suffix=s transfer_data=#12 transfer_group=s
-1 address=#13 balance=i64 cash_balance=#14 coupon=s default_source=s description=s email=s expand=[s invoice_prefix=s invoice_settings=#15 metadata={s name=s next_invoice_sequence=i64 payment_method=s phone=s preferred_locales=[s promotion_code=s shipping=#16 source=s tax=#17 tax_exempt=s tax_id_data=[#18 test_clock=s validate=b
-2 cancellation_reason=s expand=[s
+1 address=#13 balance=i64 cash_balance=#14 coupon=s default_source=s description=s email=s expand=[s invoice_prefix=s invoice_settings=#15 metadata={s name=s next_invoice_sequence=i64 payment_method=s phone=s preferred_locales=[s promotion_code=s shipping=#16 source=s tax=#17 tax_exempt=s:,exempt,none,reverse tax_id_data=[#18 test_clock=s validate=b
+2 cancellation_reason=s:abandoned,duplicate,fraudulent,requested_by_customer expand=[s
 3 amount_to_capture=i64 application_fee_amount=i64 expand=[s final_capture=b metadata={s statement_descriptor=s statement_descriptor_suffix=s transfer_data=#19
-4 amount=i64 application_fee_amount=i64 automatic_payment_methods=#20 capture_method=s client_secret=s confirm=b confirmation_method=s confirmation_token=s currency=s customer=s description=s error_on_requires_action=b expand=[s mandate=s mandate_data=#21 metadata={s off_session=b on_behalf_of=s payment_method=s payment_method_configuration=s payment_method_data=#22 payment_method_options=#23 payment_method_types=[s radar_options=#24 receipt_email=s return_url=s setup_future_usage=s shipping=#11 statement_descriptor=s statement_descriptor_suffix=s transfer_data=#19 transfer_group=s use_stripe_sdk=b
-5 amount=i64 charge=s currency=s customer=s expand=[s instructions_email=s metadata={s origin=s payment_intent=s reason=s refund_application_fee=b reverse_transfer=b
-6 amount=i64 currency=s description=s destination=s expand=[s metadata={s source_transaction=s source_type=s transfer_group=s
+4 amount=i64 application_fee_amount=i64 automatic_payment_methods=#20 capture_method=s:automatic,automatic_async,manual client_secret=s confirm=b confirmation_method=s:automatic,manual confirmation_token=s currency=s customer=s description=s error_on_requires_action=b expand=[s mandate=s mandate_data=#21 metadata={s off_session=b on_behalf_of=s payment_method=s payment_method_configuration=s payment_method_data=#22 payment_method_options=#23 payment_method_types=[s radar_options=#24 receipt_email=s return_url=s setup_future_usage=s:off_session,on_session shipping=#11 statement_descriptor=s statement_descriptor_suffix=s transfer_data=#19 transfer_group=s use_stripe_sdk=b
+5 amount=i64 charge=s currency=s customer=s expand=[s instructions_email=s metadata={s origin=s:customer_balance payment_intent=s reason=s:duplicate,expired_uncaptured_charge,fraudulent,requested_by_customer refund_application_fee=b reverse_transfer=b
+6 amount=i64 currency=s description=s destination=s expand=[s metadata={s source_transaction=s source_type=s:bank_account,card,fpx transfer_group=s
 7 account=s amount=i64
 8 user_report=s
 9 customer_reference=s line_items=[#25 merchant_reference=s shipping_address_zip=s shipping_amount=i64 shipping_from_zip=s
@@ -29,19 +31,19 @@ op transfers.create 6
 14 settings=#26
 15 custom_fields=[#27 default_payment_method=s footer=s rendering_options=#28
 16 address=#13 name=s phone=s
-17 ip_address=s validate_location=s
-18 type=s value=s
+17 ip_address=s validate_location=s:deferred,immediately
+18 type=s:ad_nrt,ae_trn,al_tin,am_tin,ao_tin,ar_cuit,au_abn,au_arn,aw_tin,az_tin,ba_tin,bb_tin,bd_bin,bf_ifu,bg_uic,bh_vat,bj_ifu,bo_tin,br_cnpj,br_cpf,bs_tin,by_tin,ca_bn,ca_gst_hst,ca_pst_bc,ca_pst_mb,ca_pst_sk,ca_qst,cd_nif,ch_uid,ch_vat,cl_tin,cm_niu,cn_tin,co_nit,cr_tin,cv_nif,de_stn,do_rcn,ec_ruc,eg_tin,es_cif,et_tin,eu_oss_vat,eu_vat,fo_vat,gb_vat,ge_vat,gi_tin,gn_nif,hk_br,hr_oib,hu_tin,ic_nif,id_npwp,il_vat,in_gst,is_vat,it_cf,jp_cn,jp_rn,jp_trn,ke_pin,kg_tin,kh_tin,kr_brn,kz_bin,la_tin,li_uid,li_vat,lk_vat,ma_vat,md_vat,me_pib,mk_vat,mr_nif,mx_rfc,my_frp,my_itn,my_sst,ng_tin,no_vat,no_voec,np_pan,nz_gst,om_vat,pe_ruc,ph_tin,pl_nip,py_ruc,ro_tin,rs_pib,ru_inn,ru_kpp,sa_vat,sg_gst,sg_uen,si_tin,sn_ninea,sr_fin,sv_nit,th_vat,tj_tin,tr_tin,tw_vat,tz_vat,ua_vat,ug_tin,us_ein,uy_ruc,uz_tin,uz_vat,ve_rif,vn_tin,za_vat,zm_tin,zw_tin value=s
 19 amount=i64 destination=s
-20 allow_redirects=s enabled=b
+20 allow_redirects=s:always,never enabled=b
 21 customer_acceptance=#29
-22 acss_debit=#30 affirm=#31 afterpay_clearpay=#32 alipay=#33 au_becs_debit=#34 bacs_debit=#35 bancontact=#36 billing_details=#37 blik=#38 boleto=#39 cashapp=#40 customer_balance=#41 eps=#42 fpx=#43 giropay=#44 grabpay=#45 ideal=#46 interac_present=#47 klarna=#48 konbini=#49 link=#50 metadata={s mobilepay=#51 oxxo=#52 p24=#53 paynow=#54 paypal=#55 pix=#56 promptpay=#57 radar_options=#58 revolut_pay=#59 sepa_debit=#60 sofort=#61 swish=#62 type=s us_bank_account=#63 wechat_pay=#64 zip=#65
+22 acss_debit=#30 affirm=#31 afterpay_clearpay=#32 alipay=#33 au_becs_debit=#34 bacs_debit=#35 bancontact=#36 billing_details=#37 blik=#38 boleto=#39 cashapp=#40 customer_balance=#41 eps=#42 fpx=#43 giropay=#44 grabpay=#45 ideal=#46 interac_present=#47 klarna=#48 konbini=#49 link=#50 metadata={s mobilepay=#51 oxxo=#52 p24=#53 paynow=#54 paypal=#55 pix=#56 promptpay=#57 radar_options=#58 revolut_pay=#59 sepa_debit=#60 sofort=#61 swish=#62 type=s:acss_debit,affirm,afterpay_clearpay,alipay,alma,amazon_pay,au_becs_debit,bacs_debit,bancontact,billie,bizum,blik,boleto,cashapp,crypto,customer_balance,eps,fpx,giropay,grabpay,ideal,kakao_pay,klarna,konbini,kr_card,link,mb_way,mobilepay,multibanco,naver_pay,nz_bank_account,oxxo,p24,pay_by_bank,payco,paynow,paypal,payto,pix,promptpay,revolut_pay,samsung_pay,satispay,scalapay,sepa_debit,sofort,sunbit,swish,twint,upi,us_bank_account,wechat_pay,zip us_bank_account=#63 wechat_pay=#64 zip=#65
 23 acss_debit=#66 affirm=#67 afterpay_clearpay=#68 alipay=#69 au_becs_debit=#70 bacs_debit=#71 bancontact=#72 blik=#73 boleto=#74 card=#75 card_present=#76 cashapp=#77 customer_balance=#78 eps=#79 fpx=#80 giropay=#81 grabpay=#82 ideal=#83 interac_present=#84 klarna=#85 konbini=#86 link=#87 mobilepay=#88 oxxo=#89 p24=#90 paynow=#91 paypal=#92 pix=#93 promptpay=#94 revolut_pay=#95 sepa_debit=#96 sofort=#97 swish=#98 us_bank_account=#99 wechat_pay=#100 zip=#101
 24 session=s
 25 discount_amount=i64 product_code=s product_description=s quantity=i64 tax_amount=i64 unit_cost=i64
-26 reconciliation_mode=s
+26 reconciliation_mode=s:automatic,manual,merchant_default
 27 name=s value=s
-28 amount_tax_display=s
-29 accepted_at=i64 offline=#102 online=#103 type=s
+28 amount_tax_display=s:,exclude_tax,include_inclusive_tax
+29 accepted_at=i64 offline=#102 online=#103 type=s:offline,online
 30 account_number=s institution_number=s transit_number=s
 31
 32
@@ -54,18 +56,18 @@ op transfers.create 6
 39 tax_id=s
 40
 41
-42 bank=s
-43 account_holder_type=s bank=s
+42 bank=s:arzte_und_apotheker_bank,austrian_anadi_bank_ag,bank_austria,bankhaus_carl_spangler,bankhaus_schelhammer_und_schattera_ag,bawag_psk_ag,bks_bank_ag,brull_kallmus_bank_ag,btv_vier_lander_bank,capital_bank_grawe_gruppe_ag,deutsche_bank_ag,dolomitenbank,easybank_ag,erste_bank_und_sparkassen,hypo_alpeadriabank_international_ag,hypo_bank_burgenland_aktiengesellschaft,hypo_noe_lb_fur_niederosterreich_u_wien,hypo_oberosterreich_salzburg_steiermark,hypo_tirol_bank_ag,hypo_vorarlberg_bank_ag,marchfelder_bank,oberbank_ag,raiffeisen_bankengruppe_osterreich,schoellerbank_ag,sparda_bank_wien,volksbank_gruppe,volkskreditbank_ag,vr_bank_braunau
+43 account_holder_type=s bank=s:affin_bank,agrobank,alliance_bank,ambank,bank_islam,bank_muamalat,bank_of_china,bank_rakyat,bnp_paribas,bsn,cimb,citibank,deutsche_bank,hong_leong_bank,hsbc,kfh,maybank2e,maybank2u,mbsb_bank,ocbc,pb_enterprise,public_bank,rhb,standard_chartered,uob
 44
 45
-46 bank=s
+46 bank=s:abn_amro,adyen,asn_bank,bunq,buut,finom,handelsbanken,ing,knab,mollie,moneyou,n26,nn,rabobank,regiobank,revolut,sns_bank,triodos_bank,van_lanschot,yoursafe
 47
 48 dob=#104
 49
 50
 51
 52
-53 bank=s
+53 bank=s:alior_bank,bank_millennium,bank_nowy_bfg_sa,bank_pekao_sa,banki_spbdzielcze,blik,bnp_paribas,boz,citi_handlowy,credit_agricole,envelobank,etransfer_pocztowy24,getin_bank,ideabank,ing,inteligo,mbank_mtransfer,nest_przelew,noble_pay,pbac_z_ipko,plus_bank,santander_przelew24,tmobile_usbugi_bankowe,toyota_bank,velobank,volkswagen_bank
 54
 55
 56
@@ -73,61 +75,61 @@ op transfers.create 6
 58 session=s
 59
 60 iban=s
-61 country=s
+61 country=s:AT,BE,DE,ES,IT,NL
 62
-63 account_holder_type=s account_number=s account_type=s financial_connections_account=s routing_number=s
+63 account_holder_type=s:company,individual account_number=s account_type=s:checking,savings financial_connections_account=s routing_number=s
 64
 65
-66 mandate_options=#105 setup_future_usage=s verification_method=s
-67 capture_method=s preferred_locale=s setup_future_usage=s
-68 capture_method=s reference=s setup_future_usage=s
-69 setup_future_usage=s
-70 setup_future_usage=s
-71 setup_future_usage=s
-72 preferred_language=s setup_future_usage=s
-73 code=s setup_future_usage=s
-74 expires_after_days=i64 setup_future_usage=s
-75 capture_method=s cvc_token=s installments=#106 mandate_options=#107 moto=b network=s request_extended_authorization=s request_incremental_authorization=s request_multicapture=s request_overcapture=s request_three_d_secure=s require_cvc_recollection=b setup_future_usage=s statement_descriptor_suffix_kana=s statement_descriptor_suffix_kanji=s three_d_secure=#108
+66 mandate_options=#105 setup_future_usage=s:,none,off_session,on_session verification_method=s:automatic,instant,microdeposits
+67 capture_method=s:,manual preferred_locale=s setup_future_usage=s:none
+68 capture_method=s:,manual reference=s setup_future_usage=s:none
+69 setup_future_usage=s:,none,off_session
+70 setup_future_usage=s:,none,off_session,on_session
+71 setup_future_usage=s:,none,off_session,on_session
+72 preferred_language=s:de,en,fr,nl setup_future_usage=s:,none,off_session
+73 code=s setup_future_usage=s:,none
+74 expires_after_days=i64 setup_future_usage=s:,none,off_session,on_session
+75 capture_method=s:,manual cvc_token=s installments=#106 mandate_options=#107 moto=b network=s:amex,cartes_bancaires,diners,discover,eftpos_au,girocard,interac,jcb,link,mastercard,unionpay,unknown,visa request_extended_authorization=s:if_available,never request_incremental_authorization=s:if_available,never request_multicapture=s:if_available,never request_overcapture=s:if_available,never request_three_d_secure=s:any,automatic,challenge require_cvc_recollection=b setup_future_usage=s:,none,off_session,on_session statement_descriptor_suffix_kana=s statement_descriptor_suffix_kanji=s three_d_secure=#108
 76 request_extended_authorization=b request_incremental_authorization=s request_incremental_authorization_support=b
-77 capture_method=s setup_future_usage=s
-78 bank_transfer=#109 funding_type=s setup_future_usage=s
-79 setup_future_usage=s
-80 setup_future_usage=s
-81 setup_future_usage=s
-82 setup_future_usage=s
-83 setup_future_usage=s
+77 capture_method=s:,manual setup_future_usage=s:,none,off_session,on_session
+78 bank_transfer=#109 funding_type=s:bank_transfer setup_future_usage=s:none
+79 setup_future_usage=s:none
+80 setup_future_usage=s:none
+81 setup_future_usage=s:none
+82 setup_future_usage=s:none
+83 setup_future_usage=s:,none,off_session
 84
-85 capture_method=s preferred_locale=s setup_future_usage=s
-86 confirmation_number=s expires_after_days=i64 expires_at=i64 product_description=s setup_future_usage=s
-87 capture_method=s persistent_token=s setup_future_usage=s
-88 capture_method=s setup_future_usage=s
-89 expires_after_days=i64 setup_future_usage=s
-90 setup_future_usage=s tos_shown_and_accepted=b
-91 setup_future_usage=s
-92 capture_method=s preferred_locale=s reference=s risk_correlation_id=s setup_future_usage=s
-93 expires_after_seconds=i64 expires_at=i64 setup_future_usage=s
-94 setup_future_usage=s
-95 setup_future_usage=s
-96 mandate_options=#110 setup_future_usage=s
-97 preferred_language=s setup_future_usage=s
-98 reference=s setup_future_usage=s
-99 financial_connections=#111 mandate_options=#112 networks=#113 preferred_settlement_speed=s setup_future_usage=s verification_method=s
-100 app_id=s client=s setup_future_usage=s
-101 setup_future_usage=s
+85 capture_method=s:,manual preferred_locale=s:cs-CZ,da-DK,de-AT,de-CH,de-DE,el-GR,en-AT,en-AU,en-BE,en-CA,en-CH,en-CZ,en-DE,en-DK,en-ES,en-FI,en-FR,en-GB,en-GR,en-IE,en-IT,en-NL,en-NO,en-NZ,en-PL,en-PT,en-RO,en-SE,en-US,es-ES,es-US,fi-FI,fr-BE,fr-CA,fr-CH,fr-FR,it-CH,it-IT,nb-NO,nl-BE,nl-NL,pl-PL,pt-PT,ro-RO,sv-FI,sv-SE setup_future_usage=s:none,off_session,on_session
+86 confirmation_number=s expires_after_days=i64 expires_at=i64 product_description=s setup_future_usage=s:none
+87 capture_method=s:,manual persistent_token=s setup_future_usage=s:,none,off_session
+88 capture_method=s:,manual setup_future_usage=s:none
+89 expires_after_days=i64 setup_future_usage=s:none
+90 setup_future_usage=s:none tos_shown_and_accepted=b
+91 setup_future_usage=s:none
+92 capture_method=s:,manual preferred_locale=s:cs-CZ,da-DK,de-AT,de-DE,de-LU,el-GR,en-GB,en-US,es-ES,fi-FI,fr-BE,fr-FR,fr-LU,hu-HU,it-IT,nl-BE,nl-NL,pl-PL,pt-PT,sk-SK,sv-SE reference=s risk_correlation_id=s setup_future_usage=s:,none,off_session
+93 expires_after_seconds=i64 expires_at=i64 setup_future_usage=s:none,off_session
+94 setup_future_usage=s:none
+95 setup_future_usage=s:,none,off_session
+96 mandate_options=#110 setup_future_usage=s:,none,off_session,on_session
+97 preferred_language=s:,de,en,es,fr,it,nl,pl setup_future_usage=s:,none,off_session
+98 reference=s setup_future_usage=s:none
+99 financial_connections=#111 mandate_options=#112 networks=#113 preferred_settlement_speed=s setup_future_usage=s:,none,off_session,on_session verification_method=s:automatic,instant,microdeposits
+100 app_id=s client=s:android,ios,web setup_future_usage=s:none
+101 setup_future_usage=s:none
 102
 103 ip_address=s user_agent=s
 104 day=i64 month=i64 year=i64
-105 custom_mandate_url=s interval_description=s payment_schedule=s transaction_type=s
+105 custom_mandate_url=s interval_description=s payment_schedule=s:combined,interval,sporadic transaction_type=s:business,personal
 106 enabled=b plan=#114
-107 amount=i64 amount_type=s description=s end_date=i64 interval=s interval_count=i64 reference=s start_date=i64 supported_types=[s
-108 ares_trans_status=s cryptogram=s electronic_commerce_indicator=s exemption_indicator=s network_options=#115 requestor_challenge_indicator=s transaction_id=s version=s
-109 eu_bank_transfer=#116 requested_address_types=[s type=s
+107 amount=i64 amount_type=s:fixed,maximum description=s end_date=i64 interval=s:day,month,sporadic,week,year interval_count=i64 reference=s start_date=i64 supported_types=[s:india
+108 ares_trans_status=s:A,C,I,N,R,U,Y cryptogram=s electronic_commerce_indicator=s:01,02,05,06,07 exemption_indicator=s:low_risk,none network_options=#115 requestor_challenge_indicator=s transaction_id=s version=s:1.0.2,2.1.0,2.2.0,2.3.0,2.3.1
+109 eu_bank_transfer=#116 requested_address_types=[s:aba,iban,sepa,sort_code,spei,swift,zengin type=s:eu_bank_transfer,gb_bank_transfer,jp_bank_transfer,mx_bank_transfer,us_bank_transfer
 110
-111 permissions=[s prefetch=[s return_url=s
-112 collection_method=s
-113 requested=[s
-114 count=i64 interval=s type=s
+111 permissions=[s:balances,ownership,payment_method,transactions prefetch=[s:balances,ownership,transactions return_url=s
+112 collection_method=s:,paper
+113 requested=[s:ach,us_domestic_wire
+114 count=i64 interval=s:month type=s:bonus,fixed_count,revolving
 115 cartes_bancaires=#117
 116 country=s
-117 cb_avalgo=s cb_exemption=s cb_score=i64
+117 cb_avalgo=s:0,1,2,3,4,A cb_exemption=s cb_score=i64
 `

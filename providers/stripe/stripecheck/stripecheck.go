@@ -95,7 +95,7 @@ func CheckPayload(ops map[string]string, kind string, payload json.RawMessage) e
 			kind, name, strings.Join(Operations(), ", "), ErrUnsupportedOperation)
 	}
 	if _, _, err := Parse(name, payload); err != nil {
-		return fmt.Errorf("stripe %s: payload: %s: %w", name, err, ErrInvalidPayload)
+		return fmt.Errorf("stripe %s: payload: %w: %w", name, err, ErrInvalidPayload)
 	}
 	return nil
 }
@@ -189,7 +189,17 @@ func checkValue(raw json.RawMessage, t *typ, path string, highPrecision bool) er
 	case kindUnsupported:
 		return fmt.Errorf("parameter %q: unsupported parameter type %s", path, t.goType)
 	case kindString:
-		return leaf[string](raw, path, "a string")
+		if t.enum == nil {
+			return leaf[string](raw, path, "a string")
+		}
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return fmt.Errorf("parameter %q: want a string", path)
+		}
+		if !slices.Contains(t.enum, v) {
+			return &EnumError{Parameter: path, Allowed: t.enum}
+		}
+		return nil
 	case kindBool:
 		return leaf[bool](raw, path, "true or false")
 	case kindInt:
@@ -235,6 +245,22 @@ func checkValue(raw json.RawMessage, t *typ, path string, highPrecision bool) er
 		return leaf[float64](raw, path, "a number")
 	}
 	return fmt.Errorf("parameter %q: unsupported parameter type %s", path, t.goType)
+}
+
+// EnumError is a string parameter given a value Stripe does not take: its
+// path and the values allowed, never the value given. CheckPayload's error
+// wraps it (errors.As).
+type EnumError struct {
+	Parameter string   // "reason", "payment_method_options.card.request_three_d_secure"
+	Allowed   []string // sorted
+}
+
+func (e *EnumError) Error() string {
+	quoted := make([]string, len(e.Allowed))
+	for i, v := range e.Allowed {
+		quoted[i] = strconv.Quote(v)
+	}
+	return fmt.Sprintf("parameter %q: want one of %s", e.Parameter, strings.Join(quoted, ", "))
 }
 
 // leaf checks a scalar with encoding/json's own type checks, decoding into

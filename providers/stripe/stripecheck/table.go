@@ -21,7 +21,10 @@ import (
 // decimal parameter, which also takes a string), #N (object N), [T (an
 // array of T), {T (an object of T by any name), !G (a map with keys that
 // are not strings, Go type G) or ?G (a Go type G the provider cannot
-// read).
+// read). A string parameter that takes only some values lists them after
+// a colon, s:duplicate,fraudulent,requested_by_customer (an empty value
+// between commas, or alone after the colon, is the empty string, which
+// Stripe reads as unsetting the parameter).
 
 type kind uint8
 
@@ -57,9 +60,10 @@ var scalars = map[string]kind{
 // typ is the type of a parameter.
 type typ struct {
 	kind   kind
-	object *object // kindObject
-	elem   *typ    // kindArray, kindMap
-	goType string  // kindBadMap, kindUnsupported
+	object *object  // kindObject
+	elem   *typ     // kindArray, kindMap
+	goType string   // kindBadMap, kindUnsupported
+	enum   []string // kindString: the values allowed, sorted; nil: any
 }
 
 type field struct {
@@ -135,6 +139,9 @@ func readTable(text string) (map[string]*object, error) {
 func readType(expr string, get func(string) (*object, error)) (*typ, error) {
 	if k, ok := scalars[expr]; ok {
 		return &typ{kind: k}, nil
+	}
+	if values, ok := strings.CutPrefix(expr, "s:"); ok {
+		return &typ{kind: kindString, enum: strings.Split(values, ",")}, nil
 	}
 	if expr == "" {
 		return nil, fmt.Errorf("no type")
