@@ -223,7 +223,7 @@ drift:
 		view.ok(a...)
 	}
 	for _, a := range [][]string{
-		{"retry", fmt.Sprint(failed.ID), "--note", "x"},
+		{"retry", fmt.Sprint(unsure.ID), "--note", "x"}, // failed: the operator resolved it so
 		{"pause", "--kind", "k.pending", "--note", "x"},
 		{"enqueue", "--any-kind", "--source", "o-9", "--kind", "k.pending", "--payload", "{}"},
 		{"drift", "run", "--config", cfg},
