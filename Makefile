@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: test deps vet fmt-check no-binaries cross vet-newest test-newest bench bench-full gobench fuzz soak model
+.PHONY: test deps roles-sql vet fmt-check no-binaries cross vet-newest test-newest bench bench-full gobench fuzz soak model
 
 ## test: install what is missing, then vet and run every test with the race detector
 test: deps fmt-check no-binaries vet cross
@@ -39,6 +39,11 @@ test-newest: deps vet-newest
 
 deps:
 	./scripts/install-deps
+
+## roles-sql: rewrite deploy/postgres/bootstrap.sql and the four *-role.sql
+## files from internal/roles (what `sidefx roles` grants)
+roles-sql:
+	$(GO) generate ./internal/roles
 
 ## cross: the sidefx binary builds for every platform a release ships
 PLATFORMS = linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64

@@ -39,6 +39,7 @@ func commands() []command {
 	return []command{
 		{"run", "--config FILE", "run the dispatcher, rescuer, reaper, drift and reconciliation; serve /metrics, /healthz, /readyz, /events/NAME", runCmd},
 		{"migrate", "[--namespace NS]", "apply the schema migrations the database lacks", migrateCmd},
+		{"roles", "[--producer NAME …] [--login] [--print | --explain]", "as the schema's owner: create or update the producer, daemon, operator and viewer roles and their grants", rolesCmd},
 		{"enqueue", "--source ID --kind KIND --payload JSON | --from FILE|-", "enqueue effects (JSON lines: source_id, kind, payload)", enqueueCmd},
 		{"status", "[--json]", "effects by kind and state, oldest pending age", statusCmd},
 		{"list", "[--state S] [--kind K] [--source-prefix P] [--created-after T] … [--json]", "effects matching a filter, a page at a time", listCmd},

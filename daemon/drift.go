@@ -14,6 +14,7 @@ import (
 
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/drift"
+	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/metrics"
 )
 
@@ -97,6 +98,10 @@ func driftCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	rep, err := checker.RunNow(ctx)
 	if err != nil {
+		if pe, ok := engine.PgErrorOf(err); ok && pe.Code == "42501" {
+			// A role granted before drift run was the operator's.
+			return fmt.Errorf("%w: this role may not record drift runs; as the schema's owner, run sidefx roles (the operator's and the daemon's roles may)", err)
+		}
 		return err
 	}
 	if *asJSON {

@@ -1,9 +1,9 @@
 -- The privileges of an operator: the role the sidefx CLI's commands run
 -- as (status, list, inspect, retry, refire, resolve, cancel, supersede,
--- pause, resume, enqueue, drift list, reconcile list). For schema public,
--- schema version 34 or later. Run as the schema's owner (the role that
--- applies the migrations), after `sidefx migrate`; replace sidefx_operator
--- with your role.
+-- bulk, pause, resume, enqueue, drift run, drift list, reconcile list). For
+-- schema public, schema version 37 or later. Run as the schema's owner (the
+-- role that applies the migrations), after `sidefx migrate`; replace
+-- sidefx_operator with your role.
 --
 -- An operator reads everything sidefx keeps, and changes nothing but
 -- through functions that run with their owner's rights, each checking its
@@ -20,27 +20,37 @@
 -- effect any other way, choose a key, a payload or a producer, insert or
 -- delete effects, write the history itself, change the settings (the key
 -- namespace), or change the schema: `sidefx migrate` runs as the owner.
+-- It records the drift runs it asks for (sidefx drift run) and deletes
+-- none; it cannot claim a scheduled run's tick nor take the maintenance
+-- jobs' locks. Drift rules read your tables: grant it SELECT on those too.
+--
+-- Made by go generate ./internal/roles (from internal/roles, as `sidefx
+-- roles` grants them; a test checks this file is current). `sidefx roles`,
+-- or psql -f deploy/postgres/bootstrap.sql, creates the four roles and
+-- grants them in one step.
 
 GRANT USAGE ON SCHEMA public TO sidefx_operator;
-GRANT SELECT ON public.side_effects TO sidefx_operator;
-GRANT SELECT ON public.side_effect_events TO sidefx_operator;
-GRANT SELECT ON public.sidefx_settings TO sidefx_operator;
-GRANT SELECT ON public.sidefx_migrations TO sidefx_operator;
-GRANT SELECT ON public.sidefx_dispatchers TO sidefx_operator;
-GRANT SELECT ON public.sidefx_pauses TO sidefx_operator;
-GRANT SELECT ON public.sidefx_pause_log TO sidefx_operator;
-GRANT SELECT ON public.sidefx_drift_runs, public.sidefx_drift_findings TO sidefx_operator;
-GRANT SELECT ON public.sidefx_evidence TO sidefx_operator;
-GRANT SELECT ON public.sidefx_reconcile_runs, public.sidefx_reconcile_findings TO sidefx_operator;
-GRANT SELECT ON public.sidefx_inbox, public.sidefx_edge_keys TO sidefx_operator;
-GRANT EXECUTE ON FUNCTION public.sidefx_enqueue(text, text, jsonb, integer, timestamptz) TO sidefx_operator;
-GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
-GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_many_traced(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
-GRANT EXECUTE ON FUNCTION public.sidefx_enqueue_known(text, text[], text[], jsonb[], integer[], timestamptz[], integer) TO sidefx_operator;
-GRANT EXECUTE ON FUNCTION public.sidefx_cancel(text, text) TO sidefx_operator;
-GRANT SELECT ON public.sidefx_kinds TO sidefx_operator;
+-- It reads everything sidefx keeps: status, list, inspect, drift list,
+-- reconcile list.
+GRANT SELECT ON public.side_effects, public.side_effect_events, public.sidefx_settings, public.sidefx_migrations,
+  public.sidefx_dispatchers, public.sidefx_kinds, public.sidefx_pauses, public.sidefx_pause_log,
+  public.sidefx_drift_runs, public.sidefx_drift_findings, public.sidefx_evidence,
+  public.sidefx_reconcile_runs, public.sidefx_reconcile_findings, public.sidefx_inbox, public.sidefx_edge_keys TO sidefx_operator;
+-- It enqueues and cancels as a producer does (sidefx enqueue, cancel --source).
+GRANT EXECUTE ON FUNCTION public.sidefx_enqueue(text, text, jsonb, integer, timestamptz),
+  public.sidefx_enqueue_many(text[], text[], jsonb[], integer[], timestamptz[], integer),
+  public.sidefx_enqueue_many_traced(text, text[], text[], jsonb[], integer[], timestamptz[], integer),
+  public.sidefx_enqueue_known(text, text[], text[], jsonb[], integer[], timestamptz[], integer),
+  public.sidefx_cancel(text, text) TO sidefx_operator;
+-- retry, refire, resolve, cancel, supersede, pause and resume: each function
+-- checks its action's guard and writes the history (or pause log) row.
 GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolean, bigint, integer, text, text),
   public.sidefx_resolve(bigint, text, text, integer, text, text),
   public.sidefx_cancel_effect(bigint, integer, text, text),
   public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
   public.sidefx_set_pause(text, text, boolean, text, text) TO sidefx_operator;
+-- sidefx drift run records its run and findings: a run by hand (no tick:
+-- it cannot claim a scheduled run's) without the jobs' lease, closed with
+-- its errors and stuck counts. It deletes no run: the daemon prunes them.
+GRANT INSERT (runner), UPDATE (finished_at, errors, stuck) ON public.sidefx_drift_runs TO sidefx_operator;
+GRANT INSERT ON public.sidefx_drift_findings TO sidefx_operator;

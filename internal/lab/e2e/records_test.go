@@ -17,17 +17,11 @@ import (
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 )
 
-// consumerRole is a fresh producer role that also holds producer-role.sql's
-// optional grants for inbox and edge.
+// consumerRole is a fresh producer role: its grants include the inbox's
+// and the edge's tables (sidefx roles, producer-role.sql).
 func consumerRole(t *testing.T, owner *pgxpool.Pool) (*pgxpool.Pool, string) {
 	t.Helper()
-	pool, role := pgtest.Role(t, owner, owner.Config().ConnString(), "producer")
-	if _, err := owner.Exec(context.Background(), `GRANT SELECT, INSERT, UPDATE ON sidefx_inbox TO `+role+`;
-		GRANT SELECT, INSERT, UPDATE ON sidefx_edge_keys TO `+role+`;
-		GRANT SELECT ON sidefx_migrations TO `+role); err != nil {
-		t.Fatal(err)
-	}
-	return pool, role
+	return pgtest.Role(t, owner, owner.Config().ConnString(), "producer")
 }
 
 // Two services on one database, each under its own role with the inbox's

@@ -24,8 +24,8 @@ import (
 	"github.com/sidefx/sidefx/providers/providertest"
 )
 
-// The daemon runs as a role holding only deploy/postgres/daemon-role.sql's
-// grants: it drains, rescues, reaps and runs drift, and can do nothing more.
+// The daemon runs as a role holding only the daemon's grants (sidefx roles,
+// deploy/postgres/daemon-role.sql): it drains, rescues, reaps and runs drift, and can do nothing more.
 func TestE2E_DaemonRunsWithLeastPrivileges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -108,7 +108,8 @@ func denied(t *testing.T, who string, pool *pgxpool.Pool, stmts ...string) {
 	}
 }
 
-// A producer holds only deploy/postgres/producer-role.sql's grants: it
+// A producer holds only the producer's grants (sidefx roles,
+// deploy/postgres/producer-role.sql): it
 // enqueues from Go (pgx and database/sql) and through the SQL functions,
 // cancels what it may cancel, and can do nothing else: read a payload,
 // insert a row of its own making (in another state, or with a key it
@@ -240,7 +241,8 @@ func TestE2E_AProducerCanOnlyEnqueueAndCancel(t *testing.T) {
 		t.Errorf("the producer's misspelled kind: %v", err)
 	}
 
-	// And nothing else.
+	// And nothing else. (It keeps its own inbox and edge records, never
+	// another service's: TestE2E_InboxAndEdgeRecordsArePerProducer.)
 	denied(t, "producer", producer,
 		`SELECT * FROM sidefx_kinds`,
 		`INSERT INTO sidefx_kinds (kind) VALUES ('charge.creat')`,
@@ -261,8 +263,6 @@ func TestE2E_AProducerCanOnlyEnqueueAndCancel(t *testing.T) {
 		`SELECT * FROM sidefx_evidence`,
 		`INSERT INTO sidefx_pauses (scope, name, actor) VALUES ('kind', 'charge.create', 'x')`,
 		`DELETE FROM sidefx_pauses`,
-		`SELECT * FROM sidefx_inbox`,
-		`SELECT * FROM sidefx_edge_keys`,
 		`DELETE FROM sidefx_dispatchers`,
 		`ALTER TABLE side_effects ADD COLUMN evil text`,
 		`CREATE TABLE public.mine (id int)`,
@@ -277,7 +277,8 @@ func TestE2E_AProducerCanOnlyEnqueueAndCancel(t *testing.T) {
 	}
 }
 
-// An operator holds only deploy/postgres/operator-role.sql's grants: it
+// An operator holds only the operator's grants (sidefx roles,
+// deploy/postgres/operator-role.sql): it
 // reads everything, moves effects along the guarded transitions, supersedes,
 // pauses, enqueues and cancels, and cannot insert or delete effects,
 // rewrite their history, change the settings, or forge evidence.

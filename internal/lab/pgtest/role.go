@@ -4,19 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sidefx/sidefx/internal/lab/peers"
+	"github.com/sidefx/sidefx/internal/roles"
 )
 
 // DaemonRole gives a test a new database (as URL does), a pool on it as its
-// owner, and a pool logged in as a fresh role holding only the grants of
-// deploy/postgres/daemon-role.sql: what `sidefx run` is documented to need.
+// owner, and a pool logged in as a fresh role holding only the
+// daemon's grants (`sidefx roles`, deploy/postgres/daemon-role.sql): what
+// `sidefx run` is documented to need.
 // The role is dropped at the end of the test.
 func DaemonRole(t testing.TB) (owner, daemon *pgxpool.Pool, role string) {
 	t.Helper()
@@ -27,7 +25,7 @@ func DaemonRole(t testing.TB) (owner, daemon *pgxpool.Pool, role string) {
 
 // Roles gives a test a new database (as URL does), a pool on it as its
 // owner, and one pool per name, each logged in as a fresh role holding only
-// the grants of deploy/postgres/<name>-role.sql (name: "producer", "daemon",
+// the grants of `sidefx roles` for that kind (name: "producer", "daemon",
 // "operator" or "viewer"), keyed by name. The roles are dropped at the end of the
 // test.
 func Roles(t testing.TB, names ...string) (owner *pgxpool.Pool, pools map[string]*pgxpool.Pool, roles map[string]string) {
@@ -54,8 +52,7 @@ func Owner(t testing.TB) (*pgxpool.Pool, string) {
 	return owner, url
 }
 
-// Role creates a fresh login role, applies deploy/postgres/<name>-role.sql
-// to it as owner (the script's sidefx_<name> replaced by the role), and
+// Role creates a fresh login role, gives it kind name's grants (Grant), and
 // returns a pool logged in as it on url's database.
 func Role(t testing.TB, owner *pgxpool.Pool, url, name string) (*pgxpool.Pool, string) {
 	t.Helper()
@@ -75,20 +72,18 @@ func Role(t testing.TB, owner *pgxpool.Pool, url, name string) (*pgxpool.Pool, s
 	return PoolAs(t, url, role), role
 }
 
-// Grant applies deploy/postgres/<name>-role.sql to role (a login or a
-// group), as owner: the script's sidefx_<name> replaced by role.
+// Grant gives role (a login or a group), as owner, the grants of kind
+// name in schema public, as `sidefx roles` grants them (package
+// internal/roles, which deploy/postgres/<name>-role.sql and bootstrap.sql
+// are generated from).
 func Grant(t testing.TB, owner *pgxpool.Pool, name, role string) {
 	t.Helper()
-	root, err := peers.RepoRoot()
+	grants, err := roles.Grants(roles.Options{}, name, role)
 	if err != nil {
 		t.Fatal(err)
 	}
-	grants, err := os.ReadFile(filepath.Join(root, "deploy", "postgres", name+"-role.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := owner.Exec(context.Background(), strings.ReplaceAll(string(grants), "sidefx_"+name, role)); err != nil {
-		t.Fatalf("applying %s-role.sql: %v", name, err)
+	if _, err := owner.Exec(context.Background(), grants); err != nil {
+		t.Fatalf("granting the %s role's privileges: %v", name, err)
 	}
 }
 
