@@ -62,6 +62,9 @@ GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolea
   public.sidefx_cancel_effect(bigint, integer, text, text),
   public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
   public.sidefx_set_pause(text, text, boolean, text, text) TO sidefx_daemon;
+-- Schema 38: make due now the pending effects backing off (retry --now,
+-- bulk retry --now, resume --now).
+GRANT EXECUTE ON FUNCTION public.sidefx_due_now(bigint[], text[], integer, text, text) TO sidefx_daemon;
 
 -- Operators' commands (sidefx retry, resolve, cancel, inspect, enqueue, …)
 -- run as a role with operator-role.sql's grants, producers with

@@ -15,6 +15,8 @@
 --   sidefx_supersede    replace the payload of an effect that did nothing,
 --                       under the key of its next revision
 --   sidefx_set_pause    pause or resume a kind or a provider
+--   sidefx_due_now      make due now the pending effects backing off after
+--                       an attempt (schema 38)
 -- and it enqueues and cancels as a producer does. It holds no UPDATE,
 -- INSERT or DELETE on side_effects or its history: it cannot move an
 -- effect any other way, choose a key, a payload or a producer, insert or
@@ -44,3 +46,6 @@ GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolea
   public.sidefx_cancel_effect(bigint, integer, text, text),
   public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
   public.sidefx_set_pause(text, text, boolean, text, text) TO sidefx_operator;
+-- Schema 38: make due now the pending effects backing off (retry --now,
+-- bulk retry --now, resume --now).
+GRANT EXECUTE ON FUNCTION public.sidefx_due_now(bigint[], text[], integer, text, text) TO sidefx_operator;
