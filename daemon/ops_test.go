@@ -984,9 +984,10 @@ func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &cli{t: t, url: u.String(), eng: eng}
-	for _, k := range []string{"k.failed", "k.uncertain", "k.refire", "k.pending", "k.super"} {
+	for _, k := range []string{"k.failed", "k.uncertain", "k.refire", "k.pending", "k.super", "k.backoff"} {
 		c.ok("enqueue", "--any-kind", "--source", "s", "--kind", k, "--payload", "{}")
 	}
+	backing := backOff(t, eng, "k.backoff")
 	failed := operate(t, eng, "k.failed", effects.Failed)
 	unsure := operate(t, eng, "k.uncertain", effects.Uncertain)
 	refire := operate(t, eng, "k.refire", effects.Uncertain)
@@ -1012,7 +1013,8 @@ func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
 		{"supersede", id(super), "--payload", `{"fixed": true}`, "--note", "corrected"},
 		{"cancel", "--source", "s", "--kind", "k.pending", "--note", "voided"},
 		{"pause", "--kind", "k.failed", "--note", "incident"},
-		{"resume", "--kind", "k.failed", "--note", "over"},
+		{"resume", "--kind", "k.failed", "--note", "over", "--now"},
+		{"retry", "--now", id(backing), "--note", "provider recovered"},
 		{"bulk", "cancel", "--kind", "k.none", "--note", "nothing to do", "--yes"},
 		{"drift", "list"},
 		{"reconcile", "list"},
@@ -1020,8 +1022,8 @@ func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
 		c.ok(args...)
 	}
 	var events int
-	if err := owner.QueryRow(ctx, `SELECT count(*) FROM side_effect_events`).Scan(&events); err != nil || events != 5 {
-		t.Errorf("the operator's five actions left %d events, %v", events, err)
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM side_effect_events`).Scan(&events); err != nil || events != 6 {
+		t.Errorf("the operator's six actions left %d events, %v", events, err)
 	}
 }
 
