@@ -119,7 +119,7 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	what := states(p.Filter)
 	if p.Filter.BackingOff {
-		what = "pending effects backing off:"
+		what = "pending effects backing off match"
 	} else {
 		what += " effects match"
 	}

@@ -112,7 +112,7 @@ func TestCLI_RetryNowBringsBackoffForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = c.ok("bulk", "retry", "--now", "--provider", "mail")
-	if !strings.Contains(out, "2 pending effects backing off: (cap 100)") || !strings.Contains(out, "nothing done: add --yes and --note WHY to make due now these 2 effects") ||
+	if !strings.Contains(out, "2 pending effects backing off match (cap 100); the first 2:") || !strings.Contains(out, "nothing done: add --yes and --note WHY to make due now these 2 effects") ||
 		strings.Contains(out, fmt.Sprintf("  %d  ", sched.ID)) {
 		t.Fatalf("bulk retry --now preview:\n%s", out)
 	}
