@@ -90,6 +90,12 @@ type Request struct {
 	// PastKeyWindow accepts sending an effect that may have been performed
 	// after its provider's key window (Retry, Refire).
 	PastKeyWindow bool
+	// Now, with Retry, makes a pending effect backing off after an attempt
+	// due now (its provider recovered before the backoff ran out); a
+	// failed effect is retried as without it. In bulk it selects the
+	// pending effects backing off (effects.Filter.BackingOff) instead of
+	// the failed ones.
+	Now bool
 	// AtAttempt, when not nil, is the attempt count this request was
 	// decided from (Retry, Refire, Resolve, Cancel): it is refused,
 	// wrapping effects.ErrChanged, if the effect has made another attempt
@@ -343,8 +349,14 @@ func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effec
 	}
 	a := effects.By{Actor: r.Actor, Note: r.Note}
 	opts := effects.RefireOptions{KeyWindow: o.keyWindowOf(e.Kind), PastKeyWindow: r.PastKeyWindow, AtAttempt: r.AtAttempt}
+	if r.Now && r.Action != Retry {
+		return nil, fmt.Errorf("admin: %s does not take Now (retry does)", r.Action)
+	}
 	switch r.Action {
 	case Retry:
+		if r.Now && e.State == effects.Pending {
+			return o.dueNow(ctx, e, a)
+		}
 		return o.store.Retry(ctx, e.ID, attempts(r.Attempts, 5), opts, a)
 	case Refire:
 		return o.store.Refire(ctx, e.ID, attempts(r.Attempts, 1), opts, a)
@@ -386,6 +398,65 @@ func (o *Admin) Apply(ctx context.Context, e *effects.Effect, r Request) (*effec
 	return nil, fmt.Errorf("unknown action %q", r.Action)
 }
 
+// ErrNotBackingOff is wrapped by the refusal of Retry with Now of a
+// pending effect that is not backing off: due already, or scheduled for
+// later by its producer with no attempt made.
+var ErrNotBackingOff = errors.New("effect is not backing off after an attempt")
+
+// dueNow makes the pending effect e due now, if it is backing off.
+func (o *Admin) dueNow(ctx context.Context, e *effects.Effect, a effects.By) (*effects.Effect, error) {
+	done, err := o.store.DueNow(ctx, []int64{e.ID}, nil, 1, a)
+	if err != nil {
+		return nil, fmt.Errorf("retry --now: %w", err)
+	}
+	if len(done) == 1 {
+		return done[0], nil
+	}
+	cur, err := o.store.Get(ctx, e.ID)
+	if err != nil {
+		return nil, fmt.Errorf("retry --now: %w", err)
+	}
+	now, err := o.store.Now(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("retry --now: %w", err)
+	}
+	at := cur.NextAttemptAt.UTC().Format(time.RFC3339)
+	switch {
+	case cur.State != effects.Pending || !cur.ReapedAt.IsZero():
+		return nil, effects.Refusal("retry --now", cur, effects.Pending, effects.Failed)
+	case cur.Attempts == 0 && cur.NextAttemptAt.After(now):
+		return nil, fmt.Errorf("retry --now effect %d: %w: it is scheduled for %s by its producer and has made no attempt (cancel or supersede it to change that)",
+			e.ID, ErrNotBackingOff, at)
+	}
+	return nil, fmt.Errorf("retry --now effect %d: %w: it is due already, since %s (sidefx inspect %d says why it waits)", e.ID, ErrNotBackingOff, at, e.ID)
+}
+
+// DueNowKinds makes due now every pending effect of kinds backing off after
+// an attempt, each with its history entry, and returns how many it
+// changed: after a provider's outage, with Resume, or alone. It works in
+// batches of engine.MaxDueNow; effects scheduled for later by their
+// producer, fired, settled or due already are left as they are.
+func (o *Admin) DueNowKinds(ctx context.Context, kinds []string, actor, note string) (int64, error) {
+	if len(kinds) == 0 {
+		return 0, nil
+	}
+	if strings.TrimSpace(note) == "" {
+		return 0, errors.New("bringing effects forward by kind needs a note: say why")
+	}
+	var n int64
+	for range 10000 { // at most 100 million effects: each batch moves its rows out of the next
+		done, err := o.store.DueNow(ctx, nil, kinds, engine.MaxDueNow, effects.By{Actor: actor, Note: note})
+		n += int64(len(done))
+		if err != nil {
+			return n, err
+		}
+		if len(done) < engine.MaxDueNow {
+			break
+		}
+	}
+	return n, nil
+}
+
 func attempts(n, def int) int {
 	if n <= 0 {
 		return def
@@ -403,18 +474,29 @@ type Preview struct {
 // sampleSize is how many effects a preview shows.
 const sampleSize = 5
 
-// filter is f with the action's state when f names none.
-func filter(a Action, f effects.Filter) effects.Filter {
-	if len(f.States) == 0 && a.state() != "" {
-		f.States = []effects.State{a.state()}
+// filter is f with the action's state when f names none: with Retry and
+// Now, the pending effects backing off.
+func filter(r Request, f effects.Filter) (effects.Filter, error) {
+	switch {
+	case r.Now && r.Action != Retry:
+		return f, fmt.Errorf("%s does not take Now (retry does)", r.Action)
+	case r.Now && len(f.States) > 0 && !slices.Equal(f.States, []effects.State{effects.Pending}):
+		return f, errors.New("retry with Now acts on pending effects backing off: filter on no other state (a failed effect is retried without it)")
+	case r.Now:
+		f.States, f.BackingOff = []effects.State{effects.Pending}, true
+	case len(f.States) == 0 && r.Action.state() != "":
+		f.States = []effects.State{r.Action.state()}
 	}
 	f.AfterID, f.Limit = 0, 0
-	return f
+	return f, nil
 }
 
 // Preview counts the effects r would act on over f, with a sample.
 func (o *Admin) Preview(ctx context.Context, r Request, f effects.Filter) (Preview, error) {
-	f = filter(r.Action, f)
+	f, err := filter(r, f)
+	if err != nil {
+		return Preview{}, err
+	}
 	n, err := o.store.CountMatching(ctx, f)
 	if err != nil {
 		return Preview{}, err
@@ -466,7 +548,10 @@ func (o *Admin) ApplyAll(ctx context.Context, r Request, f effects.Filter, max i
 	if max <= 0 {
 		max = DefaultMax
 	}
-	f = filter(r.Action, f)
+	f, err := filter(r, f)
+	if err != nil {
+		return res, err
+	}
 	n, err := o.store.CountMatching(ctx, f)
 	if err != nil {
 		return res, err

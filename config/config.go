@@ -16,6 +16,7 @@ const (
 
 	EnvSessionDatabaseURL = "SIDEFX_SESSION_DATABASE_URL" // session_database_url
 	EnvHTTPListen         = "SIDEFX_HTTP_LISTEN"          // http.listen
+	EnvConsoleListen      = "SIDEFX_CONSOLE_LISTEN"       // console.listen
 	EnvLogLevel           = "SIDEFX_LOG_LEVEL"            // log.level
 	EnvLogFormat          = "SIDEFX_LOG_FORMAT"           // log.format
 )
@@ -422,7 +423,8 @@ type TracingConfig struct {
 type ConsoleConfig struct {
 	// Listen is the host:port the console listens on, not http.listen's.
 	// Default "": the console is off. Off loopback, serve it over TLS (a
-	// proxy in front) and set secure_cookie.
+	// proxy in front) and set secure_cookie. SIDEFX_CONSOLE_LISTEN wins
+	// (replicas on one host each need their own).
 	Listen string `yaml:"listen"`
 
 	// TokensFile is a file of the console's tokens, one a line: the

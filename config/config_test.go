@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -964,6 +965,38 @@ func TestLoad_ARepeatedKeyIsTheOnlyProblem(t *testing.T) {
 		_, err := config.Parse([]byte(c.yaml), env, builtin.Types()...)
 		if err == nil || strings.TrimSpace(err.Error()) != c.want {
 			t.Errorf("%s repeated: %v, want only %q", name, err, c.want)
+		}
+	}
+}
+
+// Replicas on one host share a file and differ in their addresses: each
+// listener's address comes from the environment, which wins, and a bad
+// one is reported as the variable's.
+func TestParse_EnvSetsEveryListener(t *testing.T) {
+	t.Parallel()
+	doc := minimal + "http: {listen: \"127.0.0.1:1\"}\nconsole: {listen: \"127.0.0.1:2\", tokens_file: t}\n"
+	cfg := mustParse(t, doc, map[string]string{config.EnvHTTPListen: "127.0.0.1:9001", config.EnvConsoleListen: "127.0.0.1:9002"})
+	if cfg.HTTP.Listen != "127.0.0.1:9001" || cfg.Console.Listen != "127.0.0.1:9002" {
+		t.Errorf("http.listen %q, console.listen %q: the environment did not win", cfg.HTTP.Listen, cfg.Console.Listen)
+	}
+	if cfg = mustParse(t, doc, map[string]string{config.EnvConsoleListen: ""}); cfg.Console.Listen != "127.0.0.1:2" {
+		t.Errorf("an empty SIDEFX_CONSOLE_LISTEN took the file's console.listen: %q", cfg.Console.Listen)
+	}
+	_, err := config.Parse([]byte(doc), getenv(map[string]string{config.EnvConsoleListen: "nowhere"}), builtin.Types()...)
+	if err == nil || !strings.Contains(err.Error(), `console.listen (from SIDEFX_CONSOLE_LISTEN): "nowhere" is not host:port`) {
+		t.Errorf("a bad SIDEFX_CONSOLE_LISTEN: %v", err)
+	}
+	// The reference's generated table says, in each field's row, which
+	// variable sets it.
+	b, err := os.ReadFile("../docs/config-reference.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(b), "<!-- reference: generated")
+	for v, field := range map[string]string{config.EnvDatabaseURL: "database_url", config.EnvSessionDatabaseURL: "session_database_url",
+		config.EnvHTTPListen: "listen", config.EnvConsoleListen: "listen", config.EnvLogLevel: "level", config.EnvLogFormat: "format"} {
+		if !regexp.MustCompile("(?m)^\\| `" + field + "` \\|.*" + v + "(, which)? wins").MatchString(table) {
+			t.Errorf("docs/config-reference.md's row of %s does not say %s wins", field, v)
 		}
 	}
 }

@@ -46,8 +46,10 @@
 //
 // Load reads the file with unknown fields refused, applies the environment
 // overrides (SIDEFX_DATABASE_URL, SIDEFX_SESSION_DATABASE_URL,
-// SIDEFX_HTTP_LISTEN, SIDEFX_LOG_LEVEL, SIDEFX_LOG_FORMAT; each wins when
-// set and not empty), fills the defaults
+// SIDEFX_HTTP_LISTEN, SIDEFX_CONSOLE_LISTEN, SIDEFX_LOG_LEVEL,
+// SIDEFX_LOG_FORMAT; each wins when set and not empty: what differs
+// between replicas on one host, the addresses above all, is set there),
+// fills the defaults
 // and validates. It reports every problem, not the first: the error joins
 // one *FieldError per problem (errors.Is(err, ErrInvalid)), each written
 // as

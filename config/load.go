@@ -110,6 +110,7 @@ func (c *Config) applyEnv(getenv func(string) string) map[string]string {
 		{EnvDatabaseURL, "database_url", &c.DatabaseURL},
 		{EnvSessionDatabaseURL, "session_database_url", &c.SessionDatabaseURL},
 		{EnvHTTPListen, "http.listen", &c.HTTP.Listen},
+		{EnvConsoleListen, "console.listen", &c.Console.Listen},
 		{EnvLogLevel, "log.level", &c.Log.Level},
 		{EnvLogFormat, "log.format", &c.Log.Format},
 	} {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/config"
@@ -53,6 +56,8 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	attempts := fs.Int("attempts", 0, "attempts granted (retry and supersede: 5, refire: 1)")
 	past := fs.Bool("past-key-window", false, "with retry and refire: send effects whose provider's key window has passed: each may be performed twice")
 	patch := fs.String("patch", "", "with supersede: a JSON merge patch (RFC 7396) applied to each payload")
+	now := fs.Bool("now", false, "with retry: act on the pending effects backing off after an attempt (their provider recovered), making each due now, instead of on failed ones")
+	provider := fs.String("provider", "", "only the kinds this `provider` serves (as the configuration, else the dispatchers' registry, says)")
 	max := fs.Int("max", admin.DefaultMax, "the most effects the action may touch: more matching is refused")
 	yes := fs.Bool("yes", false, "do it (without: show what it would touch)")
 	op := addOpFlags(fs)
@@ -62,7 +67,15 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErr("bulk %s takes a filter, not ids (%q): sidefx %s ID acts on one effect", action, fs.Args(), action)
 	}
-	r := admin.Request{Action: action, Attempts: *attempts, PastKeyWindow: *past, Actor: actor(op.actor), Note: op.note}
+	if *now && action != admin.Retry {
+		return usageErr("--now is for retry: bulk retry --now makes the pending effects backing off due now")
+	}
+	if *yes || op.noNote {
+		if err := op.needNote("bulk " + string(action)); err != nil {
+			return err
+		}
+	}
+	r := admin.Request{Action: action, Attempts: *attempts, PastKeyWindow: *past, Now: *now, Actor: actor(op.actor), Note: op.note}
 	switch {
 	case action == admin.Resolve:
 		to, err := effects.ParseState(*as)
@@ -82,9 +95,6 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 		}
 		r.Patch = json.RawMessage(*patch)
 	}
-	if op.note == "" && *yes {
-		return usageErr("bulk %s needs --note: why (recorded in each effect's history)", action)
-	}
 	pool, store, err := c.open(ctx, io)
 	if err != nil {
 		return err
@@ -98,27 +108,50 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *provider != "" {
+		if f.Kinds, err = providerKinds(ctx, io, c, store, *provider, f.Kinds); err != nil {
+			return err
+		}
+	}
 	p, err := o.Preview(ctx, r, f)
 	if err != nil {
-		return err
+		return usageErr("bulk %s: %v", action, err)
 	}
-	fmt.Fprintf(io.Out, "%d %s effects match (cap %d)", p.Count, states(p.Filter), *max)
+	what := states(p.Filter)
+	if p.Filter.BackingOff {
+		what = "pending effects backing off match"
+	} else {
+		what += " effects match"
+	}
+	fmt.Fprintf(io.Out, "%d %s (cap %d)", p.Count, what, *max)
 	if len(p.Sample) > 0 {
 		fmt.Fprintf(io.Out, "; the first %d:\n", len(p.Sample))
 		for _, e := range p.Sample {
-			fmt.Fprintf(io.Out, "  %d  %s  %s  %s\n", e.ID, printable(e.Kind), printable(e.SourceID), clip(printable(e.LastError), 60))
+			if p.Filter.BackingOff {
+				fmt.Fprintf(io.Out, "  %d  %s  %s  next attempt %s  %s\n", e.ID, printable(e.Kind), printable(e.SourceID),
+					e.NextAttemptAt.UTC().Format(time.RFC3339), clip(printable(lastError(e)), 60))
+				continue
+			}
+			fmt.Fprintf(io.Out, "  %d  %s  %s  %s\n", e.ID, printable(e.Kind), printable(e.SourceID), clip(printable(lastError(e)), 60))
 		}
 	} else {
 		fmt.Fprintln(io.Out)
 	}
 	if p.Count == 0 {
+		if *provider != "" {
+			return nil // its kinds come from the configuration or the registry
+		}
 		return checkKinds(ctx, func() (*admin.Admin, error) { return o, nil }, store, f.Kinds)
 	}
 	if p.Count > int64(*max) {
 		return fmt.Errorf("%d effects match, more than --max %d: narrow the filter, or raise --max", p.Count, *max)
 	}
 	if !*yes {
-		fmt.Fprintf(io.Out, "nothing done: add --yes and --note WHY to %s these %d effects\n", action, p.Count)
+		verb := string(action)
+		if *now {
+			verb = "make due now"
+		}
+		fmt.Fprintf(io.Out, "nothing done: add --yes and --note WHY to %s these %d effects\n", verb, p.Count)
 		return nil
 	}
 	res, err := o.ApplyAll(ctx, r, f, *max)
@@ -133,6 +166,45 @@ func bulkCmd(ctx context.Context, io *IO, args []string) error {
 		fmt.Fprintf(io.Out, "--max %d reached, and more effects match the filter now (they came while it ran): run it again to act on them\n", *max)
 	}
 	return nil
+}
+
+// providerKinds returns the kinds provider serves (the configuration's,
+// else what the dispatchers recorded), within kinds when some are given;
+// none known is an error that says where it looked.
+func providerKinds(ctx context.Context, io *IO, c *common, store *engine.Store, provider string, kinds []string) ([]string, error) {
+	cfg, err := c.loadConfig(io)
+	if err != nil {
+		return nil, err
+	}
+	live, err := store.KindStatuses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kp := loadKindProviders(ctx, cfg, live, store)
+	of := kp.kindsOf(provider)
+	if len(of) == 0 {
+		var known []string
+		for _, p := range kp.of {
+			if !slices.Contains(known, p) {
+				known = append(known, p)
+			}
+		}
+		return nil, fmt.Errorf("provider %s: no kind of it is known here (%s)%s: give --kind, or --config",
+			printable(provider), strings.Replace(kp.unknownWhy(cfg), "the kind", "a kind of it", 1), closeOnes(provider, known))
+	}
+	if len(kinds) == 0 {
+		return of, nil
+	}
+	var both []string
+	for _, k := range kinds {
+		if slices.Contains(of, k) {
+			both = append(both, k)
+		}
+	}
+	if len(both) == 0 {
+		return nil, usageErr("--kind %s: provider %s serves none of them (it serves %s)", printable(strings.Join(kinds, ",")), printable(provider), printable(strings.Join(of, ", ")))
+	}
+	return both, nil
 }
 
 // states names the states a filter selects.

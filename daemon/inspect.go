@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -77,12 +76,12 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The provider of each kind, when the configuration says.
-	providerOf := map[string]string{}
-	if cfg != nil {
-		for kind, k := range cfg.Kinds {
-			providerOf[kind] = k.Provider
-		}
+	// The provider of each kind: the configuration's, else what the
+	// dispatchers said (their heartbeats, the kinds registry).
+	kp := loadKindProviders(ctx, cfg, kinds, store)
+	providerPaused := false
+	for _, p := range pauses {
+		providerPaused = providerPaused || p.Scope == effects.PauseProvider
 	}
 	var recs []record
 	for _, e := range list {
@@ -95,14 +94,22 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 			return err
 		}
 		why := effects.WhyPending(e, now, kinds)
+		paused := false
 		for _, p := range pauses {
 			if e.State != effects.Pending {
 				break // a pause holds back only what is pending
 			}
-			if (p.Scope == effects.PauseKind && p.Name == e.Kind) || (p.Scope == effects.PauseProvider && p.Name == providerOf[e.Kind]) {
+			if (p.Scope == effects.PauseKind && p.Name == e.Kind) || (p.Scope == effects.PauseProvider && p.Name == kp.provider(e.Kind)) {
+				paused = true
 				why = fmt.Sprintf("its %s %s is paused since %s by %s (%s): sidefx resume --%s %s", p.Scope, printable(p.Name),
 					p.PausedAt.UTC().Format(time.RFC3339), printable(p.Actor), orDash(printable(p.Note)), p.Scope, printable(p.Name))
 			}
+		}
+		if e.State == effects.Pending && !paused && providerPaused && kp.provider(e.Kind) == "" {
+			// A provider is paused, and whether it is this effect's is not
+			// known here: say so rather than blame busy dispatchers.
+			why += fmt.Sprintf(" (a provider is paused, and the provider of %s is not known here: %s; give --config to tell)",
+				printable(e.Kind), kp.unknownWhy(cfg))
 		}
 		recs = append(recs, record{Effect: e, Why: why, History: h, Evidence: ev})
 	}
@@ -128,7 +135,7 @@ func inspectCmd(ctx context.Context, io *IO, args []string) error {
 			fmt.Fprintln(io.Out)
 		}
 		printEffect(io, r.Effect, r.Why, lim.text(r.Effect), r.History)
-		printEvidence(io, r.Evidence, cmp.Or(providerOf[r.Kind], kinds[r.Kind].Provider))
+		printEvidence(io, r.Evidence, kp.provider(r.Kind))
 	}
 	return nil
 }

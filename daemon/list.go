@@ -165,7 +165,7 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 	fmt.Fprintln(w, "ID\tKIND\tSOURCE\tSTATE\tATTEMPTS\tCREATED\tDUE\tREF\tLAST ERROR")
 	for _, e := range list {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", e.ID, printable(e.Kind), printable(e.SourceID), e.State, e.Attempts,
-			e.CreatedAt.UTC().Format(time.RFC3339), due(e), orDash(printable(e.ProviderRef)), orDash(clip(printable(e.LastError), 60)))
+			e.CreatedAt.UTC().Format(time.RFC3339), due(e), orDash(printable(e.ProviderRef)), orDash(clip(printable(lastError(e)), 60)))
 	}
 	w.Flush()
 	last := list[len(list)-1].ID
@@ -175,6 +175,15 @@ func listCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	fmt.Fprintln(io.Out, shown)
 	return nil
+}
+
+// lastError is the error list and bulk show beside e: its latest
+// attempt's, which names the attempt ("attempt 7 of 8: unknown: EOF"), or
+// an operator's words; none for a confirmed effect, nor one of an earlier
+// attempt (effects.Effect.LatestError).
+func lastError(e *effects.Effect) string {
+	_, text := e.LatestError()
+	return text
 }
 
 // due is when a pending effect is due, "-" for one that is not pending.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	goio "io"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
@@ -16,13 +18,42 @@ import (
 // opFlags are the flags of the operators' commands.
 type opFlags struct {
 	note, actor string
+	noNote      bool
 }
 
 func addOpFlags(fs *flag.FlagSet) *opFlags {
 	o := &opFlags{}
-	fs.StringVar(&o.note, "note", "", "why (recorded with the action: in the effect's history, or the pause log)")
+	fs.StringVar(&o.note, "note", "", "why (recorded with the action: in the effect's history, or the pause log); required, unless --no-note")
+	fs.BoolVar(&o.noNote, "no-note", false, "act without a note (the history records none): what --note is for, said explicitly")
 	fs.StringVar(&o.actor, "actor", "", "who acts (recorded; default user@host)")
 	return o
+}
+
+// checkNote refuses a command that changes an effect with neither --note
+// nor --no-note, as the console refuses an action without a note: an
+// action's history says who did it and why.
+func (o *opFlags) checkNote(cmd string) error {
+	o.note = strings.TrimSpace(o.note)
+	switch {
+	case o.note != "" && o.noNote:
+		return usageErr("%s: give --note WHY or --no-note, not both", cmd)
+	case o.note == "" && !o.noNote:
+		return usageErr("%s needs --note WHY (recorded in the effect's history: why it was done), or --no-note to act without one", cmd)
+	}
+	return nil
+}
+
+// needNote refuses a command that always records why (pause, resume, a
+// bulk action) without --note; --no-note is refused there.
+func (o *opFlags) needNote(cmd string) error {
+	o.note = strings.TrimSpace(o.note)
+	switch {
+	case o.noNote:
+		return usageErr("%s always records why: give --note WHY (--no-note is not accepted)", cmd)
+	case o.note == "":
+		return usageErr("%s needs --note WHY (recorded with the action)", cmd)
+	}
+	return nil
 }
 
 func (o *opFlags) action() effects.By {
@@ -83,6 +114,7 @@ func retryCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("retry", io)
 	attempts := fs.Int("attempts", 5, "attempts granted beyond those made")
 	past := fs.Bool("past-key-window", false, "send it although its provider's key window has passed: it may be performed twice")
+	now := fs.Bool("now", false, "a pending effect backing off after an attempt (its provider recovered): make it due now; a failed one is retried as without it")
 	op := addOpFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -90,9 +122,23 @@ func retryCmd(ctx context.Context, io *IO, args []string) error {
 	if *attempts < 1 {
 		return usageErr("--attempts %d: want 1 or more", *attempts)
 	}
-	e, err := apply(ctx, io, c, fs, admin.Request{Action: admin.Retry, Attempts: *attempts, PastKeyWindow: *past}, op)
+	if err := op.checkNote("retry"); err != nil {
+		return err
+	}
+	store, e, done, err := target(ctx, io, c, fs)
 	if err != nil {
 		return err
+	}
+	defer done()
+	was := e.NextAttemptAt
+	pending := e.State == effects.Pending
+	e, err = act(ctx, io, c, store, e, admin.Request{Action: admin.Retry, Attempts: *attempts, PastKeyWindow: *past, Now: *now}, op)
+	if err != nil {
+		return err
+	}
+	if *now && pending {
+		report(io, fmt.Sprintf("due now (its next attempt was at %s)", was.UTC().Format(time.RFC3339)), e)
+		return nil
 	}
 	report(io, "retried", e)
 	return nil
@@ -111,6 +157,9 @@ func resolveCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	if *refire == (*as != "") {
 		return usageErr("give --as confirmed|failed, or --refire")
+	}
+	if err := op.checkNote("resolve"); err != nil {
+		return err
 	}
 	if *refire {
 		if *attempts < 1 {
@@ -141,6 +190,9 @@ func cancelCmd(ctx context.Context, io *IO, args []string) error {
 	kind := fs.String("kind", "", "with --source: the kind of the effect")
 	op := addOpFlags(fs)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := op.checkNote("cancel"); err != nil {
 		return err
 	}
 	if *source != "" {
@@ -185,6 +237,9 @@ func supersedeCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	if (*payload == "") == (*payloadFile == "") {
 		return usageErr("give the corrected payload with --payload JSON or --payload-file FILE")
+	}
+	if err := op.checkNote("supersede"); err != nil {
+		return err
 	}
 	var from *effects.Version
 	if *expect != "" {

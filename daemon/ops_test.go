@@ -256,12 +256,12 @@ func TestCLI_OperatorCommandsAndRefusals(t *testing.T) {
 
 	// Refusals: the wrong state, named, and nothing changed.
 	for _, args := range [][]string{
-		{"retry", id(pending)},
-		{"retry", id(unsure)},
-		{"resolve", id(failed), "--as", "confirmed"},
-		{"resolve", id(pending), "--as", "failed"},
-		{"resolve", id(failed), "--refire"},
-		{"cancel", id(unsure)},
+		{"retry", id(pending), "--no-note"},
+		{"retry", id(unsure), "--no-note"},
+		{"resolve", id(failed), "--as", "confirmed", "--no-note"},
+		{"resolve", id(pending), "--as", "failed", "--no-note"},
+		{"resolve", id(failed), "--refire", "--no-note"},
+		{"cancel", id(unsure), "--no-note"},
 	} {
 		err := c.refuse(args...)
 		if !errors.Is(err, effects.ErrWrongState) || !strings.Contains(err.Error(), "it is") {
@@ -269,15 +269,15 @@ func TestCLI_OperatorCommandsAndRefusals(t *testing.T) {
 		}
 	}
 	// The states wanted read as words.
-	if err, want := c.refuse("resolve", id(failed), "--as", "confirmed"), fmt.Sprintf("resolve effect %d: it is failed, not uncertain", failed.ID); err == nil || err.Error() != want {
+	if err, want := c.refuse("resolve", id(failed), "--as", "confirmed", "--note", "n"), fmt.Sprintf("resolve effect %d: it is failed, not uncertain", failed.ID); err == nil || err.Error() != want {
 		t.Errorf("resolve a failed effect: %v, want %q", err, want)
 	}
 	for _, args := range [][]string{
 		{"resolve", id(unsure)},                                  // neither --as nor --refire
 		{"resolve", id(unsure), "--as", "confirmed", "--refire"}, // both
-		{"resolve", id(unsure), "--as", "pending"},
-		{"retry"},
-		{"cancel", "--source", "s"},
+		{"resolve", id(unsure), "--as", "pending", "--note", "n"},
+		{"retry", "--note", "n"},
+		{"cancel", "--source", "s", "--note", "n"},
 	} {
 		if err := c.refuse(args...); exitCode(err, &bytes.Buffer{}) != 2 {
 			t.Errorf("%v: %v, want a usage error", args, err)
@@ -326,7 +326,7 @@ func TestCLI_MaybePerformedAndKeyWindow(t *testing.T) {
 		MaybePerformed: true, RetryIn: time.Hour, Error: "attempt 1 of 25: unknown: timeout"}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"cancel", id}, {"cancel", "--source", "o1", "--kind", "charge.create"}} {
+	for _, args := range [][]string{{"cancel", id, "--note", "n"}, {"cancel", "--source", "o1", "--kind", "charge.create", "--no-note"}} {
 		err := c.refuse(args...)
 		if !errors.Is(err, effects.ErrMaybePerformed) || !strings.Contains(err.Error(), "may have been performed") ||
 			!strings.Contains(err.Error(), "attempt 1 reached the provider without a definite answer") {
@@ -492,18 +492,18 @@ kinds:
 	}
 	id := fmt.Sprint(declined.ID)
 
-	if err := c.refuse("supersede", id); !strings.Contains(err.Error(), "--payload") {
+	if err := c.refuse("supersede", id, "--note", "n"); !strings.Contains(err.Error(), "--payload") {
 		t.Fatalf("no payload: %v", err)
 	}
 	// The correction is checked as Stripe would check it.
-	err = c.refuse("supersede", "--config", cfg, id, "--payload", `{"amount": 100, "currency": "usd", "sourse": "tok_visa"}`)
+	err = c.refuse("supersede", "--config", cfg, id, "--payload", `{"amount": 100, "currency": "usd", "sourse": "tok_visa"}`, "--note", "n")
 	if !errors.Is(err, effects.ErrInvalid) || !strings.Contains(err.Error(), "sourse") {
 		t.Fatalf("a misspelled correction: %v", err)
 	}
 	if e, _ := store.Get(ctx, declined.ID); e.Revision != 0 || e.State != effects.Failed {
 		t.Fatalf("a refused correction changed the effect: %+v", e)
 	}
-	err = c.refuse("supersede", fmt.Sprint(lost.ID), "--payload", `{"amount": 1}`)
+	err = c.refuse("supersede", fmt.Sprint(lost.ID), "--payload", `{"amount": 1}`, "--note", "n")
 	if !errors.Is(err, effects.ErrMaybePerformed) || !strings.Contains(err.Error(), "attempt 1 reached the provider") {
 		t.Fatalf("supersede what may have been performed: %v", err)
 	}
@@ -563,7 +563,7 @@ func TestCLI_SupersedeRefusesAStaleExpectedHash(t *testing.T) {
 	if after, _ := store.Get(ctx, e.ID); after.Revision != 1 || !strings.Contains(string(after.Payload), `"new"`) {
 		t.Fatalf("after the refusal: %s (revision %d), want the first correction", after.Payload, after.Revision)
 	}
-	if err := c.refuse("supersede", id, "--expect-hash", "abc", "--payload", `{"template": "x"}`); !strings.Contains(err.Error(), "--expect-hash") {
+	if err := c.refuse("supersede", id, "--expect-hash", "abc", "--payload", `{"template": "x"}`, "--note", "n"); !strings.Contains(err.Error(), "--expect-hash") {
 		t.Fatalf("a malformed hash: %v", err)
 	}
 }
@@ -863,7 +863,7 @@ func TestCLI_StatusSaysWhatIsPending(t *testing.T) {
 	ctx := context.Background()
 	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "k.due", "--payload", `{}`)
 	c.ok("enqueue", "--any-kind", "--source", "o1", "--kind", "k.done", "--payload", `{}`)
-	c.ok("cancel", "--source", "o1", "--kind", "k.done")
+	c.ok("cancel", "--source", "o1", "--kind", "k.done", "--note", "voided")
 	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	if out, _, err := c.run(`{"source_id":"o1","kind":"k.later","payload":{},"not_before":"`+later+`"}`+"\n", "enqueue", "--any-kind", "--from", "-"); err != nil {
 		t.Fatalf("enqueue: %v\n%s", err, out)
@@ -984,9 +984,10 @@ func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &cli{t: t, url: u.String(), eng: eng}
-	for _, k := range []string{"k.failed", "k.uncertain", "k.refire", "k.pending", "k.super"} {
+	for _, k := range []string{"k.failed", "k.uncertain", "k.refire", "k.pending", "k.super", "k.backoff"} {
 		c.ok("enqueue", "--any-kind", "--source", "s", "--kind", k, "--payload", "{}")
 	}
+	backing := backOff(t, eng, "k.backoff")
 	failed := operate(t, eng, "k.failed", effects.Failed)
 	unsure := operate(t, eng, "k.uncertain", effects.Uncertain)
 	refire := operate(t, eng, "k.refire", effects.Uncertain)
@@ -1012,7 +1013,8 @@ func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
 		{"supersede", id(super), "--payload", `{"fixed": true}`, "--note", "corrected"},
 		{"cancel", "--source", "s", "--kind", "k.pending", "--note", "voided"},
 		{"pause", "--kind", "k.failed", "--note", "incident"},
-		{"resume", "--kind", "k.failed", "--note", "over"},
+		{"resume", "--kind", "k.failed", "--note", "over", "--now"},
+		{"retry", "--now", id(backing), "--note", "provider recovered"},
 		{"bulk", "cancel", "--kind", "k.none", "--note", "nothing to do", "--yes"},
 		{"drift", "list"},
 		{"reconcile", "list"},
@@ -1020,8 +1022,8 @@ func TestCLI_EveryCommandAsTheOperatorRole(t *testing.T) {
 		c.ok(args...)
 	}
 	var events int
-	if err := owner.QueryRow(ctx, `SELECT count(*) FROM side_effect_events`).Scan(&events); err != nil || events != 5 {
-		t.Errorf("the operator's five actions left %d events, %v", events, err)
+	if err := owner.QueryRow(ctx, `SELECT count(*) FROM side_effect_events`).Scan(&events); err != nil || events != 6 {
+		t.Errorf("the operator's six actions left %d events, %v", events, err)
 	}
 }
 

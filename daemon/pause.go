@@ -8,6 +8,7 @@ import (
 
 	"github.com/sidefx/sidefx/admin"
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 func pauseCmd(ctx context.Context, io *IO, args []string) error { return setPause(ctx, io, args, true) }
@@ -16,14 +17,16 @@ func resumeCmd(ctx context.Context, io *IO, args []string) error {
 }
 
 // setPause pauses or resumes a kind or a provider.
-func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
+func setPause(ctx context.Context, io *IO, args []string, pause bool) (err error) {
 	verb := map[bool]string{true: "pause", false: "resume"}[pause]
 	fs, c := newFlags(verb, io)
 	kind := fs.String("kind", "", "the `kind` to "+verb)
 	provider := fs.String("provider", "", "the `provider` (every kind it serves) to "+verb)
-	var anyName *bool
+	var anyName, now *bool
 	if pause {
 		anyName = fs.Bool("any-name", false, "pause a name that no configuration, dispatcher or pending effect knows yet")
+	} else {
+		now = fs.Bool("now", false, "also make due now its pending effects backing off after an attempt (the provider recovered): each with a history entry carrying the note")
 	}
 	op := addOpFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -35,8 +38,8 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 	case (*kind == "" && *provider == "") || fs.NArg() > 0:
 		return usageErr("%s: give --kind KIND or --provider NAME", verb)
 	}
-	if op.note == "" {
-		return usageErr("%s needs --note: why (recorded with the %s)", verb, verb)
+	if err := op.needNote(verb); err != nil {
+		return err
 	}
 	scope, name := effects.PauseKind, *kind
 	if *provider != "" {
@@ -63,7 +66,16 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 	}
 	by := op.action()
 	changed, err := set(ctx, scope, name, by.Actor, by.Note)
+	if err == nil && now != nil && *now {
+		defer func() {
+			if err == nil {
+				err = dueNowOf(ctx, io, c, store, a, scope, name, by)
+			}
+		}()
+	}
 	switch {
+	case errors.Is(err, effects.ErrNotPaused) && now != nil && *now:
+		return fmt.Errorf("%s %s is not paused: to make its effects backing off due now, sidefx bulk retry --now --%s %s", scope, printable(name), scope, printable(name))
 	case errors.Is(err, effects.ErrNotPaused):
 		var paused []string
 		if ps, perr := store.Pauses(ctx); perr == nil {
@@ -85,6 +97,25 @@ func setPause(ctx context.Context, io *IO, args []string, pause bool) error {
 	default:
 		fmt.Fprintf(io.Out, "%s %s resumed\n", scope, printable(name))
 	}
+	return nil
+}
+
+// dueNowOf makes due now the pending effects backing off of the kind, or
+// of the kinds the provider serves (the configuration's, else the
+// dispatchers' registry), each with a history entry, and says how many.
+func dueNowOf(ctx context.Context, io *IO, c *common, store *engine.Store, a *admin.Admin, scope effects.PauseScope, name string, by effects.By) error {
+	kinds := []string{name}
+	if scope == effects.PauseProvider {
+		var err error
+		if kinds, err = providerKinds(ctx, io, c, store, name, nil); err != nil {
+			return fmt.Errorf("resumed, but none of its effects was made due now: %w", err)
+		}
+	}
+	n, err := a.DueNowKinds(ctx, kinds, by.Actor, by.Note)
+	if err != nil {
+		return fmt.Errorf("resumed; %d effects made due now, then: %w", n, err)
+	}
+	fmt.Fprintf(io.Out, "%d pending effects backing off (%s) made due now\n", n, printable(strings.Join(kinds, ", ")))
 	return nil
 }
 

@@ -196,7 +196,7 @@ func TestJSON_GoldenReconcile(t *testing.T) {
 	for range 3 {
 		keys = append(keys, operate(t, c.eng, "charge.create", effects.Uncertain).Key)
 	}
-	c.ok("resolve", "3", "--as", "confirmed", "--ref", "ch_gone", "--actor", "ops")
+	c.ok("resolve", "3", "--as", "confirmed", "--ref", "ch_gone", "--actor", "ops", "--no-note")
 	execAll(t, pool, `UPDATE side_effects SET first_fired_at = now() - interval '1 hour', fired_at = now() - interval '1 hour'`)
 	good := fakeStripe(t, false, map[string]string{"ch_settled": keys[0], "ch_orphan": "sfx1_orphan"})
 	bad := fakeStripe(t, true, nil)

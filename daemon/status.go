@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
 )
@@ -145,9 +147,29 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 		fmt.Fprintf(io.Out, "\n%d pending %s effects wait for a dispatcher: no live dispatcher serves %s (the oldest due %s ago). %s\n",
 			s.ByState[effects.Pending], printable(s.Kind), printable(s.Kind), s.OldestPending.Round(time.Second), advise(s.Kind))
 	}
+	var kp kindProviders
+	var cfg *config.Config
 	for _, p := range pauses {
-		fmt.Fprintf(io.Out, "\n%s %s is paused since %s by %s (%s): none of its effects is claimed until sidefx resume --%s %s.\n",
-			p.Scope, printable(p.Name), p.PausedAt.UTC().Format(time.RFC3339), printable(p.Actor), orDash(printable(p.Note)), p.Scope, printable(p.Name))
+		covers := ""
+		if p.Scope == effects.PauseProvider {
+			if kp.of == nil {
+				// What a provider's pause holds back: the kinds it serves,
+				// from the configuration, else the dispatchers.
+				cfg, _ = c.loadConfig(io)
+				live, _ := store.KindStatuses(ctx)
+				kp = loadKindProviders(ctx, cfg, live, store)
+			}
+			if ks := kp.kindsOf(p.Name); len(ks) > 0 {
+				for i := range ks {
+					ks[i] = printable(ks[i])
+				}
+				covers = " It holds back the kinds " + strings.Join(ks, ", ") + "."
+			} else {
+				covers = " Which kinds it serves is not known here: " + strings.Replace(kp.unknownWhy(cfg), "the kind", "a kind of it", 1) + "."
+			}
+		}
+		fmt.Fprintf(io.Out, "\n%s %s is paused since %s by %s (%s): none of its effects is claimed until sidefx resume --%s %s.%s\n",
+			p.Scope, printable(p.Name), p.PausedAt.UTC().Format(time.RFC3339), printable(p.Actor), orDash(printable(p.Note)), p.Scope, printable(p.Name), covers)
 	}
 	if total[effects.Uncertain]+total[effects.Failed] > 0 {
 		fmt.Fprintf(io.Out, "\n%d uncertain and %d failed effects wait for an operator: sidefx inspect, retry, resolve.\n", total[effects.Uncertain], total[effects.Failed])

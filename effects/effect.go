@@ -95,10 +95,14 @@ type Effect struct {
 	ProviderRef   string
 	Outcome       json.RawMessage
 	LastError     string
-	CreatedAt     time.Time
-	FiredAt       time.Time
-	ConfirmedAt   time.Time
-	UpdatedAt     time.Time
+	// OutcomeAttempt is the attempt whose answer was recorded last (0:
+	// none yet): Outcome and LastError, when an answer wrote them, are
+	// its (LatestError says what to show).
+	OutcomeAttempt int
+	CreatedAt      time.Time
+	FiredAt        time.Time
+	ConfirmedAt    time.Time
+	UpdatedAt      time.Time
 	// MaybeAttempts lists the attempts that may have reached the provider
 	// without a definite answer: an unknown outcome, or a lease that expired
 	// with no outcome recorded. Only a definite answer removes one.
@@ -228,4 +232,46 @@ func WhetherPerformed(e *Effect) string {
 		return "no: never sent"
 	}
 	return "no: every attempt had a definite answer"
+}
+
+// attemptPrefix is how the dispatcher begins the error of an attempt
+// ("attempt 7 of 8: unknown: EOF") and the rescuer the one of an attempt
+// that recorded no outcome ("attempt 7: lease expired…").
+var attemptPrefix = regexp.MustCompile(`^attempt ([0-9]+)(?: of [0-9]+)?: `)
+
+// LatestError returns the stored error worth showing beside e, and the
+// attempt it belongs to (0 when it names none: an operator's words, a
+// quarantine): the error of its latest attempt, or of the latest that
+// answered while another is in flight. It returns none for a confirmed
+// effect (a confirmation has no error; one kept from an earlier attempt,
+// as releases before schema 38 kept it, is stale) and for an error of an
+// earlier attempt than those.
+func (e *Effect) LatestError() (attempt int, text string) {
+	if e.LastError == "" || e.State == Confirmed {
+		return 0, ""
+	}
+	m := attemptPrefix.FindStringSubmatch(e.LastError)
+	if m == nil {
+		return 0, e.LastError
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil {
+		return 0, e.LastError
+	}
+	if n != e.Attempts && !(e.State == Fired && n == e.OutcomeAttempt) {
+		return 0, ""
+	}
+	return n, e.LastError
+}
+
+// LatestOutcome returns the stored answer of the provider and the attempt
+// it answered (0: not known, an answer recorded before outcome attempts
+// were), or nil. Since schema 38 the answer stored is the latest recorded
+// attempt's, NULL when it gave none; before, an attempt without an
+// answer (an EOF) left the previous attempt's in place.
+func (e *Effect) LatestOutcome() (attempt int, outcome json.RawMessage) {
+	if len(e.Outcome) == 0 {
+		return 0, nil
+	}
+	return e.OutcomeAttempt, e.Outcome
 }

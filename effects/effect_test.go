@@ -134,3 +134,28 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+// What list and the console show beside an effect: its latest attempt's
+// error only, never one an earlier attempt left (rows written before
+// schema 38 kept it beside a later attempt's answer).
+func TestLatestError(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		e       effects.Effect
+		attempt int
+		text    string
+	}{
+		{effects.Effect{State: effects.Confirmed, Attempts: 7, OutcomeAttempt: 7, LastError: "attempt 6 of 8: retryable: 429"}, 0, ""},
+		// Attempt 7's EOF, then reconciliation found it performed.
+		{effects.Effect{State: effects.Confirmed, Attempts: 7, OutcomeAttempt: 7, LastError: "attempt 7 of 8: unknown: EOF"}, 0, ""},
+		{effects.Effect{State: effects.Uncertain, Attempts: 7, OutcomeAttempt: 7, LastError: "attempt 7 of 8: unknown: EOF"}, 7, "attempt 7 of 8: unknown: EOF"},
+		{effects.Effect{State: effects.Pending, Attempts: 7, OutcomeAttempt: 7, LastError: "attempt 6 of 8: retryable: 429"}, 0, ""},
+		{effects.Effect{State: effects.Fired, Attempts: 8, OutcomeAttempt: 7, LastError: "attempt 7 of 8: unknown: EOF"}, 7, "attempt 7 of 8: unknown: EOF"},
+		{effects.Effect{State: effects.Pending, Attempts: 3, OutcomeAttempt: 2, LastError: "attempt 3: lease expired at T with no outcome recorded (worker w)"}, 3, "attempt 3: lease expired at T with no outcome recorded (worker w)"},
+		{effects.Effect{State: effects.Failed, Attempts: 2, OutcomeAttempt: 2, LastError: "resolved as failed by ops: never sent"}, 0, "resolved as failed by ops: never sent"},
+	} {
+		if at, text := c.e.LatestError(); at != c.attempt || text != c.text {
+			t.Errorf("%s, %d attempts, error %q: (%d, %q), want (%d, %q)", c.e.State, c.e.Attempts, c.e.LastError, at, text, c.attempt, c.text)
+		}
+	}
+}

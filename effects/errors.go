@@ -246,6 +246,10 @@ func (e *StateError) Error() string {
 		// The way on for an uncertain effect.
 		msg += ": settle it with sidefx resolve (--as confirmed or failed), or send it again with sidefx resolve --refire"
 	}
+	if e.Op == "retry" && e.State == Pending {
+		// The way on for an effect backing off from a provider's outage.
+		msg += fmt.Sprintf(": it waits for its next attempt; sidefx retry --now %d makes it due now, and sidefx bulk retry --now does so for every effect a filter matches", e.ID)
+	}
 	return msg
 }
 

@@ -37,8 +37,12 @@ type Filter struct {
 	// DueAfter and DueBefore bound next_attempt_at, when the effect is
 	// (or was) due: [after, before).
 	DueAfter, DueBefore time.Time
-	AfterID             int64 // only ids greater than this: pass the last id seen to page
-	Limit               int   // default 100, at most 10,000
+	// BackingOff selects the pending effects backing off after an
+	// attempt: one made at least, the next later than the database's now
+	// (not one scheduled for later that has made none).
+	BackingOff bool
+	AfterID    int64 // only ids greater than this: pass the last id seen to page
+	Limit      int   // default 100, at most 10,000
 }
 
 // Count is the number of effects of one kind in one state.

@@ -38,9 +38,10 @@
 --           schema
 -- sidefx_operator (operator)
 --   can:    read everything; status, list, inspect, drift list, reconcile
---           list; retry, refire, resolve, cancel, supersede, pause, resume
---           through the guarded functions (each writes its history row); drift
---           run (records the run); enqueue and cancel as a producer
+--           list; retry, retry --now, refire, resolve, cancel, supersede,
+--           pause, resume through the guarded functions (each writes its
+--           history row); drift run (records the run); enqueue and cancel as a
+--           producer
 --   cannot: UPDATE, INSERT or DELETE side_effects, its history or the pauses,
 --           delete drift runs, change the settings, record evidence, hold the
 --           jobs' locks, change the schema
@@ -119,7 +120,8 @@ GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolea
   public.sidefx_resolve(bigint, text, text, integer, text, text),
   public.sidefx_cancel_effect(bigint, integer, text, text),
   public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
-  public.sidefx_set_pause(text, text, boolean, text, text) TO sidefx_daemon;
+  public.sidefx_set_pause(text, text, boolean, text, text),
+  public.sidefx_due_now(bigint[], text[], integer, text, text) TO sidefx_daemon;
 
 -- The operator role (the sidefx CLI's commands).
 DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'sidefx_operator') THEN CREATE ROLE sidefx_operator NOLOGIN; END IF; END $$;
@@ -142,7 +144,8 @@ GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolea
   public.sidefx_resolve(bigint, text, text, integer, text, text),
   public.sidefx_cancel_effect(bigint, integer, text, text),
   public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
-  public.sidefx_set_pause(text, text, boolean, text, text) TO sidefx_operator;
+  public.sidefx_set_pause(text, text, boolean, text, text),
+  public.sidefx_due_now(bigint[], text[], integer, text, text) TO sidefx_operator;
 -- sidefx drift run records its run and findings: a run by hand (no tick:
 -- it cannot claim a scheduled run's) without the jobs' lease, closed with
 -- its errors and stuck counts. It deletes no run: the daemon prunes them.

@@ -1,5 +1,5 @@
 -- The least privileges `sidefx run` needs, and its web console, for schema
--- public, schema version 37 or later. Run as the schema's owner (the role
+-- public, schema version 38 or later. Run as the schema's owner (the role
 -- that applies the migrations), after `sidefx migrate`. Replace sidefx_daemon
 -- with your role; drift rules also need SELECT on the domain tables their
 -- SQL reads.
@@ -83,4 +83,5 @@ GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolea
   public.sidefx_resolve(bigint, text, text, integer, text, text),
   public.sidefx_cancel_effect(bigint, integer, text, text),
   public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
-  public.sidefx_set_pause(text, text, boolean, text, text) TO sidefx_daemon;
+  public.sidefx_set_pause(text, text, boolean, text, text),
+  public.sidefx_due_now(bigint[], text[], integer, text, text) TO sidefx_daemon;

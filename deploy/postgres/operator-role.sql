@@ -1,7 +1,7 @@
 -- The privileges of an operator: the role the sidefx CLI's commands run
 -- as (status, list, inspect, retry, refire, resolve, cancel, supersede,
 -- bulk, pause, resume, enqueue, drift run, drift list, reconcile list). For
--- schema public, schema version 37 or later. Run as the schema's owner (the
+-- schema public, schema version 38 or later. Run as the schema's owner (the
 -- role that applies the migrations), after `sidefx migrate`; replace
 -- sidefx_operator with your role.
 --
@@ -15,6 +15,8 @@
 --   sidefx_supersede    replace the payload of an effect that did nothing,
 --                       under the key of its next revision
 --   sidefx_set_pause    pause or resume a kind or a provider
+--   sidefx_due_now      make due now the pending effects backing off after
+--                       an attempt (retry --now, resume --now)
 -- and it enqueues and cancels as a producer does. It holds no UPDATE,
 -- INSERT or DELETE on side_effects or its history: it cannot move an
 -- effect any other way, choose a key, a payload or a producer, insert or
@@ -48,7 +50,8 @@ GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolea
   public.sidefx_resolve(bigint, text, text, integer, text, text),
   public.sidefx_cancel_effect(bigint, integer, text, text),
   public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
-  public.sidefx_set_pause(text, text, boolean, text, text) TO sidefx_operator;
+  public.sidefx_set_pause(text, text, boolean, text, text),
+  public.sidefx_due_now(bigint[], text[], integer, text, text) TO sidefx_operator;
 -- sidefx drift run records its run and findings: a run by hand (no tick:
 -- it cannot claim a scheduled run's) without the jobs' lease, closed with
 -- its errors and stuck counts. It deletes no run: the daemon prunes them.

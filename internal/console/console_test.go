@@ -1324,3 +1324,50 @@ func TestConsole_ShowsWhyAnEffectIsQuarantined(t *testing.T) {
 		}
 	}
 }
+
+// The effect's page and the list show the latest attempt's error and
+// answer only, saying whose: attempt 6's 429 body never stands beside
+// attempt 7's EOF, and a confirmation shows no error of an earlier attempt.
+func TestConsole_ShowsTheLatestAttemptOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	e.enqueue("email.receipt", `{"n":1}`, "eof")
+	e.enqueue("charge.create", `{"n":2}`, "ok")
+	settle := func(kind string, last engine.Outcome) int64 {
+		t.Helper()
+		var id int64
+		for attempt := 1; attempt <= 7; attempt++ {
+			got, err := e.eng.Claim(ctx, engine.ClaimParams{Kinds: []string{kind}, Limit: 1, Lease: time.Minute, Worker: "test"})
+			if err != nil || len(got) != 1 || got[0].Attempts != attempt {
+				t.Fatalf("claim of attempt %d: %v, %v", attempt, got, err)
+			}
+			id = got[0].ID
+			o := engine.Outcome{ID: id, Attempt: attempt, State: effects.Pending, Detail: json.RawMessage(`{"status": 429, "body": "rate limited"}`),
+				Error: fmt.Sprintf("attempt %d of 8: retryable: 429 Too Many Requests", attempt)}
+			if attempt == 7 {
+				o = last
+				o.ID, o.Attempt = id, attempt
+			}
+			if _, err := e.eng.Complete(ctx, []engine.Outcome{o}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return id
+	}
+	eof := settle("email.receipt", engine.Outcome{State: effects.Uncertain, MaybePerformed: true, Error: "attempt 7 of 8: unknown: EOF"})
+	ok := settle("charge.create", engine.Outcome{State: effects.Confirmed, ProviderRef: "ch_7", Detail: json.RawMessage(`{"id": "ch_7"}`)})
+	viewer := e.login(console.Viewer)
+	page := viewer.page(fmt.Sprintf("/effects/%d", eof))
+	if !strings.Contains(page, "attempt 7 of 8: unknown: EOF") || strings.Contains(page, "rate limited") || !strings.Contains(page, "None stored for attempt 7.") {
+		t.Errorf("the page of the effect whose attempt 7 ended in an EOF:\n%s", page)
+	}
+	page = viewer.page(fmt.Sprintf("/effects/%d", ok))
+	if strings.Contains(page, "429") || !strings.Contains(page, "(confirmed by attempt 7)") || !strings.Contains(page, "Outcome (the provider's answer to attempt 7)") ||
+		!strings.Contains(page, "ch_7") {
+		t.Errorf("the page of the effect attempt 7 confirmed:\n%s", page)
+	}
+	if list := viewer.page("/effects"); strings.Contains(list, "429") || !strings.Contains(list, "attempt 7 of 8: unknown: EOF") {
+		t.Errorf("the list:\n%s", list)
+	}
+}

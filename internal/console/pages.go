@@ -165,7 +165,8 @@ func (h *Handler) row(e *effects.Effect) effectRow {
 	if e.State == effects.Pending && !e.NextAttemptAt.IsZero() {
 		due = e.NextAttemptAt.UTC().Format("2006-01-02 15:04:05Z")
 	}
-	return effectRow{Effect: e, LastError: b.text(e.LastError), Due: due}
+	_, last := e.LatestError()
+	return effectRow{Effect: e, LastError: b.text(last), Due: due}
 }
 
 type effectsData struct {
@@ -242,6 +243,7 @@ type evidenceRow struct {
 type effectData struct {
 	E                *effects.Effect
 	Payload, Outcome string
+	OutcomeAttempt   int // the attempt Outcome answered (0: not known)
 	LastError        string
 	Why              string
 	MaybePerformed   string
@@ -280,9 +282,12 @@ func (h *Handler) effectPage(w http.ResponseWriter, r *http.Request, id *identit
 	}
 	s := h.hider.hide(e.Payload)
 	b := blotterOf(s.values)
-	d := effectData{E: e, Payload: s.JSON, LastError: b.text(e.LastError), MaybePerformed: effects.WhetherPerformed(e), Provider: h.cfg.Providers[e.Kind]}
-	if len(e.Outcome) > 0 {
-		d.Outcome = b.text(indent(e.Outcome))
+	// The latest attempt's error and answer only, each saying its attempt:
+	// an earlier attempt's never stands beside them.
+	_, last := e.LatestError()
+	d := effectData{E: e, Payload: s.JSON, LastError: b.text(last), MaybePerformed: effects.WhetherPerformed(e), Provider: h.cfg.Providers[e.Kind]}
+	if at, out := e.LatestOutcome(); len(out) > 0 {
+		d.Outcome, d.OutcomeAttempt = b.text(indent(out)), at
 	}
 	d.Link = d.Provider.link(e.ProviderRef)
 	for _, ev := range history {

@@ -180,7 +180,11 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// definite, and is emptied by a definite answer for the key (settles)
 		// or a confirmation. A failure with evidence left is uncertain, never
 		// failed; a retry that could not end inside the key window is
-		// uncertain too.
+		// uncertain too. The outcome and last_error are this attempt's
+		// answer and error, NULL when it gave none: an earlier attempt's
+		// never stays beside them (a 429 body beside the EOF of the next
+		// attempt, an error beside a confirmation); outcome_attempt says
+		// whose they are.
 		//
 		// An effect of a kind whose outcome is awaited (u.notify: an API
 		// answering with it, edge.RequireOutcome) is announced on the
@@ -194,12 +198,12 @@ func buildDispatchQueries(t string) dispatchQueries {
 					ELSE u.state END,
 				maybe_attempts = ` + newMaybe + `,
 				provider_ref = coalesce(u.ref, e.provider_ref),
-				outcome = coalesce(` + boundedOutcome("u.outcome_text::jsonb", maxOutcomeBytes) + `, e.outcome),
+				outcome = ` + boundedOutcome("u.outcome_text::jsonb", maxOutcomeBytes) + `,
 				last_error = CASE
 					WHEN u.state = 'pending' AND ` + windowPassed(newMaybe, "u.window_ms", "(u.delay_ms + u.margin_ms)") + `
 					THEN coalesce(u.err || '; ', '') || pg_catalog.format('not retried: the next attempt could not end before the provider forgets the key (%s after the first attempt at %s)',
 						(u.window_ms OPERATOR(pg_catalog.*) interval '1 millisecond'), e.first_fired_at)
-					ELSE coalesce(u.err, e.last_error) END,
+					ELSE u.err END,
 				next_attempt_at = CASE WHEN u.state = 'pending'
 					THEN now() + (u.delay_ms OPERATOR(pg_catalog.*) interval '1 millisecond') ELSE e.next_attempt_at END,
 				lease_until = NULL,
@@ -465,9 +469,11 @@ type Outcome struct {
 	State   effects.State // Confirmed, Failed, Pending (try again) or Uncertain
 	// ProviderRef, if not empty, replaces the stored reference.
 	ProviderRef string
-	// Detail, if not nil, replaces the stored outcome (a JSON value).
+	// Detail is the attempt's answer, stored as the outcome (a JSON
+	// value); nil stores none, clearing an earlier attempt's.
 	Detail json.RawMessage
-	// Error, if not empty, replaces last_error.
+	// Error is the attempt's error, stored as last_error; empty stores
+	// none, clearing an earlier attempt's (a confirmation has none).
 	Error string
 	// RetryIn delays the next attempt of a Pending outcome.
 	RetryIn time.Duration

@@ -207,3 +207,25 @@ func (s *Store) RegisteredKinds(ctx context.Context) ([]string, error) {
 	}
 	return kinds, nil
 }
+
+// KindProviders returns the provider of each kind the dispatchers have
+// recorded in sidefx_kinds (schema 21), whenever they served it: how an
+// operator's command without the configuration learns which provider a
+// kind's effects go to (a provider's pause holds them back).
+func (s *Store) KindProviders(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT kind, provider FROM `+Quote(s.schema)+`.sidefx_kinds WHERE provider IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("the kinds' providers: %w", translate(err))
+	}
+	out := map[string]string{}
+	_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
+		var k, p string
+		err := r.Scan(&k, &p)
+		out[k] = p
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the kinds' providers: %w", translate(err))
+	}
+	return out, nil
+}

@@ -197,3 +197,43 @@ func (s *Store) History(ctx context.Context, id int64) ([]effects.Event, error) 
 	}
 	return evs, nil
 }
+
+// MaxDueNow is the most effects one DueNow call changes.
+const MaxDueNow = 10000
+
+// DueNow makes due now the pending effects that are not due yet (backing
+// off from a failed attempt, or scheduled for later): those of ids, or of
+// kinds (exactly one of the two not nil), at most limit of them (1 to
+// MaxDueNow, lowest ids first), each with its history entry (due_now), in
+// one statement: sidefx_due_now (schema 38). It returns the effects it
+// changed; an effect fired, settled or due already is left as it is. A
+// caller bringing forward every effect of some kinds calls it until it
+// returns fewer than limit.
+func (s *Store) DueNow(ctx context.Context, ids []int64, kinds []string, limit int, a effects.By) ([]*effects.Effect, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case (ids == nil) == (kinds == nil):
+		return nil, effects.Invalid("due now", "give the effects' ids or their kinds, not both")
+	case limit < 1 || limit > MaxDueNow || len(ids) > MaxDueNow || len(kinds) > MaxDueNow:
+		return nil, effects.Invalid("due now", fmt.Sprintf("the limit must be 1 to %d, and at most %d ids or kinds given", MaxDueNow, MaxDueNow))
+	}
+	var pids, pkinds any
+	if ids != nil {
+		pids = ids
+	}
+	if kinds != nil {
+		pkinds = kinds
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM `+Quote(s.schema)+`.sidefx_due_now($1, $2, $3, $4, $5)`,
+		pids, pkinds, limit, a.Actor, a.Note)
+	if err != nil {
+		return nil, fmt.Errorf("due now: %w", translate(err))
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*effects.Effect, error) { return scanEffect(r) })
+	if err != nil {
+		return nil, fmt.Errorf("due now: %w", translate(err))
+	}
+	return list, nil
+}

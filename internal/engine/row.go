@@ -19,7 +19,7 @@ func Columns(alias string) string {
 		a + "next_attempt_at, " + a + "lease_until, " + a + "claimed_by, " + a + "provider_ref, " +
 		a + "outcome, " + a + "last_error, " + a + "created_at, " + a + "fired_at, " +
 		a + "confirmed_at, " + a + "updated_at, " + a + "maybe_attempts, " + a + "first_fired_at, " +
-		a + "flag, " + a + "reaped_at, " + a + "revision, " + a + "due_at, coalesce(" + a + "traceparent, '')"
+		a + "flag, " + a + "reaped_at, " + a + "revision, " + a + "due_at, coalesce(" + a + "traceparent, ''), coalesce(" + a + "outcome_attempt, 0)"
 }
 
 // kindStatusRow is one kind's entry of sidefx_dispatchers.kind_status. A
@@ -59,11 +59,11 @@ func scanEffect(row pgx.Row) (*effects.Effect, error) {
 		outcome, payload                  []byte
 		attempts, maxAttempts             int32
 		maybe                             []int32
-		revision                          int32
+		revision, outcomeAttempt          int32
 	)
 	err := row.Scan(&e.ID, &e.SourceID, &e.Kind, &e.Key, &payload, &e.PayloadHash, &state, &attempts,
 		&maxAttempts, &e.NextAttemptAt, &lease, &claimedBy, &providerRef, &outcome,
-		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt, &maybe, &firstFired, &flag, &reaped, &revision, &due, &e.Traceparent)
+		&lastError, &e.CreatedAt, &fired, &confirmed, &e.UpdatedAt, &maybe, &firstFired, &flag, &reaped, &revision, &due, &e.Traceparent, &outcomeAttempt)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func scanEffect(row pgx.Row) (*effects.Effect, error) {
 		e.MaybeAttempts = append(e.MaybeAttempts, int(a))
 	}
 	e.FirstFiredAt, e.ReapedAt, e.Flag = firstFired.Time, reaped.Time, flag.String
-	e.Revision, e.DueAt = int(revision), due.Time
+	e.Revision, e.DueAt, e.OutcomeAttempt = int(revision), due.Time, int(outcomeAttempt)
 	e.State = effects.State(state)
 	e.Attempts, e.MaxAttempts = int(attempts), int(maxAttempts)
 	e.LeaseUntil, e.FiredAt, e.ConfirmedAt = lease.Time, fired.Time, confirmed.Time

@@ -257,6 +257,9 @@ func where(f effects.Filter) ([]string, []any, error) {
 			where = append(where, b.col+" "+b.op+" "+arg(b.t))
 		}
 	}
+	if f.BackingOff {
+		where = append(where, "state = 'pending' AND attempts > 0 AND next_attempt_at > now() AND reaped_at IS NULL")
+	}
 	if f.AfterID > 0 {
 		where = append(where, "id > "+arg(f.AfterID))
 	}

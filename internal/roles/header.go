@@ -6,7 +6,7 @@ var fileHeader = map[string]string{
 	Producer: `-- The privileges of a producer: a service that enqueues effects in its own
 -- transactions (Go's outbox, on pgx or database/sql, or the SQL functions),
 -- cancels those it may cancel, and keeps its consumers' inbox records and
--- its HTTP edge's keys. For schema public, schema version 37 or later. Run
+-- its HTTP edge's keys. For schema public, schema version 38 or later. Run
 -- as the schema's owner (the role that applies the migrations), after
 -- ` + "`sidefx migrate`" + `; replace sidefx_producer with your service's role.
 --
@@ -45,7 +45,7 @@ var fileHeader = map[string]string{
 -- service you trust with them.
 `,
 	Daemon: `-- The least privileges ` + "`sidefx run`" + ` needs, and its web console, for schema
--- public, schema version 37 or later. Run as the schema's owner (the role
+-- public, schema version 38 or later. Run as the schema's owner (the role
 -- that applies the migrations), after ` + "`sidefx migrate`" + `. Replace sidefx_daemon
 -- with your role; drift rules also need SELECT on the domain tables their
 -- SQL reads.
@@ -83,7 +83,7 @@ var fileHeader = map[string]string{
 	Operator: `-- The privileges of an operator: the role the sidefx CLI's commands run
 -- as (status, list, inspect, retry, refire, resolve, cancel, supersede,
 -- bulk, pause, resume, enqueue, drift run, drift list, reconcile list). For
--- schema public, schema version 37 or later. Run as the schema's owner (the
+-- schema public, schema version 38 or later. Run as the schema's owner (the
 -- role that applies the migrations), after ` + "`sidefx migrate`" + `; replace
 -- sidefx_operator with your role.
 --
@@ -97,6 +97,8 @@ var fileHeader = map[string]string{
 --   sidefx_supersede    replace the payload of an effect that did nothing,
 --                       under the key of its next revision
 --   sidefx_set_pause    pause or resume a kind or a provider
+--   sidefx_due_now      make due now the pending effects backing off after
+--                       an attempt (retry --now, resume --now)
 -- and it enqueues and cancels as a producer does. It holds no UPDATE,
 -- INSERT or DELETE on side_effects or its history: it cannot move an
 -- effect any other way, choose a key, a payload or a producer, insert or
@@ -108,7 +110,7 @@ var fileHeader = map[string]string{
 `,
 	Viewer: `-- The privileges of a viewer: a role that reads what sidefx keeps and
 -- changes nothing (sidefx status, list, inspect, drift list, reconcile
--- list; a dashboard). For schema public, schema version 37 or later. Run
+-- list; a dashboard). For schema public, schema version 38 or later. Run
 -- as the schema's owner (the role that applies the migrations), after
 -- ` + "`sidefx migrate`" + `; replace sidefx_viewer with your role.
 --

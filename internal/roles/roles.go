@@ -288,7 +288,7 @@ var abilities = map[string][2]string{
 		"enqueue, insert or delete effects, change a key, payload or producer, write the history itself, read the settings, change the schema",
 	},
 	Operator: {
-		"read everything; status, list, inspect, drift list, reconcile list; retry, refire, resolve, cancel, supersede, pause, resume through the guarded functions (each writes its history row); drift run (records the run); enqueue and cancel as a producer",
+		"read everything; status, list, inspect, drift list, reconcile list; retry, retry --now, refire, resolve, cancel, supersede, pause, resume through the guarded functions (each writes its history row); drift run (records the run); enqueue and cancel as a producer",
 		"UPDATE, INSERT or DELETE side_effects, its history or the pauses, delete drift runs, change the settings, record evidence, hold the jobs' locks, change the schema",
 	},
 	Viewer: {
@@ -315,7 +315,8 @@ const (
   {{s}}.sidefx_resolve(bigint, text, text, integer, text, text),
   {{s}}.sidefx_cancel_effect(bigint, integer, text, text),
   {{s}}.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
-  {{s}}.sidefx_set_pause(text, text, boolean, text, text)`
+  {{s}}.sidefx_set_pause(text, text, boolean, text, text),
+  {{s}}.sidefx_due_now(bigint[], text[], integer, text, text)`
 )
 
 var grantsOf = map[string][]grant{

@@ -141,7 +141,7 @@ func (d *demo) startChild() (*child, error) {
 // point the dispatcher elsewhere, with the database URL and the secrets.
 func (d *demo) childEnv() []string {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		for _, v := range []string{"SIDEFX_DATABASE_URL", "SIDEFX_HTTP_LISTEN", "SIDEFX_LOG_LEVEL", "SIDEFX_LOG_FORMAT", "PGAPPNAME"} {
+		for _, v := range []string{"SIDEFX_DATABASE_URL", "SIDEFX_HTTP_LISTEN", "SIDEFX_CONSOLE_LISTEN", "SIDEFX_LOG_LEVEL", "SIDEFX_LOG_FORMAT", "PGAPPNAME"} {
 			if strings.HasPrefix(kv, v+"=") {
 				return true
 			}

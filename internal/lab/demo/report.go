@@ -212,10 +212,10 @@ func (d *demo) reportUncertain() {
 		switch {
 		case u.Sent > 0 && !withRef:
 			withRef = true
-			examples = append(examples, []string{fmt.Sprintf("sidefx resolve %d --as confirmed --ref %s", u.ID, u.MessageID), "# " + u.OrderID + ": the mail API has it"})
+			examples = append(examples, []string{fmt.Sprintf("sidefx resolve %d --as confirmed --ref %s --note \"found at the mail API\"", u.ID, u.MessageID), "# " + u.OrderID + ": the mail API has it"})
 		case u.Sent == 0 && !without:
 			without = true
-			examples = append(examples, []string{fmt.Sprintf("sidefx resolve %d --refire", u.ID), "# " + u.OrderID + ": it never arrived; send it"})
+			examples = append(examples, []string{fmt.Sprintf("sidefx resolve %d --refire --note \"never arrived\"", u.ID), "# " + u.OrderID + ": it never arrived; send it"})
 		}
 	}
 	slices.SortFunc(examples, func(a, b []string) int { return len(b[0]) - len(a[0]) })

@@ -106,6 +106,7 @@ func TestE2E_NoRoleRewritesAnEffect(t *testing.T) {
 		fmt.Sprintf(`SELECT * FROM sidefx_cancel_effect(%d, -1, 'x', '')`, failed),
 		fmt.Sprintf(`SELECT * FROM sidefx_supersede(%d, '{"a": 1}', 1, 0, sha256('x'), 'x', '')`, failed),
 		`SELECT sidefx_set_pause('kind', 'charge.create', true, 'x', '')`,
+		`SELECT * FROM sidefx_due_now(NULL, ARRAY['charge.create'], 10, 'x', '')`,
 	}
 	refused(t, "producer", pools["producer"], append(append(every, notDaemon...), actions...)...)
 	refused(t, "viewer", pools["viewer"], append(append(append(every, notDaemon...), actions...),

@@ -43,7 +43,7 @@ func TestScenario_DeclinedChargeSupersededThenConfirmed(t *testing.T) {
 	}
 
 	// A misspelled correction is refused before it is stored.
-	if r := w.sidefx("supersede", id, "--payload", `{"amount": 2500, "currency": "usd", "sourse": "tok_visa"}`); r.code == 0 ||
+	if r := w.sidefx("supersede", id, "--payload", `{"amount": 2500, "currency": "usd", "sourse": "tok_visa"}`, "--note", "customer gave another card"); r.code == 0 ||
 		!strings.Contains(r.stderr, "sourse") {
 		t.Fatalf("a misspelled correction: want a refusal naming it\n%s", r)
 	}
