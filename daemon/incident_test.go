@@ -250,7 +250,9 @@ func TestCLI_EveryChangeNeedsANoteOrNoNote(t *testing.T) {
 
 // list shows the latest attempt's error only: attempt 7's EOF, not attempt
 // 6's 429, and no error at all beside a confirmation; the answer stored is
-// the latest attempt's (none for an EOF), and its attempt is recorded.
+// the latest attempt's (none for an EOF), and its attempt is recorded. The
+// stored error stays the latest any attempt gave (attempt 6's beside a
+// confirmation by attempt 7: the record inspect shows), naming its attempt.
 func TestCLI_ListShowsTheLatestAttemptOnly(t *testing.T) {
 	t.Parallel()
 	c, _, store := newCLI(t)
@@ -286,8 +288,8 @@ func TestCLI_ListShowsTheLatestAttemptOnly(t *testing.T) {
 	if eof.OutcomeAttempt != 7 || eof.Outcome != nil || eof.LastError != "attempt 7 of 8: unknown: EOF" {
 		t.Errorf("after attempt 7's EOF: outcome %s of attempt %d, error %q; want none stored of attempt 7, and its EOF", eof.Outcome, eof.OutcomeAttempt, eof.LastError)
 	}
-	if ok.OutcomeAttempt != 7 || ok.Outcome != nil || ok.LastError != "" {
-		t.Errorf("after attempt 7's confirmation: outcome %s of attempt %d, error %q; want neither kept from attempt 6", ok.Outcome, ok.OutcomeAttempt, ok.LastError)
+	if ok.OutcomeAttempt != 7 || ok.Outcome != nil || ok.LastError != "attempt 6 of 8: retryable: 429 Too Many Requests" {
+		t.Errorf("after attempt 7's confirmation: outcome %s of attempt %d, error %q; want no answer kept from attempt 6, and attempt 6's error as its record", ok.Outcome, ok.OutcomeAttempt, ok.LastError)
 	}
 	out := c.ok("list", "--kind", "mail.eof,mail.ok")
 	if !strings.Contains(out, "mail.eof") || !strings.Contains(out, "mail.ok") {

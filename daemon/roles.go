@@ -26,8 +26,8 @@ func rolesCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	fs.BoolVar(&o.Login, "login", false, "create the roles with LOGIN (and give it to those that exist); default NOLOGIN: groups to grant to login roles. "+
 		"Set a password in psql (\\password ROLE), never on a command line")
-	fs.BoolVar(&o.EdgeOutcome, "edge-outcome", false, "grant the producer SELECT on side_effects, which edge.RequireOutcome reads (every effect's payload)")
-	fs.BoolVar(&o.ConsoleSettings, "console-settings", false, "grant the daemon SELECT on sidefx_settings, for the console to say why a supersede was refused for its size")
+	fs.BoolVar(&o.EdgeOutcome, "edge-outcome", false, "grant the producer read access to side_effects (every effect's payload), which edge.RequireOutcome reads")
+	fs.BoolVar(&o.ConsoleSettings, "console-settings", false, "grant the daemon read access to sidefx_settings, for the console to say why a supersede was refused for its size")
 	print := fs.Bool("print", false, "print the SQL, run nothing (psql -f it as the schema's owner)")
 	dryRun := fs.Bool("dry-run", false, "the same as --print")
 	explain := fs.Bool("explain", false, "say what each role can and cannot do, run nothing")
@@ -83,10 +83,8 @@ func rolesCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	// It runs as the tables' owner (the role that ran sidefx migrate): no
 	// other role may grant on them.
-	var owner, me string
-	var owns bool
-	if err := pool.QueryRow(ctx, `SELECT pg_catalog.pg_get_userbyid(c.relowner), current_user, pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
-		FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`, engine.Quote(schema)+".side_effects").Scan(&owner, &me, &owns); err != nil {
+	owner, me, owns, err := engine.TableOwner(ctx, pool, schema)
+	if err != nil {
 		return fmt.Errorf("roles: %w", err)
 	}
 	if !owns {

@@ -243,8 +243,8 @@ var attemptPrefix = regexp.MustCompile(`^attempt ([0-9]+)(?: of [0-9]+)?: `)
 // attempt it belongs to (0 when it names none: an operator's words, a
 // quarantine): the error of its latest attempt, or of the latest that
 // answered while another is in flight. It returns none for a confirmed
-// effect (a confirmation has no error; one kept from an earlier attempt,
-// as releases before schema 38 kept it, is stale) and for an error of an
+// effect (a confirmation has no error; one kept from an earlier attempt is
+// that attempt's record, which inspect shows) and for an error of an
 // earlier attempt than those.
 func (e *Effect) LatestError() (attempt int, text string) {
 	if e.LastError == "" || e.State == Confirmed {
@@ -266,7 +266,7 @@ func (e *Effect) LatestError() (attempt int, text string) {
 
 // LatestOutcome returns the stored answer of the provider and the attempt
 // it answered (0: not known, an answer recorded before outcome attempts
-// were), or nil. Since schema 38 the answer stored is the latest recorded
+// were), or nil. Since v0.1.0 the answer stored is the latest recorded
 // attempt's, NULL when it gave none; before, an attempt without an
 // answer (an EOF) left the previous attempt's in place.
 func (e *Effect) LatestOutcome() (attempt int, outcome json.RawMessage) {

@@ -180,11 +180,14 @@ func buildDispatchQueries(t string) dispatchQueries {
 		// definite, and is emptied by a definite answer for the key (settles)
 		// or a confirmation. A failure with evidence left is uncertain, never
 		// failed; a retry that could not end inside the key window is
-		// uncertain too. The outcome and last_error are this attempt's
-		// answer and error, NULL when it gave none: an earlier attempt's
-		// never stays beside them (a 429 body beside the EOF of the next
-		// attempt, an error beside a confirmation); outcome_attempt says
-		// whose they are.
+		// uncertain too. The outcome is this attempt's answer, NULL when it
+		// gave none: an earlier attempt's never stays beside it (a 429 body
+		// beside the EOF of the next attempt); outcome_attempt says whose it
+		// is. last_error keeps the latest error any attempt gave, which
+		// names its attempt ("attempt 1 of 8: unknown: …"): a confirmation
+		// leaves the record of an earlier attempt that may have acted, and
+		// list and the console show it only beside the attempt it names
+		// (effects.Effect.LatestError).
 		//
 		// An effect of a kind whose outcome is awaited (u.notify: an API
 		// answering with it, edge.RequireOutcome) is announced on the
@@ -203,7 +206,7 @@ func buildDispatchQueries(t string) dispatchQueries {
 					WHEN u.state = 'pending' AND ` + windowPassed(newMaybe, "u.window_ms", "(u.delay_ms + u.margin_ms)") + `
 					THEN coalesce(u.err || '; ', '') || pg_catalog.format('not retried: the next attempt could not end before the provider forgets the key (%s after the first attempt at %s)',
 						(u.window_ms OPERATOR(pg_catalog.*) interval '1 millisecond'), e.first_fired_at)
-					ELSE u.err END,
+					ELSE coalesce(u.err, e.last_error) END,
 				next_attempt_at = CASE WHEN u.state = 'pending'
 					THEN now() + (u.delay_ms OPERATOR(pg_catalog.*) interval '1 millisecond') ELSE e.next_attempt_at END,
 				lease_until = NULL,
@@ -472,8 +475,8 @@ type Outcome struct {
 	// Detail is the attempt's answer, stored as the outcome (a JSON
 	// value); nil stores none, clearing an earlier attempt's.
 	Detail json.RawMessage
-	// Error is the attempt's error, stored as last_error; empty stores
-	// none, clearing an earlier attempt's (a confirmation has none).
+	// Error, if not empty, replaces last_error (an earlier attempt's,
+	// which names its attempt, stays when this one gave none).
 	Error string
 	// RetryIn delays the next attempt of a Pending outcome.
 	RetryIn time.Duration

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -68,4 +69,21 @@ func (e briefError) Error() string {
 		return pe.Message
 	}
 	return e.err.Error()
+}
+
+// TableOwner names the owner of schema's side_effects and the session's
+// role, and says whether the session's role may act as the owner (it is
+// the owner or a member of it): only the owner may grant on sidefx's
+// tables (sidefx roles).
+func TableOwner(ctx context.Context, db DB, schema string) (owner, me string, owns bool, err error) {
+	s, err := CheckSchema(schema)
+	if err != nil {
+		return "", "", false, err
+	}
+	err = db.QueryRow(ctx, `SELECT pg_catalog.pg_get_userbyid(c.relowner), current_user, pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE')
+		FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`, Quote(s)+".side_effects").Scan(&owner, &me, &owns)
+	if err != nil {
+		return "", "", false, fmt.Errorf("read the owner of %s.side_effects: %w", s, noRow(err))
+	}
+	return owner, me, owns, nil
 }
