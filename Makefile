@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: test deps roles-sql vet fmt-check no-binaries cross vet-newest test-newest bench bench-full gobench fuzz soak model
+.PHONY: release test-release test deps roles-sql vet fmt-check no-binaries cross vet-newest test-newest bench bench-full gobench fuzz soak model
 
 ## test: install what is missing, then vet and run every test with the race detector
 test: deps fmt-check no-binaries vet cross
@@ -45,10 +45,23 @@ deps:
 roles-sql:
 	$(GO) generate ./internal/roles
 
-## cross: the sidefx binary builds for every platform a release ships
+## cross: the sidefx binary builds for every platform a release ships, as
+## make release builds it (static, -trimpath: the release's builds then come
+## from the build cache)
 PLATFORMS = linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
 cross:
-	for p in $(PLATFORMS); do echo "go build ./cmd/sidefx for $$p"; GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/sidefx || exit 1; done
+	for p in $(PLATFORMS); do echo "go build ./cmd/sidefx for $$p"; CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -buildvcs=false -o /dev/null ./cmd/sidefx || exit 1; done
+
+## release: stamped binaries for those platforms, their archives, a .deb and
+## an .rpm for linux amd64 and arm64, and SHA256SUMS, in dist/
+## (scripts/release; docs/deploy.md). test-release: builds it, then installs
+## the .deb on this machine with dpkg (as root), checks it and purges it
+## (deploy/release_test.go).
+release:
+	GO=$(GO) ./scripts/release
+
+test-release: deps release
+	SIDEFX_RELEASE_DIST=$(CURDIR)/dist $(GO) test -count=1 -v -run '^TestReleasePackage$$' ./deploy
 
 vet:
 	$(GO) vet ./...

@@ -10,6 +10,37 @@ import (
 	"github.com/sidefx/sidefx/migrations"
 )
 
+// commit is the VCS revision the build was made from, set at build time
+// with -ldflags "-X github.com/sidefx/sidefx/daemon.commit=…" (make release
+// does, with version); "" when not stamped.
+var commit = ""
+
+// Commit returns the VCS revision the build was made from: the one set at
+// build time, else the one go build recorded in a git clone (with
+// ", modified" when the tree had changes), else "".
+func Commit() string {
+	if commit != "" {
+		return commit
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" && dirty {
+		return rev + ", modified"
+	}
+	return rev
+}
+
 // Version returns the build's version: the one set at build time
 // (-ldflags "-X github.com/sidefx/sidefx/daemon.version=v1.2.3"), else the
 // module version go install recorded (go install …/cmd/sidefx@v1.2.3), else
@@ -59,7 +90,13 @@ func versionCmd(ctx context.Context, io *IO, args []string) error {
 		// version nor a commit was stamped. Say so rather than a bare "dev".
 		v = "dev, no version or commit stamped (go run and go test never stamp one; go build in a git clone does, unless -buildvcs=false, in GOFLAGS too: build with go build -buildvcs=true ./cmd/sidefx)"
 	}
-	fmt.Fprintf(io.Out, "sidefx %s (%s, %s/%s)\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	build := runtime.Version() + ", " + runtime.GOOS + "/" + runtime.GOARCH
+	if c := Commit(); c != "" && !strings.HasPrefix(v, "dev (") {
+		// A stamped or module version: the commit beside it ("dev (…)"
+		// names it already).
+		build = "commit " + c + ", " + build
+	}
+	fmt.Fprintf(io.Out, "sidefx %s (%s)\n", v, build)
 	fmt.Fprintf(io.Out, "schema version %d (the migrations this build applies)\n", migrations.Latest())
 	// The database's, when one is named: never required.
 	if c.configPath == "" && c.databaseURL == "" && io.Getenv("SIDEFX_DATABASE_URL") == "" {
