@@ -129,6 +129,27 @@ func (r *Redactor) Bytes(b []byte) []byte {
 	return []byte(r.replacer.Replace(string(b)))
 }
 
+// TrimPartial returns b without its longest ending that is the start of a
+// secret (in any form searched for), so a read cut at a limit, which may
+// split a secret, holds none of it once redacted: redaction finds whole
+// secrets only. b itself is not modified. Call it on a body whose read
+// stopped at its limit, before Bytes.
+func (r *Redactor) TrimPartial(b []byte) []byte {
+	if r == nil {
+		return b
+	}
+	cut := 0
+	for _, n := range r.needles {
+		for k := min(len(n)-1, len(b)); k > cut; k-- {
+			if bytes.HasSuffix(b, []byte(n[:k])) {
+				cut = k
+				break
+			}
+		}
+	}
+	return b[:len(b)-cut]
+}
+
 // Error returns err when its message holds no secret, and otherwise an
 // error whose message is err's redacted. That error answers errors.Is as
 // err does, but does not unwrap to err, and errors.As does not reach err's

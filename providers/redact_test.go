@@ -194,3 +194,26 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// A read cut at its limit may end with the start of a secret: TrimPartial
+// drops the longest such ending, in any form, and nothing else.
+func TestRedactor_TrimPartial(t *testing.T) {
+	t.Parallel()
+	secret := "tok_live_AbCdEfGhIjKlMnOpQrStUvWx"
+	r := providers.NewRedactor(secret)
+	for _, tc := range []struct{ in, want string }{
+		{"answer " + secret[:20], "answer "},
+		{"answer " + secret[:1], "answer "},
+		{"answer " + secret, "answer " + secret}, // whole: Bytes redacts it
+		{"answer tok_", "answer "},
+		{"answer x", "answer x"},
+		{"", ""},
+	} {
+		if got := string(r.TrimPartial([]byte(tc.in))); got != tc.want {
+			t.Errorf("TrimPartial(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	if got := string((*providers.Redactor)(nil).TrimPartial([]byte("a tok"))); got != "a tok" {
+		t.Errorf("a nil Redactor trimmed: %q", got)
+	}
+}

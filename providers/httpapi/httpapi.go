@@ -421,6 +421,13 @@ func (p *Provider) Call(ctx context.Context, c providers.Call) providers.Result 
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, p.maxBody+4<<10))
 	complete := err == nil && int64(len(body)) <= p.maxBody
+	if !complete {
+		// The read stopped at its limit (or failed): the end may be the
+		// start of a secret, which redaction (whole secrets only) would
+		// miss, and which the redaction's shrinking could pull under the
+		// cut at maxBody.
+		body = p.redact.TrimPartial(body)
+	}
 	return p.classify(resp, body, complete, c.Key)
 }
 

@@ -151,3 +151,35 @@ func TestPointer(t *testing.T) {
 		}
 	}
 }
+
+// An answer longer than the read's limit whose end splits a secret (a
+// header value echoed): the whole copies are redacted, which shrinks the
+// body under the cut at max_response_bytes, and the split copy at the end
+// of the read must not come in with it.
+func TestProvider_ASecretSplitByTheReadLimitIsNotKept(t *testing.T) {
+	t.Parallel()
+	token := "tok_live_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789ABCD" // 48 characters
+	limit := httpapi.DefaultMaxResponseBytes + 4<<10               // what the provider reads
+	body := strings.Repeat(token, 200)
+	body += strings.Repeat("x", limit-len(token)/2-len(body)) + token
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	p, err := httpapi.New(&httpapi.Config{URL: srv.URL, KeyHeader: "Idempotency-Key", Headers: map[string]string{"X-Api-Key": token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Call(context.Background(), providers.Call{Key: "k-split", Payload: []byte(`{}`)})
+	text := string(r.Detail)
+	if r.Err != nil {
+		text += " " + r.Err.Error()
+	}
+	if !strings.Contains(text, providers.Redacted) {
+		t.Fatalf("no redaction in the answer kept: %.200s", text)
+	}
+	if strings.Contains(text, token[:12]) {
+		t.Fatalf("the answer kept holds the start of the secret: …%s", text[max(0, strings.Index(text, token[:12])-40):min(len(text), strings.Index(text, token[:12])+40)])
+	}
+}

@@ -533,6 +533,13 @@ func (p *Provider) call(ctx context.Context, c providers.Call) providers.Result 
 	}
 	defer resp.Body.Close()
 	body, complete := p.readBody(resp.Body)
+	if !complete {
+		// The read stopped at its limit (or failed): the end may be the
+		// start of a secret, which redaction (whole secrets only) would
+		// miss, and which the redaction's shrinking could pull under the
+		// cut at maxBody.
+		body = p.secret.redact.TrimPartial(body)
+	}
 	return p.classify(resp, body, complete, c.Key)
 }
 

@@ -1151,3 +1151,27 @@ func TestProvider_KeyWindow(t *testing.T) {
 		t.Fatalf("printed config: %s", text)
 	}
 }
+
+// An answer longer than the read's limit whose end splits the signing
+// secret: the whole copies are redacted, which shrinks the body under the
+// cut at max_response_bytes, and the split copy at the end of the read
+// must not come in with it.
+func TestProvider_ASecretSplitByTheReadLimitIsNotKept(t *testing.T) {
+	t.Parallel()
+	limit := webhook.DefaultMaxResponseBytes + 4<<10 // what the provider reads
+	body := strings.Repeat(testSecret, 200)
+	body += strings.Repeat("x", limit-len(testSecret)/2-len(body)) + testSecret
+	rc := newReceiver(t, testSecret, func(w http.ResponseWriter, _ *http.Request, _ delivery) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(body))
+	})
+	r := newProvider(t, rc.URL).Call(testCtx(t), callFor("order-split", `{}`))
+	checkNoSecret(t, r, testSecret)
+	text := string(r.Detail)
+	if !strings.Contains(text, providers.Redacted) {
+		t.Fatalf("no redaction in the answer kept: %.200s", text)
+	}
+	if i := strings.Index(text, testSecret[:12]); i >= 0 {
+		t.Fatalf("the answer kept holds the start of the secret: …%s", text[max(0, i-40):min(len(text), i+40)])
+	}
+}
