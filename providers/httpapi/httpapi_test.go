@@ -159,7 +159,7 @@ func TestPointer(t *testing.T) {
 func TestProvider_ASecretSplitByTheReadLimitIsNotKept(t *testing.T) {
 	t.Parallel()
 	token := "tok_live_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789ABCD" // 48 characters
-	limit := httpapi.DefaultMaxResponseBytes + 4<<10               // what the provider reads
+	limit := httpapi.DefaultMaxResponseBytes + 4<<10             // what the provider reads
 	body := strings.Repeat(token, 200)
 	body += strings.Repeat("x", limit-len(token)/2-len(body)) + token
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
