@@ -212,7 +212,14 @@ drift:
 		`DELETE FROM sidefx_pauses`,
 		`DELETE FROM sidefx_drift_runs`,
 		`INSERT INTO sidefx_drift_runs (tick, runner) VALUES (now() + interval '5 minutes', 'forged')`,
+		`INSERT INTO sidefx_drift_runs (runner) VALUES ('forged')`,
 		`UPDATE sidefx_drift_runs SET tick = now()`,
+		// A scheduled run's result rewritten, a finding added to it first
+		// (its key would refuse the daemon's), its rows locked against
+		// the daemon's finish and pruning.
+		`UPDATE sidefx_drift_runs SET finished_at = now(), errors = 0, stuck = '{}'`,
+		`INSERT INTO sidefx_drift_findings (run_id, rule, kind) SELECT id, 'orders_have_effects', 'k.pending' FROM sidefx_drift_runs LIMIT 1`,
+		`SELECT * FROM sidefx_drift_runs FOR UPDATE`,
 		`UPDATE sidefx_locks SET until = 'infinity'`,
 		`UPDATE sidefx_settings SET namespace = 'other'`,
 	)

@@ -176,26 +176,28 @@ func (c *Checker) RunNow(ctx context.Context) (Report, error) {
 func (c *Checker) run(ctx context.Context, tick time.Time) (rep Report, ran bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var id int64
 	if tick.IsZero() {
 		// A run by hand only reads, beside a scheduled one if one is going
-		// on: it takes no lease, which an operator's role may not take.
-		if id, err = c.job().BeginByHand(ctx); err != nil {
-			return rep, false, err
+		// on: it takes no lease, which an operator's role may not take, and
+		// records its run and findings when done, in one statement.
+		started := time.Now()
+		rep = run(ctx, c.pool, c.schema, c.cfg.Rules, c.refused, c.cfg.PendingAfter)
+		id, err := saveByHand(ctx, c.pool, c.schema, c.cfg.Runner, started, rep)
+		if err != nil {
+			return rep, true, err
 		}
+		rep.RunID = id
 	} else {
-		var end func()
-		var ok bool
-		id, end, ok, err = c.job().Begin(ctx, tick)
+		id, end, ok, err := c.job().Begin(ctx, tick)
 		if err != nil || !ok {
 			return rep, false, err
 		}
 		defer end()
-	}
-	rep = run(ctx, c.pool, c.schema, c.cfg.Rules, c.refused, c.cfg.PendingAfter)
-	rep.RunID = id
-	if err := save(ctx, c.pool, c.schema, id, rep); err != nil {
-		return rep, true, err
+		rep = run(ctx, c.pool, c.schema, c.cfg.Rules, c.refused, c.cfg.PendingAfter)
+		rep.RunID = id
+		if err := save(ctx, c.pool, c.schema, id, rep); err != nil {
+			return rep, true, err
+		}
 	}
 	c.logReport(rep)
 	if c.cfg.Observer != nil {

@@ -231,6 +231,9 @@ type StateError struct {
 	// ReapedAt is set when the effect is a tombstone: whatever its state,
 	// its payload is gone and it can no longer be sent.
 	ReapedAt time.Time
+	// Attempts is the effect's, for the way on of a pending one: backing
+	// off after an attempt, or not yet tried.
+	Attempts int
 }
 
 func (e *StateError) Error() string {
@@ -247,8 +250,14 @@ func (e *StateError) Error() string {
 		msg += ": settle it with sidefx resolve (--as confirmed or failed), or send it again with sidefx resolve --refire"
 	}
 	if e.Op == "retry" && e.State == Pending {
-		// The way on for an effect backing off from a provider's outage.
-		msg += fmt.Sprintf(": it waits for its next attempt; sidefx retry --now %d makes it due now, and sidefx bulk retry --now does so for every effect a filter matches", e.ID)
+		if e.Attempts > 0 {
+			// The way on for an effect backing off from a provider's outage.
+			msg += fmt.Sprintf(": it waits for its next attempt; sidefx retry --now %d makes it due now, and sidefx bulk retry --now does so for every effect a filter matches", e.ID)
+		} else {
+			// Never tried: nothing to bring forward (sidefx_due_now takes
+			// only effects backing off after an attempt).
+			msg += fmt.Sprintf(": it has made no attempt yet; sidefx inspect %d says why it waits (a pause, its schedule, its dispatchers)", e.ID)
+		}
 	}
 	return msg
 }

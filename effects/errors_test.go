@@ -47,6 +47,11 @@ func TestStateError_Message(t *testing.T) {
 			"x effect 7: it is confirmed"},
 		{effects.StateError{ID: 7, Op: "retry", State: effects.Failed, Want: []effects.State{effects.Failed}, ReapedAt: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)},
 			"retry effect 7: it is a tombstone (failed, reaped at 2025-01-02T03:04:05Z): its payload was dropped, so it cannot be sent again"},
+		{effects.StateError{ID: 7, Op: "retry", State: effects.Pending, Want: []effects.State{effects.Failed}, Attempts: 2},
+			"retry effect 7: it is pending, not failed: it waits for its next attempt; sidefx retry --now 7 makes it due now, and sidefx bulk retry --now does so for every effect a filter matches"},
+		// Never tried: retry --now would refuse it, so it is not offered.
+		{effects.StateError{ID: 7, Op: "retry", State: effects.Pending, Want: []effects.State{effects.Failed}},
+			"retry effect 7: it is pending, not failed: it has made no attempt yet; sidefx inspect 7 says why it waits (a pause, its schedule, its dispatchers)"},
 	} {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("error\n%s\nwant\n%s", got, tc.want)

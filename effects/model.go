@@ -75,5 +75,5 @@ func Refusal(op string, cur *Effect, want ...State) error {
 		return &MaybePerformedError{ID: cur.ID, Op: op, State: cur.State, Attempts: cur.Attempts,
 			MaybeAttempts: cur.MaybeAttempts, Why: cur.LastError}
 	}
-	return &StateError{ID: cur.ID, State: cur.State, Want: want, Op: op, ReapedAt: cur.ReapedAt}
+	return &StateError{ID: cur.ID, State: cur.State, Want: want, Op: op, ReapedAt: cur.ReapedAt, Attempts: cur.Attempts}
 }

@@ -43,8 +43,9 @@
 --           history row); drift run (records the run); enqueue and cancel as a
 --           producer
 --   cannot: UPDATE, INSERT or DELETE side_effects, its history or the pauses,
---           delete drift runs, change the settings, record evidence, hold the
---           jobs' locks, change the schema
+--           write the drift tables (its drift run goes through a function),
+--           change the settings, record evidence, hold the jobs' locks, change
+--           the schema
 -- sidefx_viewer (viewer)
 --   can:    read effects, payloads included, their history, pauses, registry,
 --           drift and reconciliation runs, evidence: status, list, inspect,
@@ -95,6 +96,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_dispatchers TO sidefx_daem
 -- Drift runs and their findings, and their pruning.
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_drift_runs TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.sidefx_drift_findings TO sidefx_daemon;
+GRANT EXECUTE ON FUNCTION public.sidefx_drift_by_hand(text, timestamptz, integer, jsonb, jsonb) TO sidefx_daemon;
 -- The reaper locks what it deletes (FOR UPDATE SKIP LOCKED: it never waits
 -- on a consumer's transaction), which needs UPDATE on a column (schema 29).
 GRANT SELECT, DELETE, UPDATE (expires_at) ON public.sidefx_inbox TO sidefx_daemon;
@@ -146,11 +148,11 @@ GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolea
   public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
   public.sidefx_set_pause(text, text, boolean, text, text),
   public.sidefx_due_now(bigint[], text[], integer, text, text) TO sidefx_operator;
--- sidefx drift run records its run and findings: a run by hand (no tick:
--- it cannot claim a scheduled run's) without the jobs' lease, closed with
--- its errors and stuck counts. It deletes no run: the daemon prunes them.
-GRANT INSERT (runner), UPDATE (finished_at, errors, stuck) ON public.sidefx_drift_runs TO sidefx_operator;
-GRANT INSERT ON public.sidefx_drift_findings TO sidefx_operator;
+-- sidefx drift run records its run and findings through a function
+-- (schema 39): a finished run by hand, with no tick (it claims no scheduled
+-- run's), touching no other run. It writes no drift table: it cannot
+-- rewrite, forge, lock or delete the daemon's runs.
+GRANT EXECUTE ON FUNCTION public.sidefx_drift_by_hand(text, timestamptz, integer, jsonb, jsonb) TO sidefx_operator;
 
 -- The viewer role (dashboards, status, list, inspect).
 DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'sidefx_viewer') THEN CREATE ROLE sidefx_viewer NOLOGIN; END IF; END $$;

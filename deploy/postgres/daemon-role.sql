@@ -1,5 +1,5 @@
 -- The least privileges `sidefx run` needs, and its web console, for schema
--- public, schema version 38 or later. Run as the schema's owner (the role
+-- public, schema version 39 or later. Run as the schema's owner (the role
 -- that applies the migrations), after `sidefx migrate`. Replace sidefx_daemon
 -- with your role; drift rules also need SELECT on the domain tables their
 -- SQL reads.
@@ -58,6 +58,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_dispatchers TO sidefx_daem
 -- Drift runs and their findings, and their pruning.
 GRANT SELECT, INSERT, UPDATE, DELETE ON public.sidefx_drift_runs TO sidefx_daemon;
 GRANT SELECT, INSERT ON public.sidefx_drift_findings TO sidefx_daemon;
+GRANT EXECUTE ON FUNCTION public.sidefx_drift_by_hand(text, timestamptz, integer, jsonb, jsonb) TO sidefx_daemon;
 -- The reaper locks what it deletes (FOR UPDATE SKIP LOCKED: it never waits
 -- on a consumer's transaction), which needs UPDATE on a column (schema 29).
 GRANT SELECT, DELETE, UPDATE (expires_at) ON public.sidefx_inbox TO sidefx_daemon;

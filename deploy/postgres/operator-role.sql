@@ -1,7 +1,7 @@
 -- The privileges of an operator: the role the sidefx CLI's commands run
 -- as (status, list, inspect, retry, refire, resolve, cancel, supersede,
 -- bulk, pause, resume, enqueue, drift run, drift list, reconcile list). For
--- schema public, schema version 38 or later. Run as the schema's owner (the
+-- schema public, schema version 39 or later. Run as the schema's owner (the
 -- role that applies the migrations), after `sidefx migrate`; replace
 -- sidefx_operator with your role.
 --
@@ -22,9 +22,11 @@
 -- effect any other way, choose a key, a payload or a producer, insert or
 -- delete effects, write the history itself, change the settings (the key
 -- namespace), or change the schema: `sidefx migrate` runs as the owner.
--- It records the drift runs it asks for (sidefx drift run) and deletes
--- none; it cannot claim a scheduled run's tick nor take the maintenance
--- jobs' locks. Drift rules read your tables: grant it SELECT on those too.
+-- It records the drift runs it asks for (sidefx drift run) through
+-- sidefx_drift_by_hand, and writes no drift table: it cannot rewrite,
+-- forge, lock or delete the daemon's runs, claim a scheduled run's tick, nor
+-- take the maintenance jobs' locks. Drift rules read your tables: grant it
+-- SELECT on those too.
 --
 -- Made by go generate ./internal/roles (from internal/roles, as `sidefx
 -- roles` grants them; a test checks this file is current). `sidefx roles`,
@@ -52,8 +54,8 @@ GRANT EXECUTE ON FUNCTION public.sidefx_send_again(text, bigint, integer, boolea
   public.sidefx_supersede(bigint, jsonb, integer, integer, bytea, text, text),
   public.sidefx_set_pause(text, text, boolean, text, text),
   public.sidefx_due_now(bigint[], text[], integer, text, text) TO sidefx_operator;
--- sidefx drift run records its run and findings: a run by hand (no tick:
--- it cannot claim a scheduled run's) without the jobs' lease, closed with
--- its errors and stuck counts. It deletes no run: the daemon prunes them.
-GRANT INSERT (runner), UPDATE (finished_at, errors, stuck) ON public.sidefx_drift_runs TO sidefx_operator;
-GRANT INSERT ON public.sidefx_drift_findings TO sidefx_operator;
+-- sidefx drift run records its run and findings through a function
+-- (schema 39): a finished run by hand, with no tick (it claims no scheduled
+-- run's), touching no other run. It writes no drift table: it cannot
+-- rewrite, forge, lock or delete the daemon's runs.
+GRANT EXECUTE ON FUNCTION public.sidefx_drift_by_hand(text, timestamptz, integer, jsonb, jsonb) TO sidefx_operator;

@@ -1,7 +1,7 @@
 -- The privileges of a producer: a service that enqueues effects in its own
 -- transactions (Go's outbox, on pgx or database/sql, or the SQL functions),
 -- cancels those it may cancel, and keeps its consumers' inbox records and
--- its HTTP edge's keys. For schema public, schema version 38 or later. Run
+-- its HTTP edge's keys. For schema public, schema version 39 or later. Run
 -- as the schema's owner (the role that applies the migrations), after
 -- `sidefx migrate`; replace sidefx_producer with your service's role.
 --

@@ -1,6 +1,6 @@
 -- The privileges of a viewer: a role that reads what sidefx keeps and
 -- changes nothing (sidefx status, list, inspect, drift list, reconcile
--- list; a dashboard). For schema public, schema version 38 or later. Run
+-- list; a dashboard). For schema public, schema version 39 or later. Run
 -- as the schema's owner (the role that applies the migrations), after
 -- `sidefx migrate`; replace sidefx_viewer with your role.
 --

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -207,6 +208,38 @@ func (d DriftRuns) SaveFinding(ctx context.Context, db DB, runID int64, f DriftF
 		(run_id, rule, kind, missing, extra, missing_ids, extra_ids, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 		runID, f.Rule, f.Kind, f.Missing, f.Extra, nonNil(f.MissingIDs), nonNil(f.ExtraIDs), pgtype.Text{String: f.Error, Valid: f.Error != ""})
 	return err
+}
+
+// RecordByHand records a run by hand, finished, with its findings, in
+// one statement (sidefx_drift_by_hand, schema 39): a run with no tick,
+// which can claim no scheduled run's, and touches no other run. It is
+// how a role that may not write the drift tables (an operator's sidefx
+// drift run) records its run. It returns the run's id.
+func (d DriftRuns) RecordByHand(ctx context.Context, db DB, runner string, started time.Time, nErrors int, stuck []byte, findings []DriftFindingRow) (int64, error) {
+	type row struct {
+		Rule       string   `json:"rule"`
+		Kind       string   `json:"kind"`
+		Missing    int      `json:"missing"`
+		Extra      int      `json:"extra"`
+		MissingIDs []string `json:"missing_ids"`
+		ExtraIDs   []string `json:"extra_ids"`
+		Error      *string  `json:"error"`
+	}
+	rows := make([]row, len(findings))
+	for i, f := range findings {
+		rows[i] = row{Rule: f.Rule, Kind: f.Kind, Missing: f.Missing, Extra: f.Extra, MissingIDs: f.MissingIDs, ExtraIDs: f.ExtraIDs}
+		if f.Error != "" {
+			e := f.Error
+			rows[i].Error = &e
+		}
+	}
+	js, err := json.Marshal(rows)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	err = db.QueryRow(ctx, `SELECT `+d.q+`.sidefx_drift_by_hand($1, $2, $3, $4, $5)`, runner, started, nErrors, stuck, js).Scan(&id)
+	return id, err
 }
 
 // DriftRunRow is a stored run with its findings.

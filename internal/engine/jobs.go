@@ -64,20 +64,6 @@ func (j Job) Begin(ctx context.Context, tick time.Time) (runID int64, end func()
 	return runID, end, true, nil
 }
 
-// BeginByHand records the start of a run asked for by hand, without the
-// job's lease: for a job that only reads (drift's rules and stuck counts),
-// which may go on beside a scheduled run, asked for by a role that may not
-// take the maintenance jobs' locks (an operator's sidefx drift run). The
-// run has no tick, so it can claim none of the schedule's; it names the
-// runner alone, which INSERT (runner) on the runs table allows.
-func (j Job) BeginByHand(ctx context.Context) (runID int64, err error) {
-	err = j.Pool.QueryRow(ctx, `INSERT INTO `+j.Runs+` (runner) VALUES ($1) RETURNING id`, j.Runner).Scan(&runID)
-	if err != nil {
-		return 0, fmt.Errorf("record the %s run: %w", j.Name, Brief(err))
-	}
-	return runID, nil
-}
-
 // HeldOffAfter is how long one holder may hold a Job's lease before
 // HeldOff reports it: three times LeaseTTL.
 const HeldOffAfter = 3 * LeaseTTL

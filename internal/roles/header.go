@@ -6,7 +6,7 @@ var fileHeader = map[string]string{
 	Producer: `-- The privileges of a producer: a service that enqueues effects in its own
 -- transactions (Go's outbox, on pgx or database/sql, or the SQL functions),
 -- cancels those it may cancel, and keeps its consumers' inbox records and
--- its HTTP edge's keys. For schema public, schema version 38 or later. Run
+-- its HTTP edge's keys. For schema public, schema version 39 or later. Run
 -- as the schema's owner (the role that applies the migrations), after
 -- ` + "`sidefx migrate`" + `; replace sidefx_producer with your service's role.
 --
@@ -45,7 +45,7 @@ var fileHeader = map[string]string{
 -- service you trust with them.
 `,
 	Daemon: `-- The least privileges ` + "`sidefx run`" + ` needs, and its web console, for schema
--- public, schema version 38 or later. Run as the schema's owner (the role
+-- public, schema version 39 or later. Run as the schema's owner (the role
 -- that applies the migrations), after ` + "`sidefx migrate`" + `. Replace sidefx_daemon
 -- with your role; drift rules also need SELECT on the domain tables their
 -- SQL reads.
@@ -83,7 +83,7 @@ var fileHeader = map[string]string{
 	Operator: `-- The privileges of an operator: the role the sidefx CLI's commands run
 -- as (status, list, inspect, retry, refire, resolve, cancel, supersede,
 -- bulk, pause, resume, enqueue, drift run, drift list, reconcile list). For
--- schema public, schema version 38 or later. Run as the schema's owner (the
+-- schema public, schema version 39 or later. Run as the schema's owner (the
 -- role that applies the migrations), after ` + "`sidefx migrate`" + `; replace
 -- sidefx_operator with your role.
 --
@@ -104,13 +104,15 @@ var fileHeader = map[string]string{
 -- effect any other way, choose a key, a payload or a producer, insert or
 -- delete effects, write the history itself, change the settings (the key
 -- namespace), or change the schema: ` + "`sidefx migrate`" + ` runs as the owner.
--- It records the drift runs it asks for (sidefx drift run) and deletes
--- none; it cannot claim a scheduled run's tick nor take the maintenance
--- jobs' locks. Drift rules read your tables: grant it SELECT on those too.
+-- It records the drift runs it asks for (sidefx drift run) through
+-- sidefx_drift_by_hand, and writes no drift table: it cannot rewrite,
+-- forge, lock or delete the daemon's runs, claim a scheduled run's tick, nor
+-- take the maintenance jobs' locks. Drift rules read your tables: grant it
+-- SELECT on those too.
 `,
 	Viewer: `-- The privileges of a viewer: a role that reads what sidefx keeps and
 -- changes nothing (sidefx status, list, inspect, drift list, reconcile
--- list; a dashboard). For schema public, schema version 38 or later. Run
+-- list; a dashboard). For schema public, schema version 39 or later. Run
 -- as the schema's owner (the role that applies the migrations), after
 -- ` + "`sidefx migrate`" + `; replace sidefx_viewer with your role.
 --

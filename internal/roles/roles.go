@@ -289,7 +289,7 @@ var abilities = map[string][2]string{
 	},
 	Operator: {
 		"read everything; status, list, inspect, drift list, reconcile list; retry, retry --now, refire, resolve, cancel, supersede, pause, resume through the guarded functions (each writes its history row); drift run (records the run); enqueue and cancel as a producer",
-		"UPDATE, INSERT or DELETE side_effects, its history or the pauses, delete drift runs, change the settings, record evidence, hold the jobs' locks, change the schema",
+		"UPDATE, INSERT or DELETE side_effects, its history or the pauses, write the drift tables (its drift run goes through a function), change the settings, record evidence, hold the jobs' locks, change the schema",
 	},
 	Viewer: {
 		"read effects, payloads included, their history, pauses, registry, drift and reconciliation runs, evidence: status, list, inspect, drift list, reconcile list",
@@ -349,7 +349,8 @@ GRANT EXECUTE ON FUNCTION {{s}}.sidefx_late_answer(bigint, text, text, integer[]
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{s}}.sidefx_dispatchers TO {{r}};`},
 		{note: []string{"Drift runs and their findings, and their pruning."},
 			sql: `GRANT SELECT, INSERT, UPDATE, DELETE ON {{s}}.sidefx_drift_runs TO {{r}};
-GRANT SELECT, INSERT ON {{s}}.sidefx_drift_findings TO {{r}};`},
+GRANT SELECT, INSERT ON {{s}}.sidefx_drift_findings TO {{r}};
+GRANT EXECUTE ON FUNCTION {{s}}.sidefx_drift_by_hand(text, timestamptz, integer, jsonb, jsonb) TO {{r}};`},
 		{note: []string{"The reaper locks what it deletes (FOR UPDATE SKIP LOCKED: it never waits", "on a consumer's transaction), which needs UPDATE on a column (schema 29)."},
 			sql: `GRANT SELECT, DELETE, UPDATE (expires_at) ON {{s}}.sidefx_inbox TO {{r}};
 GRANT SELECT, DELETE, UPDATE (expires_at) ON {{s}}.sidefx_edge_keys TO {{r}};`},
@@ -378,9 +379,8 @@ GRANT SELECT, INSERT, UPDATE ON {{s}}.sidefx_kinds TO {{r}};`},
 			sql: `GRANT EXECUTE ON FUNCTION ` + enqueueFns + ` TO {{r}};`},
 		{note: []string{"retry, refire, resolve, cancel, supersede, pause and resume: each function", "checks its action's guard and writes the history (or pause log) row."},
 			sql: `GRANT EXECUTE ON FUNCTION ` + operatorFns + ` TO {{r}};`},
-		{note: []string{"sidefx drift run records its run and findings: a run by hand (no tick:", "it cannot claim a scheduled run's) without the jobs' lease, closed with", "its errors and stuck counts. It deletes no run: the daemon prunes them."},
-			sql: `GRANT INSERT (runner), UPDATE (finished_at, errors, stuck) ON {{s}}.sidefx_drift_runs TO {{r}};
-GRANT INSERT ON {{s}}.sidefx_drift_findings TO {{r}};`},
+		{note: []string{"sidefx drift run records its run and findings through a function", "(schema 39): a finished run by hand, with no tick (it claims no scheduled", "run's), touching no other run. It writes no drift table: it cannot", "rewrite, forge, lock or delete the daemon's runs."},
+			sql: `GRANT EXECUTE ON FUNCTION {{s}}.sidefx_drift_by_hand(text, timestamptz, integer, jsonb, jsonb) TO {{r}};`},
 	},
 	Viewer: {
 		{sql: `GRANT USAGE ON SCHEMA {{s}} TO {{r}};`},
