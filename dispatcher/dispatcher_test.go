@@ -239,11 +239,18 @@ func TestDispatcher_RetryAfterPausesTheProvider(t *testing.T) {
 		}
 	}
 	// The rate-limited effect waits its own Retry-After, capped likewise,
-	// on the database's clock.
-	e, err := store.Get(context.Background(), limited.EffectID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// on the database's clock. Its outcome is recorded by the completer,
+	// apart from the calls: nothing orders that write before the calls
+	// after the pause (a slow first write under load came after all nine),
+	// so the test waits for it to leave fired, then checks what it says.
+	var e *effects.Effect
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		var err error
+		if e, err = store.Get(context.Background(), limited.EffectID); err != nil {
+			return false, err.Error()
+		}
+		return e.State != effects.Fired, fmt.Sprintf("the 429's effect is %s at attempt %d: its outcome is not recorded", e.State, e.Attempts)
+	})
 	if e.State != effects.Pending || e.Attempts != 1 || e.NextAttemptAt.Sub(e.UpdatedAt) != capAt {
 		t.Fatalf("the 429's effect: %s, attempt %d, due %s after its outcome, want pending after %s",
 			e.State, e.Attempts, e.NextAttemptAt.Sub(e.UpdatedAt), capAt)
