@@ -32,7 +32,7 @@ const engineHome = "internal/engine/"
 var sqlHomes = map[string]int{
 	"daemon/session.go":            1,
 	"internal/roles/header.go":     3,
-	"internal/roles/roles.go":      17,
+	"internal/roles/roles.go":      16,
 	"migrations/migrations.go":     8,
 	"sidefxtest/contract/cases.go": 6,
 }
