@@ -9,7 +9,7 @@
 -- when it is missing, and grants what is missing. It never revokes.
 --
 -- The roles are created NOLOGIN: groups. Give one to a login role
--- (GRANT sidefx_operator TO alice), or make it a login and set its
+-- (GRANT sidefx_operator TO app_ops), or make it a login and set its
 -- password in psql (ALTER ROLE sidefx_daemon LOGIN; \password sidefx_daemon),
 -- never on a command line. Logins that are members of one producer role
 -- are one producer (they cancel each other's effects, share inbox and edge
