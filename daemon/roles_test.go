@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	neturl "net/url"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/effects"
@@ -52,19 +50,6 @@ func (c *cli) as(role string) *cli {
 	}
 	u.User = neturl.User(role)
 	return &cli{t: c.t, url: u.String(), env: c.env, eng: c.eng}
-}
-
-// deniedTo runs each statement as pool's role and wants each refused for
-// want of a privilege (42501).
-func deniedTo(t *testing.T, who string, pool *pgxpool.Pool, stmts ...string) {
-	t.Helper()
-	for _, q := range stmts {
-		_, err := pool.Exec(context.Background(), q)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "42501" {
-			t.Errorf("the %s role ran %q: %v (want permission denied, 42501)", who, q, err)
-		}
-	}
 }
 
 // sidefx roles, run twice as the schema's owner, makes the four roles, and
@@ -137,7 +122,7 @@ func TestCLI_RolesInOneStep(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deniedTo(t, "producer", producer,
+	pgtest.Refused(t, "producer", producer,
 		`SELECT payload FROM side_effects`,
 		`SELECT * FROM side_effect_events`,
 		`SELECT * FROM sidefx_settings`,
@@ -162,7 +147,7 @@ func TestCLI_RolesInOneStep(t *testing.T) {
 	if _, err := daemon.Complete(ctx, []engine.Outcome{{ID: claimed[0].ID, Attempt: 1, State: effects.Confirmed}}); err != nil {
 		t.Fatalf("the daemon role's outcome: %v", err)
 	}
-	deniedTo(t, "daemon", pool("daemon"), `SELECT * FROM sidefx_enqueue('o-2', 'k.daemon', '{}')`, `DELETE FROM side_effects`)
+	pgtest.Refused(t, "daemon", pool("daemon"), `SELECT * FROM sidefx_enqueue('o-2', 'k.daemon', '{}')`, `DELETE FROM side_effects`)
 
 	// The operator: the CLI's commands, drift run included.
 	failed := operate(t, eng, "k.failed", effects.Failed)
@@ -206,7 +191,7 @@ drift:
 	if err := owner.QueryRow(ctx, `SELECT runner FROM sidefx_drift_runs WHERE tick IS NULL AND finished_at IS NOT NULL`).Scan(&runner); err != nil {
 		t.Fatalf("the operator's drift run is not recorded, finished: %v", err)
 	}
-	deniedTo(t, "operator", pool("operator"),
+	pgtest.Refused(t, "operator", pool("operator"),
 		`UPDATE side_effects SET state = 'pending'`,
 		`INSERT INTO side_effect_events (effect_id, action, from_state, to_state, actor) VALUES (1, 'retry', 'failed', 'pending', 'x')`,
 		`DELETE FROM sidefx_pauses`,
@@ -239,7 +224,7 @@ drift:
 			t.Errorf("the viewer's sidefx %s: %v", strings.Join(a, " "), err)
 		}
 	}
-	deniedTo(t, "viewer", pool("viewer"),
+	pgtest.Refused(t, "viewer", pool("viewer"),
 		`SELECT * FROM sidefx_enqueue('o-9', 'k.pending', '{}')`,
 		`SELECT * FROM sidefx_cancel('o-1', 'k.pending')`,
 		fmt.Sprintf(`SELECT * FROM sidefx_send_again('retry', %d, 1, false, 0, -1, 'x', '')`, failed.ID),

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/effects"
@@ -34,19 +33,6 @@ func effectIn(t *testing.T, owner *pgxpool.Pool, source, kind string, state effe
 		t.Fatal(err)
 	}
 	return r.ID
-}
-
-// refused runs each statement on pool and wants each refused with
-// SQLSTATE 42501 (insufficient privilege).
-func refused(t *testing.T, who string, pool *pgxpool.Pool, stmts ...string) {
-	t.Helper()
-	for _, q := range stmts {
-		_, err := pool.Exec(context.Background(), q)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "42501" {
-			t.Errorf("the %s role ran %q: %v (want permission denied, 42501)", who, q, err)
-		}
-	}
 }
 
 // No role but the schema's owner writes side_effects or its history except
@@ -108,11 +94,11 @@ func TestE2E_NoRoleRewritesAnEffect(t *testing.T) {
 		`SELECT sidefx_set_pause('kind', 'charge.create', true, 'x', '')`,
 		`SELECT * FROM sidefx_due_now(NULL, ARRAY['charge.create'], 10, 'x', '')`,
 	}
-	refused(t, "producer", pools["producer"], append(append(every, notDaemon...), actions...)...)
-	refused(t, "viewer", pools["viewer"], append(append(append(every, notDaemon...), actions...),
+	pgtest.Refused(t, "producer", pools["producer"], append(append(every, notDaemon...), actions...)...)
+	pgtest.Refused(t, "viewer", pools["viewer"], append(append(append(every, notDaemon...), actions...),
 		`SELECT * FROM sidefx_enqueue('o-v', 'charge.create', '{}')`, `SELECT * FROM sidefx_cancel('o-done', 'charge.create')`)...)
-	refused(t, "operator", pools["operator"], append(every, notDaemon...)...)
-	refused(t, "daemon", pools["daemon"], every...)
+	pgtest.Refused(t, "operator", pools["operator"], append(every, notDaemon...)...)
+	pgtest.Refused(t, "daemon", pools["daemon"], every...)
 
 	var after string
 	var events int

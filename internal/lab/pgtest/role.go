@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/internal/roles"
@@ -102,4 +104,18 @@ func PoolAs(t testing.TB, url, user string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// Refused runs each statement on pool, as its role (named who in the
+// failure), and wants each refused for want of a privilege (SQLSTATE
+// 42501).
+func Refused(t testing.TB, who string, pool *pgxpool.Pool, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		_, err := pool.Exec(context.Background(), q)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" {
+			t.Errorf("the %s role ran %q: %v (want permission denied, 42501)", who, q, err)
+		}
+	}
 }
