@@ -117,7 +117,7 @@ func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, 
 // are claimed in the same pass. err is the last claim's error when every
 // claim of the pass failed, nil otherwise.
 func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGroup, outcomes chan<- pending) (more, blocked bool, soon time.Duration, claimed int, err error) {
-	if d.stuck.Load() {
+	if d.stuck.Load() || d.resyncing() {
 		return false, true, 0, 0, nil
 	}
 	tried, failedN := 0, 0
@@ -211,9 +211,19 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 		// progress, whose effects are not held yet.
 		d.claimMu.RLock()
 		cctx, cancel := context.WithTimeout(hardCtx, d.dbTimeout())
-		got, cerr := d.engine.Claim(cctx, engine.ClaimParams{Kinds: kinds, Limit: n, Lease: d.cfg.Lease,
+		got, cerr := d.claimOn(cctx, engine.ClaimParams{Kinds: kinds, Limit: n, Lease: d.cfg.Lease,
 			Worker: d.cfg.WorkerID, KeyWindows: d.windows, Timeouts: d.margins, MaxBytes: budget})
 		cancel()
+		if errors.Is(cerr, errResync) {
+			// Nothing claimed: the claims wait for the move to another
+			// server (follow).
+			d.claimMu.RUnlock()
+			d.mu.Lock()
+			d.bytes -= budget
+			d.mu.Unlock()
+			d.unreserve(g, n, n)
+			return false, true, 0, claimed, nil
+		}
 		tried++
 		if cerr != nil {
 			d.claimMu.RUnlock()

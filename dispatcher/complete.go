@@ -4,6 +4,7 @@ package dispatcher
 // batches, and what to do when they cannot be recorded.
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -112,16 +113,32 @@ func (d *Dispatcher) record(ctx context.Context, batch []pending) error {
 	if err != nil {
 		return err
 	}
+	if len(fenced) < len(outs) {
+		// Remembered a while: after a failover, the new primary may lack
+		// them (failover.go).
+		kept := make([]engine.Outcome, 0, len(outs)-len(fenced))
+		isOut := make(map[[2]int64]bool, len(fenced))
+		for _, o := range fenced {
+			isOut[[2]int64{o.ID, int64(o.Attempt)}] = true
+		}
+		for _, o := range outs {
+			if !isOut[[2]int64{o.ID, int64(o.Attempt)}] {
+				kept = append(kept, o)
+			}
+		}
+		d.memory.add(time.Now(), kept)
+	}
 	type attempt struct {
 		id int64
 		n  int
 	}
-	isFenced := make(map[attempt]bool, len(fenced))
+	fence := make(map[attempt]string, len(fenced))
 	for _, o := range fenced {
-		isFenced[attempt{o.ID, o.Attempt}] = true
+		fence[attempt{o.ID, o.Attempt}] = o.Fence
 	}
 	for i, p := range batch {
-		p.rec.Fenced = isFenced[attempt{p.out.ID, p.out.Attempt}]
+		why, isFenced := fence[attempt{p.out.ID, p.out.Attempt}]
+		p.rec.Fenced = isFenced
 		if !p.rec.Fenced && outs[i].State != p.out.State {
 			// The state recorded: failed with evidence left is
 			// uncertain, as is a retry past the key window.
@@ -129,8 +146,9 @@ func (d *Dispatcher) record(ctx context.Context, batch []pending) error {
 			recordedSpan(p.span, p.out.State)
 		}
 		if p.rec.Fenced {
-			d.log.Warn("outcome not recorded: the effect's lease was rescued and a newer attempt owns it",
-				"effect_id", p.out.ID, "kind", p.rec.Kind, "attempt", p.out.Attempt, "outcome", p.out.State)
+			d.log.Warn("outcome not recorded: "+cmp.Or(why, engine.FenceNewer),
+				"effect_id", p.out.ID, "kind", p.rec.Kind, "attempt", p.out.Attempt, "outcome", p.out.State,
+				"provider_ref", p.out.ProviderRef)
 		} else if p.out.State == effects.Uncertain || p.out.State == effects.Failed {
 			d.log.Warn("effect "+string(p.out.State), "effect_id", p.out.ID, "kind", p.rec.Kind, "attempt", p.out.Attempt, "err", p.out.Error)
 		} else {

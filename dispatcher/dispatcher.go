@@ -99,6 +99,11 @@ type Dispatcher struct {
 	// backlog wakes the claim loops after the first when a claim came back
 	// full.
 	backlog chan struct{}
+	// srv is the database server claims are made on (failover.go);
+	// memory the outcomes recorded lately, recorded again after a
+	// failover.
+	srv    *server
+	memory *memory
 }
 
 // logCtx is the context of log lines that belong to no request.
@@ -163,6 +168,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		wall:      func() time.Time { return time.Now().Round(0) },
 		ops:       map[string]*opState{},
 		freed:     make(chan struct{}, 1),
+		srv:       &server{kick: make(chan struct{}, 1)},
+		memory:    &memory{},
 		wake:      make(chan struct{}, 1),
 		beatNow:   make(chan struct{}, 1),
 		pausesNow: make(chan struct{}, 1),
@@ -273,6 +280,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	bg.Go(func() { d.listen(ctx) })
 	bg.Go(func() { d.maintain(ctx) })
+	bg.Go(func() { d.follow(ctx) })
 
 	// This run's outcomes: a channel of its own, closed once its calls are
 	// over, so that nothing of a previous run can send on a closed one.

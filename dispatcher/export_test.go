@@ -1,7 +1,10 @@
 package dispatcher
 
 import (
+	"context"
 	"time"
+
+	"github.com/sidefx/sidefx/internal/engine"
 
 	"github.com/sidefx/sidefx/effects"
 )
@@ -29,4 +32,10 @@ func Shares(cfg *Config) (map[string]int, error) {
 // and its call made. Call it before Run.
 func SetSuspend(d *Dispatcher, wall func() time.Time, before func(*effects.Effect)) {
 	d.wall, d.beforeCall = wall, before
+}
+
+// SetServerOf makes d read each new connection's server with of (a test's
+// failover). Call it before Run.
+func SetServerOf(d *Dispatcher, of func(context.Context, engine.DB) (engine.Server, error)) {
+	d.srv.of = of
 }

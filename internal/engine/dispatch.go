@@ -496,6 +496,9 @@ type Outcome struct {
 	// Notify announces the effect's id on the outcome channel
 	// (OutcomeChannel) if this outcome settles it.
 	Notify bool
+	// Fence says why Complete did not record the outcome (set on the
+	// outcomes it returns as fenced).
+	Fence string
 }
 
 // Complete records outcomes in one statement. A detail that is not JSON
@@ -519,9 +522,16 @@ type Outcome struct {
 // uncertain, and a retry that could not end inside the key window too.
 // Logs and metrics report that state.
 func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome, err error) {
+	return s.complete(ctx, outs, true)
+}
+
+// complete is Complete; remake says whether a claim the database lacks
+// may be made again.
+func (s *Engine) complete(ctx context.Context, outs []Outcome, remake bool) (fenced []Outcome, err error) {
 	if len(outs) == 0 {
 		return nil, nil
 	}
+	var again []int // outcomes whose claims were made again
 	n := len(outs)
 	ids, attempts, states := make([]int64, n), make([]int32, n), make([]string, n)
 	refs, details, errs := make([]pgtype.Text, n), make([]pgtype.Text, n), make([]pgtype.Text, n)
@@ -579,13 +589,33 @@ func (s *Engine) Complete(ctx context.Context, outs []Outcome) (fenced []Outcome
 		}
 		o.ProviderRef, o.Error = refs[i].String, errs[i].String
 		o.Detail = storableDetail(o.Detail)
-		ok, err := s.late(ctx, o)
+		ok, why, err := s.late(ctx, o, remake)
 		if err != nil {
 			return nil, fmt.Errorf("record late outcome of effect %d: %w", o.ID, err)
 		}
-		if !ok {
+		switch {
+		case why == remade:
+			again = append(again, i)
+		case !ok:
+			outs[i].Fence = why
 			fenced = append(fenced, outs[i])
 		}
+	}
+	if len(again) > 0 {
+		// The claims the database lacked are made again: their outcomes
+		// apply like any other (once: a claim remade is this attempt's).
+		redo := make([]Outcome, len(again))
+		for j, i := range again {
+			redo[j] = outs[i]
+		}
+		more, err := s.complete(ctx, redo, false)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range again {
+			outs[i] = redo[j]
+		}
+		fenced = append(fenced, more...)
 	}
 	return fenced, nil
 }
@@ -603,12 +633,13 @@ const dispatcherActor = "sidefx dispatcher"
 // late records outcome o that the complete statement did not apply, in a
 // transaction that locks its effect, and reports whether it changed
 // anything or had been recorded already.
-func (s *Engine) late(ctx context.Context, o Outcome) (bool, error) {
+func (s *Engine) late(ctx context.Context, o Outcome, remake bool) (bool, string, error) {
 	b, ok := s.db.(Beginner)
 	if !ok {
-		return false, errors.New("the store's database cannot begin a transaction")
+		return false, "", errors.New("the store's database cannot begin a transaction")
 	}
 	var changed bool
+	why := FenceNewer
 	err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
 		var (
 			state           string
@@ -625,11 +656,34 @@ func (s *Engine) late(ctx context.Context, o Outcome) (bool, error) {
 		}
 		cur := effects.State(state)
 		if int(attempts) < o.Attempt {
-			return nil // no such attempt: nothing to record
+			// The database lacks this attempt's claim, which was made and
+			// called: a failover to a standby that had not received it.
+			// The claim is made again, and the outcome then recorded like
+			// any other; nothing else may claim the effect meanwhile.
+			if !remake || (cur != effects.Pending && cur != effects.Fired && cur != effects.Uncertain) {
+				why = fmt.Sprintf("the database lacks attempt %d's claim (it has %d attempts) and the effect is %s: a failover lost the claim, and the effect changed since", o.Attempt, attempts, cur)
+				return nil
+			}
+			var ok bool
+			err := tx.QueryRow(ctx, `SELECT `+strings.TrimSuffix(s.table, "side_effects")+`sidefx_remake_claim($1, $2, $3, $4)`,
+				o.ID, int32(o.Attempt), remadeClaimer,
+				fmt.Sprintf("attempt %d's claim was lost (the database had %d attempts, the effect %s: a failover?); made again to record its answer", o.Attempt, attempts, cur)).Scan(&ok)
+			if err != nil {
+				return err
+			}
+			if ok {
+				why = remade
+			} else {
+				why = fmt.Sprintf("the database lacks attempt %d's claim and it could not be made again", o.Attempt)
+			}
+			return nil
 		}
 		if outcomeAttempt.Valid && int(outcomeAttempt.Int32) == o.Attempt && int(attempts) == o.Attempt && cur != effects.Fired {
 			changed = true // recorded already, by a write whose commit looked failed
 			return nil
+		}
+		if int(attempts) == o.Attempt {
+			why = fmt.Sprintf("the effect is %s, decided since this attempt's lease", cur)
 		}
 		newest := int(attempts) == o.Attempt
 		left := removeInt(maybe, int32(o.Attempt))
@@ -688,10 +742,22 @@ func (s *Engine) late(ctx context.Context, o Outcome) (bool, error) {
 		return s.applyLate(ctx, tx, o, cur, upd, note)
 	})
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
-	return changed, nil
+	return changed, why, nil
 }
+
+// Why an outcome was not recorded (Outcome.Fence).
+const (
+	// FenceNewer: the effect's lease was rescued and a newer attempt
+	// owns it.
+	FenceNewer = "the effect's lease was rescued and a newer attempt owns it"
+	// remade: not fenced; its claim was made again (sidefx_remake_claim).
+	remade = "remade"
+)
+
+// remadeClaimer is claimed_by of a claim made again.
+const remadeClaimer = "sidefx dispatcher (claim made again)"
 
 // lateUpdate is what a late answer does to its effect.
 type lateUpdate struct {

@@ -25,8 +25,8 @@ const (
 var Kinds = []string{Producer, Daemon, Operator, Viewer}
 
 // MinVersion is the schema version the grants need: the last migration
-// that added a table or a function they name (0037, sidefx_late_answer).
-const MinVersion = 37
+// that added a table or a function they name (0040, sidefx_remake_claim).
+const MinVersion = 40
 
 // Options says which roles, in which schema, with what.
 type Options struct {
@@ -344,6 +344,9 @@ GRANT UPDATE (state, attempts, maybe_attempts, last_error, lease_until, claimed_
 			sql: `GRANT SELECT ON {{s}}.side_effect_events TO {{r}};
 GRANT EXECUTE ON FUNCTION {{s}}.sidefx_late_answer(bigint, text, text, integer[], boolean, text, jsonb, text, boolean, text,
   boolean, integer, text) TO {{r}};`},
+		{note: []string{"After a failover: an answer whose claim the new primary lacks is recorded", "(its claim made again), and a promotion is seen and acted on (schema 40)."},
+			sql: `GRANT EXECUTE ON FUNCTION {{s}}.sidefx_remake_claim(bigint, integer, text, text),
+  {{s}}.sidefx_timeline_seen(text, bigint, text[], text) TO {{r}};`},
 		{note: []string{"/readyz reads the migration versions; the registry holds its heartbeat."},
 			sql: `GRANT SELECT ON {{s}}.sidefx_migrations TO {{r}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{s}}.sidefx_dispatchers TO {{r}};`},

@@ -1,0 +1,165 @@
+package dispatcher_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sidefx/sidefx/dispatcher"
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/providers"
+	"github.com/sidefx/sidefx/providers/providertest"
+)
+
+// holdKey holds the call of one key until open is closed, and says when
+// it started.
+type holdKey struct {
+	providers.Provider
+	key     string
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (h *holdKey) Call(ctx context.Context, c providers.Call) providers.Result {
+	if c.Key == h.key {
+		signalOnce(h.entered)
+		select {
+		case <-h.open:
+		case <-ctx.Done():
+			return providers.Retry(ctx.Err(), 0)
+		}
+	}
+	return h.Provider.Call(ctx, c)
+}
+
+func signalOnce(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// A dispatcher that lives through a promotion to a standby that lacks its
+// last commits sends nothing twice, for a provider that takes no key: the
+// answer of a call whose claim the new primary lacks is recorded (the
+// claim made again), not fenced and then sent again; a confirmation the
+// new primary lacks is recorded again from the dispatcher's memory; and
+// nothing is held, since this dispatcher alone served the kinds and
+// remembers all it recorded. The promotion is the test's: the database
+// stays, its rows are set back as the standby had them, and the timeline
+// each new connection reports grows by one.
+func TestDispatcher_LivesThroughAPromotionSendingNothingTwice(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	fake := providertest.New(providertest.Config{Name: "mail"}) // no keys: a second call is a second email
+	keys := enqueue(t, pool, "email.send", "o", 2)
+	held := &holdKey{Provider: fake, key: keys[0], entered: make(chan struct{}, 1), open: make(chan struct{})}
+	real, err := engine.ServerOf(t.Context(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timeline atomic.Int64
+	timeline.Store(real.Timeline)
+	d := build(t, pool, &dispatcher.Config{Kinds: kinds("email.send", dispatcher.Kind{Provider: held}), Workers: 4,
+		PollInterval: 50 * time.Millisecond, HeartbeatInterval: time.Second})
+	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
+		s, err := engine.ServerOf(ctx, db)
+		s.Timeline = timeline.Load()
+		return s, err
+	})
+	run(t, d)
+	store, _ := engine.NewStore(pool, nil)
+	<-held.entered
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		e, err := store.GetByKey(t.Context(), keys[1])
+		return err == nil && e.State == effects.Confirmed, "the second effect is not confirmed"
+	})
+
+	// The promotion: the standby had the first effect before its claim,
+	// and the second fired, without its confirmation.
+	if _, err := pool.Exec(t.Context(), `UPDATE side_effects SET state = 'pending', attempts = 0, first_fired_at = NULL, fired_at = NULL,
+			lease_until = NULL, claimed_by = NULL WHERE idempotency_key = $1`, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `UPDATE side_effects SET state = 'fired', lease_until = now() + interval '1 hour', provider_ref = NULL,
+			outcome = NULL, outcome_attempt = NULL, confirmed_at = NULL WHERE idempotency_key = $1`, keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	timeline.Add(1)
+	pool.Reset()
+	close(held.open)
+
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 2})
+	for i, k := range keys {
+		if n := fake.Performed(k); n != 1 {
+			t.Errorf("effect %d performed %d times, want once", i, n)
+		}
+	}
+	var actions []string
+	if err := pool.QueryRow(t.Context(), `SELECT coalesce(array_agg(ev.action ORDER BY ev.id), '{}') FROM side_effect_events ev
+			JOIN side_effects e ON e.id = ev.effect_id WHERE e.idempotency_key = $1`, keys[0]).Scan(&actions); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(actions, ",") != "remake_claim" {
+		t.Errorf("the first effect's history %v, want its claim made again", actions)
+	}
+	var timelines int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM sidefx_timelines WHERE held = 0`).Scan(&timelines); err != nil || timelines != 2 {
+		t.Errorf("timelines recorded: %d (%v), want 2, nothing held", timelines, err)
+	}
+	// Claims go on on the new server.
+	more := enqueue(t, pool, "email.send", "after", 1)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 3})
+	if n := fake.Performed(more[0]); n != 1 {
+		t.Errorf("an effect enqueued after the promotion performed %d times", n)
+	}
+}
+
+// A dispatcher that starts after a promotion (it remembers nothing of the
+// old primary) holds the due effects of a provider that takes no key, for
+// the provider to be checked first, and sends those of a keyed one.
+func TestDispatcher_StartingAfterAPromotionHoldsKeylessKinds(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	mail := providertest.New(providertest.Config{Name: "mail"})
+	charge := providertest.New(providertest.Config{Name: "charge", Idempotent: true})
+	mailKeys := enqueue(t, pool, "email.send", "m", 3)
+	chargeKeys := enqueue(t, pool, "charge.create", "c", 3)
+	eng, err := engine.New(pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	real, err := eng.Server(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A dispatcher saw the old primary's timeline.
+	if _, err := eng.TimelineSeen(t.Context(), real, nil, "before"); err != nil {
+		t.Fatal(err)
+	}
+	d := build(t, pool, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{
+		"email.send": {Provider: mail}, "charge.create": {Provider: charge}}, PollInterval: 50 * time.Millisecond})
+	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
+		s, err := engine.ServerOf(ctx, db)
+		s.Timeline = real.Timeline + 1
+		return s, err
+	})
+	run(t, d)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 3, effects.Uncertain: 3})
+	store, _ := engine.NewStore(pool, nil)
+	for _, k := range mailKeys {
+		e, _ := store.GetByKey(t.Context(), k)
+		if e.State != effects.Uncertain || !strings.Contains(e.LastError, "held after a failover") || mail.Performed(k) != 0 {
+			t.Errorf("keyless effect %s: %s %q, performed %d; want held, not sent", k, e.State, e.LastError, mail.Performed(k))
+		}
+	}
+	for _, k := range chargeKeys {
+		if n := charge.Performed(k); n != 1 {
+			t.Errorf("keyed effect %s performed %d times", k, n)
+		}
+	}
+}

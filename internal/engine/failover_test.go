@@ -1,0 +1,151 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
+)
+
+// A failover to a standby that had not received a claim: the database has
+// the effect as before the claim, and the dispatcher that made the claim
+// and called the provider brings its answer. The answer is recorded, the
+// claim made again with its history row (as the daemon's role), and the
+// effect is not claimable meanwhile nor after.
+func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
+	t.Parallel()
+	owner, daemon, _ := pgtest.DaemonRole(t)
+	st, err := engine.NewStore(owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(daemon, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bundle{ctx: t.Context(), pool: owner, store: st, eng: eng}
+	ins := insert(t, b,
+		effects.NewEffect{SourceID: "lost-pending", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "lost-retry", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "operator-cancelled", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
+	)
+	got := claim(t, b, "w1", time.Minute, "k.mail")
+	if len(got) != 3 {
+		t.Fatalf("claimed %d", len(got))
+	}
+	// What the new primary has: the first effect as before its claim
+	// (pending, no attempt); the second fired with attempt 1 whose
+	// outcome (retry) and attempt 2's claim were lost; the third pending,
+	// then cancelled by an operator after the promotion.
+	if _, err := owner.Exec(b.ctx, `UPDATE side_effects SET state = 'pending', attempts = 0, first_fired_at = NULL, fired_at = NULL,
+			lease_until = NULL, claimed_by = NULL WHERE source_id IN ('lost-pending', 'operator-cancelled')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Exec(b.ctx, `UPDATE side_effects SET state = 'cancelled' WHERE source_id = 'operator-cancelled'`); err != nil {
+		t.Fatal(err)
+	}
+	fenced, err := eng.Complete(b.ctx, []engine.Outcome{
+		{ID: ins[0].ID, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_1"},
+		{ID: ins[1].ID, Attempt: 2, State: effects.Confirmed, ProviderRef: "msg_2"},
+		{ID: ins[2].ID, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_3"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fenced) != 1 || fenced[0].ID != ins[2].ID || !strings.Contains(fenced[0].Fence, "lacks attempt 1's claim") {
+		t.Fatalf("fenced = %+v, want only the cancelled effect's, saying its claim is lacking", fenced)
+	}
+	if strings.Contains(fenced[0].Fence, "rescued") {
+		t.Errorf("the fence says a lease was rescued, and none was: %q", fenced[0].Fence)
+	}
+	for i, want := range []struct {
+		ref      string
+		attempts int
+		maybe    []int
+	}{{"msg_1", 1, nil}, {"msg_2", 2, []int{1}}} {
+		e, err := st.Get(b.ctx, ins[i].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.State != effects.Confirmed || e.ProviderRef != want.ref || e.Attempts != want.attempts {
+			t.Errorf("effect %d: %s ref %q attempts %d, want confirmed %s with %d attempts", i, e.State, e.ProviderRef, e.Attempts, want.ref, want.attempts)
+		}
+		var actions []string
+		if err := owner.QueryRow(b.ctx, `SELECT array_agg(action || ':' || from_state || '>' || to_state ORDER BY id) FROM side_effect_events WHERE effect_id = $1`, ins[i].ID).Scan(&actions); err != nil {
+			t.Fatal(err)
+		}
+		if len(actions) != 1 || !strings.HasPrefix(actions[0], "remake_claim:") {
+			t.Errorf("effect %d's history %v, want one remake_claim", i, actions)
+		}
+	}
+	// Nothing is left to claim: the answers settled both.
+	if again := claim(t, b, "w2", time.Minute, "k.mail"); len(again) != 0 {
+		t.Errorf("claimed again after the answers were recorded: %+v", again)
+	}
+	// The cancelled effect stays cancelled.
+	if e, _ := st.Get(b.ctx, ins[2].ID); e.State != effects.Cancelled {
+		t.Errorf("the cancelled effect is %s", e.State)
+	}
+}
+
+// A dispatcher that first talks to a server says which timeline it is on:
+// the first one seen holds nothing; a newer one (a promotion) holds the
+// due pending effects of the kinds without keys, each with its reason and
+// history row, and leaves the others and those not due; an older one (a
+// demoted primary) is refused.
+func TestEngine_APromotionHoldsKeylessKinds(t *testing.T) {
+	t.Parallel()
+	owner, daemon, _ := pgtest.DaemonRole(t)
+	st, err := engine.NewStore(owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(daemon, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bundle{ctx: t.Context(), pool: owner, store: st, eng: eng}
+	ins := insert(t, b,
+		effects.NewEffect{SourceID: "due", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "later", Kind: "k.mail", Payload: json.RawMessage(`{}`), NotBefore: time.Now().Add(time.Hour)},
+		effects.NewEffect{SourceID: "keyed", Kind: "k.charge", Payload: json.RawMessage(`{}`)},
+	)
+	srv, err := eng.Server(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.Timeline < 1 || srv.System == "" {
+		t.Fatalf("server %+v", srv)
+	}
+	seen, err := eng.TimelineSeen(b.ctx, srv, []string{"k.mail"}, "w1")
+	if err != nil || seen.Promoted || seen.Held != 0 {
+		t.Fatalf("first timeline: %+v, %v; want nothing held", seen, err)
+	}
+	// The same timeline again: nothing.
+	if seen, err := eng.TimelineSeen(b.ctx, srv, []string{"k.mail"}, "w2"); err != nil || seen.Promoted || seen.Held != 0 {
+		t.Fatalf("same timeline: %+v, %v", seen, err)
+	}
+	promoted := srv
+	promoted.Timeline++
+	seen, err = eng.TimelineSeen(b.ctx, promoted, []string{"k.mail"}, "w1")
+	if err != nil || !seen.Promoted || seen.Held != 1 {
+		t.Fatalf("newer timeline: %+v, %v; want one held", seen, err)
+	}
+	for i, want := range []effects.State{effects.Uncertain, effects.Pending, effects.Pending} {
+		e, _ := st.Get(b.ctx, ins[i].ID)
+		if e.State != want {
+			t.Errorf("effect %s is %s, want %s", e.SourceID, e.State, want)
+		}
+		if want == effects.Uncertain && !strings.Contains(e.LastError, "held after a failover") {
+			t.Errorf("held effect's reason %q", e.LastError)
+		}
+	}
+	// The old primary, back: refused.
+	if _, err := eng.TimelineSeen(b.ctx, srv, []string{"k.mail"}, "w3"); err == nil || !strings.Contains(err.Error(), "demoted primary") {
+		t.Errorf("an older timeline: %v, want refused as a demoted primary", err)
+	}
+}

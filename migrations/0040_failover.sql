@@ -1,0 +1,165 @@
+-- sidefx schema, version 40: a primary failover loses and repeats nothing
+-- a dispatcher can know of.
+--
+-- With asynchronous streaming replication a promoted standby can lack the
+-- last transactions the old primary committed. Two of them matter:
+--
+-- 1. A lost claim: the old primary recorded the effect fired (attempt N)
+--    and the dispatcher called the provider, but the new primary has the
+--    effect as before the claim (pending, or fired with an earlier
+--    attempt). The dispatcher still holds the answer.
+--    sidefx_remake_claim(p_id, p_attempt, p_worker, p_note) makes the
+--    claim again, as attempt p_attempt, with its history row (action
+--    remake_claim), so that the answer is recorded like any other; it
+--    applies only to an effect that is pending, fired or uncertain with
+--    fewer attempts than p_attempt (at most 100 fewer), never reaped.
+--    An effect that was fired with an earlier attempt keeps that attempt
+--    as evidence (maybe_attempts): its answer is lost with the claim.
+--
+-- 2. A dispatcher that lived through the promotion knows what it sent; one
+--    that restarted, or whose memory of recorded outcomes is shorter than
+--    the lost window, does not. sidefx_timelines records the timelines
+--    (PostgreSQL's: it grows by one at each promotion) a database system
+--    has been seen on. sidefx_timeline_seen(p_system, p_timeline,
+--    p_holdable, p_worker) is called by each dispatcher when it first
+--    talks to a server: on a timeline newer than every one recorded for
+--    that system (a promotion since), it holds the effects of the kinds
+--    p_holdable (those whose provider takes no key) that were pending and
+--    due: the old primary may have claimed and sent them in the lost
+--    window. They become uncertain with the reason in last_error and a
+--    history row (action failover_hold), so the reconciler or an operator
+--    checks the provider before any is sent again. On a timeline older
+--    than one recorded (a demoted primary, back), it raises 55000: no
+--    dispatcher claims there. It returns whether the timeline was new,
+--    how many effects it held, and the newest heartbeat the server had
+--    from before (the start of the window that may have been lost).
+--
+-- Both functions run with the owner's rights and are executable by the
+-- daemons' roles (those that may write the registry and update an
+-- effect's state), not by PUBLIC.
+
+ALTER TABLE {{schema}}.side_effect_events
+  DROP CONSTRAINT side_effect_events_action_check,
+  ADD CONSTRAINT side_effect_events_action_check
+    CHECK (action IN ('retry', 'resolve', 'refire', 'cancel', 'late_answer', 'supersede', 'due_now',
+      'remake_claim', 'failover_hold')) NOT VALID;
+
+CREATE TABLE {{schema}}.sidefx_timelines (
+  system_id  text        NOT NULL CHECK (char_length(system_id) BETWEEN 1 AND 64),
+  timeline   bigint      NOT NULL CHECK (timeline >= 1),
+  first_seen timestamptz NOT NULL DEFAULT now(),
+  seen_by    text        NOT NULL CHECK (char_length(seen_by) BETWEEN 1 AND 255),
+  held       bigint      NOT NULL DEFAULT 0,
+  PRIMARY KEY (system_id, timeline)
+);
+
+CREATE FUNCTION {{schema}}.sidefx_remake_claim(p_id bigint, p_attempt integer, p_worker text, p_note text)
+  RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+  SET search_path = pg_catalog, pg_temp
+  AS $$
+DECLARE
+  n bigint;
+BEGIN
+  IF p_id IS NULL OR p_attempt IS NULL OR p_attempt < 1 OR p_worker IS NULL OR char_length(p_worker) NOT BETWEEN 1 AND 255
+     OR p_note IS NULL THEN
+    RAISE EXCEPTION 'sidefx: remake a claim: the effect, an attempt of 1 or more, a worker of 1 to 255 characters and a note are needed'
+      USING ERRCODE = '22023';
+  END IF;
+  WITH old AS (
+    SELECT e.id, e.state, e.attempts FROM {{schema}}.side_effects AS e
+    WHERE e.id = p_id AND e.state IN ('pending', 'fired', 'uncertain') AND e.attempts < p_attempt
+      AND e.attempts >= p_attempt - 100 AND e.reaped_at IS NULL
+    FOR UPDATE
+  ), upd AS (
+    UPDATE {{schema}}.side_effects AS e SET state = 'fired', attempts = p_attempt,
+      maybe_attempts = CASE WHEN old.state = 'fired' AND old.attempts > 0
+        THEN array_append(array_remove(e.maybe_attempts, old.attempts), old.attempts) ELSE e.maybe_attempts END,
+      first_fired_at = coalesce(e.first_fired_at, now()), fired_at = now(),
+      lease_until = now() + interval '5 minutes', claimed_by = left(p_worker, 255),
+      max_attempts = CASE WHEN e.max_attempts IS NOT NULL AND e.max_attempts < p_attempt THEN p_attempt ELSE e.max_attempts END,
+      updated_at = now()
+    FROM old WHERE e.id = old.id
+    RETURNING e.id, old.state AS from_state
+  ), ev AS (
+    INSERT INTO {{schema}}.side_effect_events (effect_id, action, from_state, to_state, actor, note)
+    SELECT upd.id, 'remake_claim', upd.from_state, 'fired', 'sidefx dispatcher', left(p_note, 4096) FROM upd
+  )
+  SELECT count(*) INTO n FROM upd;
+  RETURN n > 0;
+END
+$$;
+
+CREATE FUNCTION {{schema}}.sidefx_timeline_seen(p_system text, p_timeline bigint, p_holdable text[], p_worker text)
+  RETURNS TABLE (promoted boolean, held bigint, since timestamptz)
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+  SET search_path = pg_catalog, pg_temp
+  AS $$
+DECLARE
+  v_max bigint;
+  v_since timestamptz;
+  v_held bigint := 0;
+BEGIN
+  IF p_system IS NULL OR char_length(p_system) NOT BETWEEN 1 AND 64 OR p_timeline IS NULL OR p_timeline < 1
+     OR p_worker IS NULL OR char_length(p_worker) NOT BETWEEN 1 AND 255
+     OR p_holdable IS NULL OR cardinality(p_holdable) > 10000 THEN
+    RAISE EXCEPTION 'sidefx: timeline seen: a system id of 1 to 64 characters, a timeline of 1 or more, at most 10000 kinds and a worker of 1 to 255 characters are needed'
+      USING ERRCODE = '22023';
+  END IF;
+  -- One at a time: two dispatchers seeing the new timeline hold once.
+  LOCK TABLE {{schema}}.sidefx_timelines IN SHARE ROW EXCLUSIVE MODE;
+  SELECT max(t.timeline) INTO v_max FROM {{schema}}.sidefx_timelines AS t WHERE t.system_id = p_system;
+  IF v_max IS NOT NULL AND p_timeline < v_max THEN
+    RAISE EXCEPTION 'sidefx: this server of system % is on timeline %, older than timeline % a dispatcher saw: a demoted primary? No effect is claimed here',
+      p_system, p_timeline, v_max USING ERRCODE = '55000';
+  END IF;
+  IF v_max IS NOT NULL AND p_timeline = v_max THEN
+    RETURN QUERY SELECT false, 0::bigint, NULL::timestamptz;
+    RETURN;
+  END IF;
+  IF v_max IS NOT NULL THEN
+    -- A promotion since the last timeline seen: what the old primary
+    -- committed after the newest heartbeat this server holds may be lost.
+    SELECT max(d.heartbeat_at) INTO v_since FROM {{schema}}.sidefx_dispatchers AS d;
+    WITH upd AS (
+      UPDATE {{schema}}.side_effects AS e SET state = 'uncertain', lease_until = NULL, updated_at = now(),
+        last_error = format('held after a failover (timeline %s to %s): the old primary may have sent it after the last of its transactions this server received (%s); its provider takes no key, so the provider is checked before it is sent again',
+          v_max, p_timeline, coalesce(v_since::text, 'unknown'))
+      WHERE e.kind = ANY (p_holdable) AND e.state = 'pending' AND e.next_attempt_at <= now() AND e.reaped_at IS NULL
+      RETURNING e.id
+    ), ev AS (
+      INSERT INTO {{schema}}.side_effect_events (effect_id, action, from_state, to_state, actor, note)
+      SELECT upd.id, 'failover_hold', 'pending', 'uncertain', 'sidefx dispatcher',
+        format('timeline %s to %s, seen by %s', v_max, p_timeline, left(p_worker, 255)) FROM upd
+    )
+    SELECT count(*) INTO v_held FROM upd;
+  END IF;
+  INSERT INTO {{schema}}.sidefx_timelines (system_id, timeline, seen_by, held)
+  VALUES (p_system, p_timeline, left(p_worker, 255), v_held);
+  RETURN QUERY SELECT v_max IS NOT NULL, v_held, v_since;
+END
+$$;
+
+REVOKE EXECUTE ON FUNCTION {{schema}}.sidefx_remake_claim(bigint, integer, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {{schema}}.sidefx_timeline_seen(text, bigint, text[], text) FROM PUBLIC;
+
+-- The daemons (roles that may write the registry and update an effect's
+-- state) may execute both, as sidefx roles grants for new ones.
+DO $$
+DECLARE
+  g record;
+BEGIN
+  FOR g IN
+    SELECT DISTINCT quote_ident(r.rolname) AS who
+    FROM pg_catalog.pg_class c
+      CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS a
+      JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+    WHERE c.oid = '{{schema}}.sidefx_dispatchers'::pg_catalog.regclass AND a.privilege_type IN ('INSERT', 'UPDATE')
+      AND a.grantee <> c.relowner
+      AND pg_catalog.has_column_privilege(r.oid, '{{schema}}.side_effects'::pg_catalog.regclass, 'state', 'UPDATE')
+  LOOP
+    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION {{schema}}.sidefx_remake_claim(bigint, integer, text, text), '
+      '{{schema}}.sidefx_timeline_seen(text, bigint, text[], text) TO %s', g.who);
+  END LOOP;
+END
+$$;
