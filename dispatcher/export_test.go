@@ -39,3 +39,6 @@ func SetSuspend(d *Dispatcher, wall func() time.Time, before func(*effects.Effec
 func SetServerOf(d *Dispatcher, of func(context.Context, engine.DB) (engine.Server, error)) {
 	d.srv.of = of
 }
+
+// Resyncing reports whether d's claims wait for a move to another server.
+func Resyncing(d *Dispatcher) bool { return d.resyncing() }

@@ -141,11 +141,25 @@ func (d *Dispatcher) checkServer(ctx context.Context, conn *pgxpool.Conn) (bool,
 		data[serverKey] = srv
 	}
 	d.srv.mu.Lock()
-	defer d.srv.mu.Unlock()
-	same := !d.srv.resync && d.srv.known == srv
+	same := !d.srv.resync && d.srv.known.Same(srv)
 	if !same && !d.srv.resync {
 		d.srv.resync, d.srv.next = true, srv
 		signal(d.srv.kick)
+	}
+	async := same && d.srv.known.Sync && !srv.Sync
+	if async {
+		d.srv.known.Sync = false
+	}
+	d.srv.mu.Unlock()
+	if async {
+		// Commits on this timeline are no longer all synchronous: a
+		// promotion may lose some, and will hold the kinds without keys.
+		if _, err := d.engine.WithDB(conn).TimelineSeen(ctx, srv, nil, d.cfg.WorkerID); err != nil {
+			d.srv.mu.Lock()
+			d.srv.known.Sync = true // said again at the next connection
+			d.srv.mu.Unlock()
+			return false, err
+		}
 	}
 	return same, nil
 }

@@ -23,7 +23,10 @@
 --    has been seen on. sidefx_timeline_seen(p_system, p_timeline,
 --    p_holdable, p_worker) is called by each dispatcher when it first
 --    talks to a server: on a timeline newer than every one recorded for
---    that system (a promotion since), it holds the effects of the kinds
+--    that system (a promotion since) whose primary was not seen
+--    committing synchronously (p_sync: a synchronous standby named and
+--    synchronous_commit on or remote_apply, as every dispatcher's
+--    connection on that timeline saw it), it holds the effects of the kinds
 --    p_holdable (those whose provider takes no key) that were pending and
 --    due: the old primary may have claimed and sent them in the lost
 --    window. They become uncertain with the reason in last_error and a
@@ -50,6 +53,7 @@ CREATE TABLE {{schema}}.sidefx_timelines (
   first_seen timestamptz NOT NULL DEFAULT now(),
   seen_by    text        NOT NULL CHECK (char_length(seen_by) BETWEEN 1 AND 255),
   held       bigint      NOT NULL DEFAULT 0,
+  synchronous boolean    NOT NULL DEFAULT false,
   PRIMARY KEY (system_id, timeline)
 );
 
@@ -90,34 +94,39 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION {{schema}}.sidefx_timeline_seen(p_system text, p_timeline bigint, p_holdable text[], p_worker text)
+CREATE FUNCTION {{schema}}.sidefx_timeline_seen(p_system text, p_timeline bigint, p_sync boolean, p_holdable text[], p_worker text)
   RETURNS TABLE (promoted boolean, held bigint, since timestamptz)
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER
   SET search_path = pg_catalog, pg_temp
   AS $$
 DECLARE
   v_max bigint;
+  v_sync boolean;
   v_since timestamptz;
   v_held bigint := 0;
 BEGIN
   IF p_system IS NULL OR char_length(p_system) NOT BETWEEN 1 AND 64 OR p_timeline IS NULL OR p_timeline < 1
-     OR p_worker IS NULL OR char_length(p_worker) NOT BETWEEN 1 AND 255
+     OR p_worker IS NULL OR char_length(p_worker) NOT BETWEEN 1 AND 255 OR p_sync IS NULL
      OR p_holdable IS NULL OR cardinality(p_holdable) > 10000 THEN
     RAISE EXCEPTION 'sidefx: timeline seen: a system id of 1 to 64 characters, a timeline of 1 or more, at most 10000 kinds and a worker of 1 to 255 characters are needed'
       USING ERRCODE = '22023';
   END IF;
   -- One at a time: two dispatchers seeing the new timeline hold once.
   LOCK TABLE {{schema}}.sidefx_timelines IN SHARE ROW EXCLUSIVE MODE;
-  SELECT max(t.timeline) INTO v_max FROM {{schema}}.sidefx_timelines AS t WHERE t.system_id = p_system;
+  SELECT t.timeline, t.synchronous INTO v_max, v_sync FROM {{schema}}.sidefx_timelines AS t WHERE t.system_id = p_system
+    ORDER BY t.timeline DESC LIMIT 1;
   IF v_max IS NOT NULL AND p_timeline < v_max THEN
     RAISE EXCEPTION 'sidefx: this server of system % is on timeline %, older than timeline % a dispatcher saw: a demoted primary? No effect is claimed here',
       p_system, p_timeline, v_max USING ERRCODE = '55000';
   END IF;
   IF v_max IS NOT NULL AND p_timeline = v_max THEN
+    IF v_sync AND NOT p_sync THEN
+      UPDATE {{schema}}.sidefx_timelines AS t SET synchronous = false WHERE t.system_id = p_system AND t.timeline = p_timeline;
+    END IF;
     RETURN QUERY SELECT false, 0::bigint, NULL::timestamptz;
     RETURN;
   END IF;
-  IF v_max IS NOT NULL THEN
+  IF v_max IS NOT NULL AND NOT v_sync THEN
     -- A promotion since the last timeline seen: what the old primary
     -- committed after the newest heartbeat this server holds may be lost.
     SELECT max(d.heartbeat_at) INTO v_since FROM {{schema}}.sidefx_dispatchers AS d;
@@ -134,14 +143,14 @@ BEGIN
     )
     SELECT count(*) INTO v_held FROM upd;
   END IF;
-  INSERT INTO {{schema}}.sidefx_timelines (system_id, timeline, seen_by, held)
-  VALUES (p_system, p_timeline, left(p_worker, 255), v_held);
+  INSERT INTO {{schema}}.sidefx_timelines (system_id, timeline, seen_by, held, synchronous)
+  VALUES (p_system, p_timeline, left(p_worker, 255), v_held, p_sync);
   RETURN QUERY SELECT v_max IS NOT NULL, v_held, v_since;
 END
 $$;
 
 REVOKE EXECUTE ON FUNCTION {{schema}}.sidefx_remake_claim(bigint, integer, text, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION {{schema}}.sidefx_timeline_seen(text, bigint, text[], text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {{schema}}.sidefx_timeline_seen(text, bigint, boolean, text[], text) FROM PUBLIC;
 
 -- The daemons (roles that may write the registry and update an effect's
 -- state) may execute both, as sidefx roles grants for new ones.
@@ -159,7 +168,7 @@ BEGIN
       AND pg_catalog.has_column_privilege(r.oid, '{{schema}}.side_effects'::pg_catalog.regclass, 'state', 'UPDATE')
   LOOP
     EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION {{schema}}.sidefx_remake_claim(bigint, integer, text, text), '
-      '{{schema}}.sidefx_timeline_seen(text, bigint, text[], text) TO %s', g.who);
+      '{{schema}}.sidefx_timeline_seen(text, bigint, boolean, text[], text) TO %s', g.who);
   END LOOP;
 END
 $$;

@@ -18,14 +18,24 @@ import (
 type Server struct {
 	System   string
 	Timeline int64
+	// Sync: the connection commits synchronously to a standby
+	// (synchronous_standby_names set, synchronous_commit on or
+	// remote_apply): a standby promoted lacks none of its commits.
+	Sync bool
 }
+
+// Same reports whether s and o are the same server (their Sync may
+// differ).
+func (s Server) Same(o Server) bool { return s.System == o.System && s.Timeline == o.Timeline }
 
 // serverSQL reads the system identifier and the timeline of the WAL being
 // written (the first 8 hex digits of its file name): both are readable by
 // any role. On a standby it fails (recovery is in progress), and no
 // dispatcher claims there.
 const serverSQL = `SELECT (SELECT c.system_identifier::text FROM pg_catalog.pg_control_system() AS c),
-	pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8)`
+	pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8),
+	pg_catalog.current_setting('synchronous_standby_names') <> ''
+		AND pg_catalog.current_setting('synchronous_commit') IN ('on', 'remote_apply')`
 
 // Server says which server q (a connection, a pool, a transaction) talks
 // to.
@@ -36,14 +46,15 @@ func (s *Engine) Server(ctx context.Context) (Server, error) {
 // ServerOf is Server on q.
 func ServerOf(ctx context.Context, q DB) (Server, error) {
 	var sys, tl string
-	if err := q.QueryRow(ctx, serverSQL).Scan(&sys, &tl); err != nil {
+	var sync bool
+	if err := q.QueryRow(ctx, serverSQL).Scan(&sys, &tl, &sync); err != nil {
 		return Server{}, fmt.Errorf("read the server's timeline: %w", noRow(err))
 	}
 	n, err := strconv.ParseInt(tl, 16, 64)
 	if err != nil || n < 1 {
 		return Server{}, fmt.Errorf("read the server's timeline: %q is not one", tl)
 	}
-	return Server{System: sys, Timeline: n}, nil
+	return Server{System: sys, Timeline: n, Sync: sync}, nil
 }
 
 // Seen is what sidefx_timeline_seen found.
@@ -60,7 +71,8 @@ type Seen struct {
 }
 
 // TimelineSeen records that worker talks to srv, and, on a promotion since
-// the last timeline recorded, holds the due pending effects of holdable
+// the last timeline recorded whose primary was not always seen committing
+// synchronously, holds the due pending effects of holdable
 // (the kinds whose provider takes no key). A server on an older timeline
 // than one recorded (a demoted primary) is an error.
 func (s *Engine) TimelineSeen(ctx context.Context, srv Server, holdable []string, worker string) (Seen, error) {
@@ -69,8 +81,8 @@ func (s *Engine) TimelineSeen(ctx context.Context, srv Server, holdable []string
 	}
 	var seen Seen
 	var since pgtype.Timestamptz
-	err := s.db.QueryRow(ctx, `SELECT promoted, held, since FROM `+strings.TrimSuffix(s.table, "side_effects")+`sidefx_timeline_seen($1, $2, $3, $4)`,
-		srv.System, srv.Timeline, holdable, truncate(worker, 255)).Scan(&seen.Promoted, &seen.Held, &since)
+	err := s.db.QueryRow(ctx, `SELECT promoted, held, since FROM `+strings.TrimSuffix(s.table, "side_effects")+`sidefx_timeline_seen($1, $2, $3, $4, $5)`,
+		srv.System, srv.Timeline, srv.Sync, holdable, truncate(worker, 255)).Scan(&seen.Promoted, &seen.Held, &since)
 	if err != nil {
 		return Seen{}, fmt.Errorf("record the server's timeline: %w", noRow(err))
 	}

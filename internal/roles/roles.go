@@ -346,7 +346,7 @@ GRANT EXECUTE ON FUNCTION {{s}}.sidefx_late_answer(bigint, text, text, integer[]
   boolean, integer, text) TO {{r}};`},
 		{note: []string{"After a failover: an answer whose claim the new primary lacks is recorded", "(its claim made again), and a promotion is seen and acted on (schema 40)."},
 			sql: `GRANT EXECUTE ON FUNCTION {{s}}.sidefx_remake_claim(bigint, integer, text, text),
-  {{s}}.sidefx_timeline_seen(text, bigint, text[], text) TO {{r}};`},
+  {{s}}.sidefx_timeline_seen(text, bigint, boolean, text[], text) TO {{r}};`},
 		{note: []string{"/readyz reads the migration versions; the registry holds its heartbeat."},
 			sql: `GRANT SELECT ON {{s}}.sidefx_migrations TO {{r}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{s}}.sidefx_dispatchers TO {{r}};`},
