@@ -170,7 +170,9 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			if tokens < 1 {
 				d.mu.Unlock()
 				blocked = true
-				sooner(time.Duration((1 - max(tokens, 0)) / float64(g.lim.Limit()) * float64(time.Second)))
+				if r := float64(g.lim.Limit()); r > 0 {
+					sooner(time.Duration((1 - max(tokens, 0)) / r * float64(time.Second)))
+				} // else a fleet share of nothing: the heartbeat that gives one wakes the claims
 				continue
 			}
 			n = min(n, int(tokens))

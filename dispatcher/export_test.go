@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // SetClock makes d measure provider pauses, rate limits and the error log's
@@ -30,3 +31,19 @@ func Shares(cfg *Config) (map[string]int, error) {
 func SetSuspend(d *Dispatcher, wall func() time.Time, before func(*effects.Effect)) {
 	d.wall, d.beforeCall = wall, before
 }
+
+// SplitShare and CapShare are the fleet's share arithmetic.
+var (
+	SplitShare = splitShare
+	CapShare   = capShare
+)
+
+// FleetShareOf returns the share of provider's limits (whole) that worker
+// takes given the live peers, and how many members share them.
+func FleetShareOf(provider string, whole engine.Share, worker string, peers []engine.Peer) (engine.Share, int) {
+	return fleetShare(&group{name: provider, whole: whole}, worker, peers)
+}
+
+// SetKilled makes Run leave d's registry row behind when it stops, as a
+// killed process would. Call it before Run.
+func SetKilled(d *Dispatcher) { d.noRetire = true }
