@@ -54,9 +54,9 @@ type Dispatcher struct {
 	// would (a test's kill).
 	noRetire bool
 	shareObs ShareObserver
-	pauseObs   PauseObserver
-	errObs     ErrorObserver
-	provObs    ProviderObserver
+	pauseObs PauseObserver
+	errObs   ErrorObserver
+	provObs  ProviderObserver
 
 	// amu orders providers' answers: each group's failure streak and last
 	// success, and the ProviderObserver calls that report them.
@@ -126,6 +126,9 @@ type group struct {
 	// members is how many live dispatchers shared the limits at the last
 	// heartbeat, this one included; guarded by Dispatcher.mu.
 	members int
+	// filled: the limiter has had a share of the rate (fleet.go);
+	// guarded by Dispatcher.mu.
+	filled bool
 	// pausedUntil: no claim before it (a Retry-After), by Dispatcher.now;
 	// guarded by Dispatcher.mu.
 	pausedUntil time.Time

@@ -142,7 +142,18 @@ func (g *group) applyShare(now time.Time, s engine.Share) {
 	if g.whole.Concurrency > 0 {
 		g.limit = s.Concurrency
 	}
-	if g.whole.Rate > 0 && g.lim != nil {
+	switch {
+	case g.whole.Rate <= 0:
+	case !g.filled && s.Burst > 0:
+		// The first share this dispatcher gets starts with its burst, as
+		// a limiter of one process starts with its own: the other
+		// members' bursts leave room for it (capShare), and their tokens
+		// are at most their bursts.
+		g.lim = rate.NewLimiter(rate.Limit(s.Rate), s.Burst)
+		g.filled = true
+	default:
+		// Tokens over a lowered burst are dropped at the limiter's next
+		// use; a raised burst fills at the rate.
 		g.lim.SetBurstAt(now, s.Burst)
 		g.lim.SetLimitAt(now, rate.Limit(s.Rate))
 	}
