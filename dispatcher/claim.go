@@ -272,7 +272,12 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			d.cfg.Observer.Recorded(Dispatch{EffectID: e.ID, Kind: e.Kind, Provider: g.name, Attempt: e.Attempts, State: e.State})
 		}
 		if lim != nil && len(fired) > 0 {
-			lim.ReserveN(now, len(fired))
+			// At the time of the reservation, not of the check: a limiter
+			// reserving at a time before its last update (a heartbeat's
+			// retuning, another loop's reservation during this claim)
+			// moves its clock back and counts the time between twice,
+			// tokens it never had.
+			lim.ReserveN(d.now(), len(fired))
 		}
 		d.mu.Lock()
 		d.bytes -= budget

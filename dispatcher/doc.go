@@ -63,8 +63,10 @@
 //
 //   - a replica that joins takes only what is free: nothing while the
 //     others hold everything; they see it at their next heartbeat and give
-//     up their part, and it takes its own at its next. The first share a
-//     process gets starts with its burst, like a limiter of one process;
+//     up their part, and it takes its own at its next. A share of the rate
+//     that joins others starts with no token (the burst it takes may have
+//     just been spent by the member that gave it up); a dispatcher alone
+//     starts with its burst, like a limiter of one process;
 //   - a lowered share is applied before its heartbeat commits, a raised one
 //     after, and the limiter (golang.org/x/time/rate) and the concurrency
 //     are retuned live: calls in flight go on, a concurrency below them
@@ -86,7 +88,8 @@
 // an earlier release, which record no share, are not counted. The
 // accuracy is the token bucket's: over any T seconds at most Burst +
 // RatePerSecond·T calls start across the fleet (the test of three
-// replicas at 50/s with a burst of 5 measured at most 51 in a second). A
+// replicas at 50/s with a burst of 5 measured 50 to 52 in a second at
+// most, over runs). A
 // provider's own 429 with Retry-After still pauses each replica that gets
 // one, on its own. An Observer implementing ShareObserver is told each
 // share at every heartbeat (metric sidefx_provider_share), and sidefx

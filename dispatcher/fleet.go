@@ -136,19 +136,19 @@ func lower(a, b engine.Share) engine.Share {
 // concurrency (when shared) and its limiter's rate and burst (when
 // shared), retuned live. Calls in flight go on; a concurrency below them
 // only holds new claims off, and tokens above a lowered burst are dropped.
+// The first share of the rate starts with its burst when this dispatcher
+// is alone (alone), as a limiter of one process starts; one that joins
+// others starts with no token, since the burst it takes may have been
+// spent by the member that gave it up.
 // The caller holds Dispatcher.mu, or g is not in use yet.
-func (g *group) applyShare(now time.Time, s engine.Share) {
+func (g *group) applyShare(now time.Time, s engine.Share, alone bool) {
 	g.share = s
 	if g.whole.Concurrency > 0 {
 		g.limit = s.Concurrency
 	}
 	switch {
 	case g.whole.Rate <= 0:
-	case !g.filled && s.Burst > 0:
-		// The first share this dispatcher gets starts with its burst, as
-		// a limiter of one process starts with its own: the other
-		// members' bursts leave room for it (capShare), and their tokens
-		// are at most their bursts.
+	case !g.filled && s.Burst > 0 && alone:
 		g.lim = rate.NewLimiter(rate.Limit(s.Rate), s.Burst)
 		g.filled = true
 	default:
@@ -156,6 +156,7 @@ func (g *group) applyShare(now time.Time, s engine.Share) {
 		// use; a raised burst fills at the rate.
 		g.lim.SetBurstAt(now, s.Burst)
 		g.lim.SetLimitAt(now, rate.Limit(s.Rate))
+		g.filled = g.filled || s.Burst > 0
 	}
 }
 
@@ -177,7 +178,7 @@ func (d *Dispatcher) sharedHeartbeat(ctx context.Context) (engine.Beat, error) {
 			if g.fleet {
 				s, n := fleetShare(g, d.cfg.WorkerID, peers)
 				next[g], members[g] = s, n
-				g.applyShare(now, lower(g.share, s))
+				g.applyShare(now, lower(g.share, s), false)
 			}
 		}
 		d.mu.Unlock()
@@ -195,7 +196,7 @@ func (d *Dispatcher) sharedHeartbeat(ctx context.Context) (engine.Beat, error) {
 		}
 		if err == nil && next != nil {
 			raised = raised || next[g].Concurrency > g.share.Concurrency || next[g].Rate > g.share.Rate
-			g.applyShare(now, next[g])
+			g.applyShare(now, next[g], members[g] == 1)
 			g.members = members[g]
 		}
 		seen = append(seen, FleetShare{Provider: g.name, Rate: g.share.Rate, Burst: g.share.Burst,
