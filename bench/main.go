@@ -47,6 +47,8 @@ type options struct {
 	edgeSyncOff    bool
 	backlogN       int
 	backlogParked  int
+	limitN         int
+	limitRate      int
 	only           string
 	cpuProfile     string
 	statements     string
@@ -68,6 +70,8 @@ func main() {
 	flag.BoolVar(&o.edgeSyncOff, "edge-inbox-sync-off", false, "also run the edge and inbox workloads in the synchronous_commit=off pass")
 	flag.IntVar(&o.backlogN, "backlog-n", 2000, "effects drained in the backlog workload")
 	flag.IntVar(&o.backlogParked, "backlog-parked", 1000000, "pending effects of another kind parked in the backlog workload (0 skips it)")
+	flag.IntVar(&o.limitN, "limit-n", 3000, "effects drained in the limits workload (0 skips it)")
+	flag.IntVar(&o.limitRate, "limit-rate", 200, "the provider's calls per second in the limits workload, across 3 dispatchers")
 	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run ("+strings.Join(workloads, ", ")+"); empty: all")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (dispatchers and River clients run in it) to the file")
 	flag.StringVar(&o.statements, "statements", "", "load pg_stat_statements in the bench's cluster and write, per pass and workload, the statements that took the server's time to the file (markdown)")
@@ -80,7 +84,7 @@ func main() {
 	if o.quick { // smaller sizes, except where a flag sets one
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]string{"runs": "1", "drain-n": "5000", "latency-seconds": "3", "history": "20000", "enqueue-seconds": "1", "edge-seconds": "3"} {
+		for name, v := range map[string]string{"runs": "1", "drain-n": "5000", "latency-seconds": "3", "history": "20000", "enqueue-seconds": "1", "edge-seconds": "3", "limit-n": "1000"} {
 			if !set[name] {
 				flag.Set(name, v) //nolint:errcheck // the names and values above are valid
 			}
@@ -121,6 +125,7 @@ func run(ctx context.Context, o *options) error {
 		if !o.edgeSyncOff {
 			skip = append(skip, "edge", "inbox")
 		}
+		skip = append(skip, "limits") // paced by the provider's limit, not the server
 		passes = append(passes, pass{"synchronous_commit=off (fsync=on)", durable + "synchronous_commit = off\n", skip})
 	}
 	host, _ := os.Hostname()
@@ -196,7 +201,7 @@ func runPass(ctx context.Context, o *options, settings string, skip []string, st
 		name string
 		run  func(context.Context) error
 	}{{"enqueue", e.enqueueAll}, {"drain", e.drainAll}, {"latency", e.latencyAll}, {"history", e.historyAll},
-		{"edge", e.edgeAll}, {"inbox", e.inboxAll}, {"backlog", e.backlogAll}}
+		{"edge", e.edgeAll}, {"inbox", e.inboxAll}, {"backlog", e.backlogAll}, {"limits", e.limitsAll}}
 	for _, s := range steps {
 		if !o.selected(s.name) || slices.Contains(skip, s.name) {
 			continue
@@ -239,7 +244,7 @@ func cpuModel() string {
 	return "unknown CPU"
 }
 
-var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox", "backlog"}
+var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox", "backlog", "limits"}
 
 // checkOnly refuses an --only naming no workload.
 func (o *options) checkOnly() error {

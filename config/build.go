@@ -187,7 +187,8 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 			if rt.Dispatcher.Limits == nil {
 				rt.Dispatcher.Limits = map[string]dispatcher.Limit{}
 			}
-			rt.Dispatcher.Limits[k.Provider] = dispatcher.Limit{Concurrency: pc.Concurrency, RatePerSecond: pc.RatePerSecond, Burst: pc.Burst}
+			rt.Dispatcher.Limits[k.Provider] = dispatcher.Limit{Concurrency: pc.Concurrency, RatePerSecond: pc.RatePerSecond, Burst: pc.Burst,
+				Scope: dispatcher.LimitScope(pc.LimitScope)}
 		}
 	}
 	rt.Tracing = Tracing{OTLPEndpoint: c.Tracing.OTLPEndpoint, SampleRatio: c.Tracing.SampleRatio, ServiceName: c.Tracing.ServiceName}

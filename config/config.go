@@ -270,6 +270,14 @@ type ProviderConfig struct {
 	// with a rate. Default 0: max(1, rate_per_second).
 	Burst int `yaml:"burst"`
 
+	// LimitScope says what concurrency, rate_per_second and burst bound:
+	// fleet, every live dispatcher of the database together, each holding
+	// a share set at its heartbeats (three replicas of a provider limited
+	// to 20 calls/s send 20 in all); or process, each dispatcher on its
+	// own (three replicas send 60). A concurrency left at 0 is a share of
+	// dispatcher.workers, per process either way. Default fleet.
+	LimitScope string `yaml:"limit_scope"`
+
 	// Settings are the provider's own fields, decoded into a pointer to
 	// its type's settings struct (*stripe.Settings for a stripe provider,
 	// *webhook.Settings…). A Config made by hand may leave them nil: the

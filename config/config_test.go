@@ -115,7 +115,7 @@ func TestReference_ParsesAndBuilds(t *testing.T) {
 		t.Errorf("kinds have the wrong providers")
 	}
 	if d.Schema != "public" || d.Workers != dispatcher.DefaultWorkers || d.BatchSize != dispatcher.DefaultBatchSize || d.Lease != time.Minute || d.Logger == nil ||
-		!reflect.DeepEqual(d.Limits, map[string]dispatcher.Limit{"partner": {Concurrency: 8, RatePerSecond: 50, Burst: 10}}) {
+		!reflect.DeepEqual(d.Limits, map[string]dispatcher.Limit{"partner": {Concurrency: 8, RatePerSecond: 50, Burst: 10, Scope: dispatcher.ScopeFleet}}) {
 		t.Errorf("dispatcher config: %v", rt)
 	}
 	if rt.Migrations != (migrations.Config{Schema: "public"}) {
@@ -262,6 +262,8 @@ func TestParse_Invalid(t *testing.T) {
 			nil, []string{`providers["Mail"]: "Mail" is not a provider name`}},
 		{"burst without rate", db + "providers:\n  mail: {type: sendgrid, api_key_env: K, burst: 5}\nkinds: {email.receipt: {provider: mail}}\n",
 			nil, []string{`providers["mail"].burst: set without rate_per_second`}},
+		{"unknown limit scope", db + "providers:\n  mail: {type: sendgrid, api_key_env: K, rate_per_second: 5, limit_scope: cluster}\nkinds: {email.receipt: {provider: mail}}\n",
+			nil, []string{`providers["mail"].limit_scope: "cluster": want fleet (the default`}},
 		{"duplicate drift rule name", db + mail + "kinds: {email.receipt: {provider: mail}}\ndrift:\n  rules:\n    - {name: receipts, kind: email.receipt, sql: SELECT 1}\n    - {name: receipts, kind: email.receipt, sql: SELECT 2}\n",
 			nil, []string{`line 8: drift.rules[1].name: "receipts" is already the name of drift.rules[0]`}},
 		{"drift rule for an unconfigured kind", db + mail + "kinds: {email.receipt: {provider: mail}}\ndrift:\n  rules:\n    - {name: refunds, kind: refund.create, sql: SELECT 1}\n",
@@ -677,7 +679,7 @@ func TestBuild_Limits(t *testing.T) {
 	doc := `database_url: postgres://localhost/app
 providers:
   mail: {type: sendgrid, api_key_env: SENDGRID_API_KEY, concurrency: 4, rate_per_second: 10, burst: 20}
-  stripe: {type: stripe, api_key_env: STRIPE_API_KEY, base_url: "http://127.0.0.1:12111", timeout: 5s}
+  stripe: {type: stripe, api_key_env: STRIPE_API_KEY, base_url: "http://127.0.0.1:12111", timeout: 5s, rate_per_second: 5, limit_scope: process}
 kinds:
   email.receipt: {provider: mail, at_least_once: true}
   stripe.refunds.create: {provider: stripe}
@@ -688,7 +690,8 @@ kinds:
 		t.Fatalf("Build: %v", err)
 	}
 	defer rt.Close()
-	want := map[string]dispatcher.Limit{"mail": {Concurrency: 4, RatePerSecond: 10, Burst: 20}}
+	want := map[string]dispatcher.Limit{"mail": {Concurrency: 4, RatePerSecond: 10, Burst: 20},
+		"stripe": {RatePerSecond: 5, Scope: dispatcher.ScopeProcess}}
 	if !reflect.DeepEqual(rt.Dispatcher.Limits, want) {
 		t.Errorf("limits %+v, want %+v", rt.Dispatcher.Limits, want)
 	}

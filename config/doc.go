@@ -28,7 +28,8 @@
 // providers/builtin; a program adds its own, made with NewProviderType or
 // ptype.New (package daemon passes the built-in types, then
 // daemon.Daemon.ProviderTypes). A provider of any type has the common
-// fields (type, timeout, concurrency, rate_per_second, burst); the rest of
+// fields (type, timeout, concurrency, rate_per_second, burst,
+// limit_scope); the rest of
 // its mapping is decoded into the type's settings struct
 // (ProviderConfig.Settings) with unknown fields refused, and a field of
 // another type refused as such; the settings are checked by the type's

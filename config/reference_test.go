@@ -50,6 +50,7 @@ providers:
     concurrency: 8
     rate_per_second: 50
     burst: 10
+    limit_scope: fleet
   payments:
     type: http
     url: https://checkout.example/v71/payments

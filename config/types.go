@@ -22,7 +22,8 @@ import (
 // name; the configuration knows none of its own.
 //
 // A provider is configured the same way whatever its type: the fields
-// every provider has (type, timeout, concurrency, rate_per_second, burst)
+// every provider has (type, timeout, concurrency, rate_per_second, burst,
+// limit_scope)
 // are the configuration's, and every other field of its mapping is the
 // type's own, decoded into its settings struct with unknown fields
 // refused:
@@ -72,7 +73,7 @@ func NewProviderType[S any](name string, check func(s *S, p *Problems), build fu
 
 // commonFields are the fields of ProviderConfig that every provider has;
 // its type owns the rest of its mapping.
-var commonFields = []string{"type", "timeout", "concurrency", "rate_per_second", "burst"}
+var commonFields = []string{"type", "timeout", "concurrency", "rate_per_second", "burst", "limit_scope"}
 
 // registry is the provider types of one Load, by name, in the order given.
 type registry struct {
@@ -365,9 +366,10 @@ func (p ProviderConfig) MarshalYAML() (any, error) {
 		Concurrency   int      `yaml:"concurrency"`
 		RatePerSecond float64  `yaml:"rate_per_second"`
 		Burst         int      `yaml:"burst"`
+		LimitScope    string   `yaml:"limit_scope,omitempty"`
 	}
 	var n yaml.Node
-	if err := n.Encode(common{p.Type, p.Timeout, p.Concurrency, p.RatePerSecond, p.Burst}); err != nil {
+	if err := n.Encode(common{p.Type, p.Timeout, p.Concurrency, p.RatePerSecond, p.Burst, p.LimitScope}); err != nil {
 		return nil, err
 	}
 	if p.Settings == nil {

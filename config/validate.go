@@ -274,6 +274,11 @@ func (p ProviderConfig) checkCommon(v *checker, path string) {
 	case p.Burst > 0 && p.RatePerSecond == 0:
 		v.fail(path+".burst", "set without rate_per_second: a burst only shapes a rate")
 	}
+	switch dispatcher.LimitScope(p.LimitScope) {
+	case "", dispatcher.ScopeFleet, dispatcher.ScopeProcess:
+	default:
+		v.fail(path+".limit_scope", "%q: want fleet (the default: the limits hold across every live dispatcher) or process (each dispatcher on its own)", p.LimitScope)
+	}
 }
 
 // checkBaseURL checks an address (ptype.BaseURLProblem). Its errors do not

@@ -163,14 +163,18 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 			d.mu.Unlock()
 			continue
 		}
-		if g.lim != nil {
+		// A fleet share's first replaces the limiter (fleet.go), under mu.
+		lim := g.lim
+		if lim != nil {
 			// Tokens another loop's claim in progress may take are not
 			// this claim's.
-			tokens := g.lim.TokensAt(now) - float64(g.claiming)
+			tokens := lim.TokensAt(now) - float64(g.claiming)
 			if tokens < 1 {
 				d.mu.Unlock()
 				blocked = true
-				sooner(time.Duration((1 - max(tokens, 0)) / float64(g.lim.Limit()) * float64(time.Second)))
+				if r := float64(lim.Limit()); r > 0 {
+					sooner(time.Duration((1 - max(tokens, 0)) / r * float64(time.Second)))
+				} // else a fleet share of nothing: the heartbeat that gives one wakes the claims
 				continue
 			}
 			n = min(n, int(tokens))
@@ -277,8 +281,13 @@ func (d *Dispatcher) claimOnce(ctx, hardCtx context.Context, calls *sync.WaitGro
 				"kind", e.Kind, "attempt", e.Attempts, "maybe_attempts", e.MaybeAttempts, "err", e.LastError)
 			d.cfg.Observer.Recorded(Dispatch{EffectID: e.ID, Kind: e.Kind, Provider: g.name, Attempt: e.Attempts, State: e.State})
 		}
-		if g.lim != nil && len(fired) > 0 {
-			g.lim.ReserveN(now, len(fired))
+		if lim != nil && len(fired) > 0 {
+			// At the time of the reservation, not of the check: a limiter
+			// reserving at a time before its last update (a heartbeat's
+			// retuning, another loop's reservation during this claim)
+			// moves its clock back and counts the time between twice,
+			// tokens it never had.
+			lim.ReserveN(d.now(), len(fired))
 		}
 		d.mu.Lock()
 		d.bytes -= budget

@@ -244,16 +244,51 @@ func RetrySpan(k Kind) time.Duration {
 
 // Limit bounds the calls to one provider.
 type Limit struct {
-	// Concurrency bounds the calls in flight, at most Workers. 0: the
-	// provider's share of Workers (see Config.Workers). A Concurrency
-	// above the share lets this provider hold slots the others' shares
-	// would have: if it hangs, they get fewer.
+	// Concurrency bounds the calls in flight, at most Workers in one
+	// dispatcher. 0: the provider's share of Workers (see
+	// Config.Workers), which is per process whatever the Scope. A
+	// Concurrency above the share lets this provider hold slots the
+	// others' shares would have: if it hangs, they get fewer.
 	Concurrency int
 	// RatePerSecond bounds the calls started per second. 0: unlimited.
 	RatePerSecond float64
 	// Burst is the number of calls that may start at once under the rate.
 	// Default max(1, RatePerSecond).
 	Burst int
+	// Scope says what Concurrency, RatePerSecond and Burst bound.
+	// ScopeFleet (the default, ""): every live dispatcher of the database
+	// together; each takes a share at its heartbeats (see the package
+	// doc, "Limits across the fleet"). ScopeProcess: each dispatcher
+	// process on its own, so N replicas make N times the calls.
+	Scope LimitScope
+}
+
+// LimitScope is what a provider's Limit bounds: the fleet's calls or one
+// process's.
+type LimitScope string
+
+// The scopes of a Limit.
+const (
+	// ScopeFleet: the limits hold across every live dispatcher of the
+	// database serving the provider; each holds a share, set at its
+	// heartbeats. The default.
+	ScopeFleet LimitScope = "fleet"
+	// ScopeProcess: the limits hold in each dispatcher process on its own.
+	ScopeProcess LimitScope = "process"
+)
+
+// fleet reports whether l is shared across the fleet: its scope is
+// ScopeFleet and it sets a concurrency or a rate.
+func (l Limit) fleet() bool {
+	return l.Scope != ScopeProcess && (l.Concurrency > 0 || l.RatePerSecond > 0)
+}
+
+// burst is l's burst, its default filled in.
+func (l Limit) burst() int {
+	if l.Burst == 0 {
+		return max(1, int(l.RatePerSecond))
+	}
+	return l.Burst
 }
 
 // Defaults.
@@ -392,6 +427,9 @@ func withDefaults(cfg *Config) (Config, error) {
 		}
 		if l.Concurrency < 0 || l.RatePerSecond < 0 || l.Burst < 0 || math.IsNaN(l.RatePerSecond) || math.IsInf(l.RatePerSecond, 0) {
 			return c, configErr("Limits[%q]: values must be finite and not negative", name)
+		}
+		if l.Scope != "" && l.Scope != ScopeFleet && l.Scope != ScopeProcess {
+			return c, configErr("Limits[%q].Scope is %q: want %q (the default) or %q", name, l.Scope, ScopeFleet, ScopeProcess)
 		}
 	}
 	return c, nil

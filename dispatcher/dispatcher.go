@@ -50,9 +50,13 @@ type Dispatcher struct {
 	// lease and key window are checked and its call made (a test's
 	// suspended machine).
 	beforeCall func(*effects.Effect)
-	pauseObs   PauseObserver
-	errObs     ErrorObserver
-	provObs    ProviderObserver
+	// noRetire: Run leaves the registry row behind, as a killed process
+	// would (a test's kill).
+	noRetire bool
+	shareObs ShareObserver
+	pauseObs PauseObserver
+	errObs   ErrorObserver
+	provObs  ProviderObserver
 
 	// amu orders providers' answers: each group's failure streak and last
 	// success, and the ProviderObserver calls that report them.
@@ -117,6 +121,19 @@ type group struct {
 	inflight int           // provider calls in flight; guarded by Dispatcher.mu
 	claiming int           // rate-limit tokens claims in progress may take; guarded by Dispatcher.mu
 	lim      *rate.Limiter // nil: no rate limit; on Dispatcher.now's clock
+	// fleet: the provider's limits are shared across the fleet (whole),
+	// this dispatcher holding share of them, set at its heartbeats
+	// (fleet.go); limit and lim are then the share's. share is guarded
+	// by Dispatcher.mu; whole does not change.
+	fleet bool
+	whole engine.Share
+	share engine.Share
+	// members is how many live dispatchers shared the limits at the last
+	// heartbeat, this one included; guarded by Dispatcher.mu.
+	members int
+	// filled: the limiter has had a share of the rate (fleet.go);
+	// guarded by Dispatcher.mu.
+	filled bool
 	// pausedUntil: no claim before it (a Retry-After), by Dispatcher.now;
 	// guarded by Dispatcher.mu.
 	pausedUntil time.Time
@@ -195,6 +212,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 	if d.provObs == nil {
 		d.provObs = NopObserver{}
 	}
+	d.shareObs, _ = c.Observer.(ShareObserver)
+	if d.shareObs == nil {
+		d.shareObs = NopObserver{}
+	}
 	byName := map[string]*group{}
 	shares := c.shares()
 	d.served = c.servedKinds()
@@ -205,12 +226,21 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		if g == nil {
 			l := c.Limits[name]
 			g = &group{name: name, limit: shares[name]}
-			if l.RatePerSecond > 0 {
-				burst := l.Burst
-				if burst == 0 {
-					burst = max(1, int(l.RatePerSecond))
+			switch {
+			case l.fleet():
+				// Shared across the fleet: nothing until the first
+				// heartbeat sets this dispatcher's share.
+				g.fleet = true
+				g.whole = engine.Share{Concurrency: min(l.Concurrency, c.Workers)}
+				if g.whole.Concurrency > 0 {
+					g.limit = 0
 				}
-				g.lim = rate.NewLimiter(rate.Limit(l.RatePerSecond), burst)
+				if l.RatePerSecond > 0 {
+					g.whole.Rate, g.whole.Burst = l.RatePerSecond, l.burst()
+					g.lim = rate.NewLimiter(0, 0)
+				}
+			case l.RatePerSecond > 0:
+				g.lim = rate.NewLimiter(rate.Limit(l.RatePerSecond), l.burst())
 			}
 			byName[name] = g
 			d.groups = append(d.groups, g)
@@ -327,7 +357,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	timer.Stop()
 	bg.Wait()
-	d.retire()
+	if !d.noRetire {
+		d.retire()
+	}
 	d.log.Info("stopped")
 	return nil
 }

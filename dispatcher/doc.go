@@ -36,6 +36,65 @@
 // the claim takes no more than that capacity, so claimed effects do not wait
 // out their lease in a queue.
 //
+// # Limits across the fleet
+//
+// A provider's Limit (Concurrency, RatePerSecond, Burst) holds across
+// every live dispatcher of the database by default (Limit.Scope
+// ScopeFleet): three replicas of a provider limited to 20 calls a second
+// send 20 in all, not 60. ScopeProcess bounds each process on its own, as
+// before. A Concurrency of 0 (a share of Workers) is per process either
+// way.
+//
+// No call waits on the database for it. At each heartbeat a dispatcher
+// takes its share, in one short transaction under the row lock of
+// sidefx_locks "fleet-shares" (so heartbeats set shares one at a time):
+// it reads the live dispatchers (a heartbeat within three of their
+// intervals, the registry's rule) and the shares their last heartbeat
+// recorded in sidefx_dispatchers.kind_status, computes its own, and
+// records it with its heartbeat. The members of a provider are the live
+// dispatchers sharing its limits, ranked by worker id. Its share is its
+// part of the split: the rate in equal parts; the concurrency and the
+// burst as integers, the remainder going one each to the first ranks; a
+// burst smaller than the members goes 1 each to the first ranks, which
+// split the rate, and the others start no call. A share of 0 calls
+// nothing for that provider until the split changes. Each share is then
+// capped by what the others' recorded shares leave of the whole, so that
+// the shares recorded never add up to more than the limit:
+//
+//   - a replica that joins takes only what is free: nothing while the
+//     others hold everything; they see it at their next heartbeat and give
+//     up their part, and it takes its own at its next. A share of the rate
+//     that joins others starts with no token (the burst it takes may have
+//     just been spent by the member that gave it up); a dispatcher alone
+//     starts with its burst, like a limiter of one process;
+//   - a lowered share is applied before its heartbeat commits, a raised one
+//     after, and the limiter (golang.org/x/time/rate) and the concurrency
+//     are retuned live: calls in flight go on, a concurrency below them
+//     only holds claims off until they end;
+//   - a clean stop retires the registry row, so the others take its share
+//     at their next heartbeat; a replica killed keeps its row until it is
+//     stale, three of its intervals after its last heartbeat, and the
+//     others take its share at their first heartbeat after that: within
+//     four of their heartbeats of the kill;
+//   - a heartbeat that cannot set the shares (the lock not had within half
+//     an interval, a statement failing) is recorded with the shares held,
+//     unchanged, so the dispatcher does not read as dead.
+//
+// Its limits: a replica that cannot reach the database keeps its last
+// share, and once its row is stale the others take it too. It cannot claim
+// meanwhile, so the excess is at most the calls of the effects it had
+// claimed, made within their lease. Replicas with different limits for
+// one provider (a rolling change) each split their own figure; replicas of
+// an earlier release, which record no share, are not counted. The
+// accuracy is the token bucket's: over any T seconds at most Burst +
+// RatePerSecond·T calls start across the fleet (the test of three
+// replicas at 50/s with a burst of 5 measured 50 to 52 in a second at
+// most, over runs). A
+// provider's own 429 with Retry-After still pauses each replica that gets
+// one, on its own. An Observer implementing ShareObserver is told each
+// share at every heartbeat (metric sidefx_provider_share), and sidefx
+// inspect's limit sums the members' concurrency shares.
+//
 // # Providers are isolated
 //
 // A provider that hangs or is slow never holds the worker slots another

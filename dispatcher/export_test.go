@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/sidefx/sidefx/internal/engine"
-
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // SetClock makes d measure provider pauses, rate limits and the error log's
@@ -42,3 +41,19 @@ func SetServerOf(d *Dispatcher, of func(context.Context, engine.DB) (engine.Serv
 
 // Resyncing reports whether d's claims wait for a move to another server.
 func Resyncing(d *Dispatcher) bool { return d.resyncing() }
+
+// SplitShare and CapShare are the fleet's share arithmetic.
+var (
+	SplitShare = splitShare
+	CapShare   = capShare
+)
+
+// FleetShareOf returns the share of provider's limits (whole) that worker
+// takes given the live peers, and how many members share them.
+func FleetShareOf(provider string, whole engine.Share, worker string, peers []engine.Peer) (engine.Share, int) {
+	return fleetShare(&group{name: provider, whole: whole}, worker, peers)
+}
+
+// SetKilled makes Run leave d's registry row behind when it stops, as a
+// killed process would. Call it before Run.
+func SetKilled(d *Dispatcher) { d.noRetire = true }

@@ -69,8 +69,20 @@ const unservedEvery = 6
 func (d *Dispatcher) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
-	b := d.beat()
-	if err := d.engine.Beat(hctx, b); err != nil && ctx.Err() == nil {
+	var b engine.Beat
+	var err error
+	if d.hasFleet() {
+		// A heartbeat that could not set the shares is recorded without
+		// changing them, so this dispatcher still reads as live: the
+		// others, reading it dead, would take its share while it holds it.
+		if b, err = d.sharedHeartbeat(hctx); err != nil && ctx.Err() == nil {
+			err = d.engine.Beat(hctx, b)
+		}
+	} else {
+		b = d.beat(nil)
+		err = d.engine.Beat(hctx, b)
+	}
+	if err != nil && ctx.Err() == nil {
 		d.log.Warn("could not record this dispatcher's heartbeat; sidefx enqueue and status may not see its kinds as served", "err", err)
 	}
 	// Its own statement: a daemon role granted before schema 21 may lack
@@ -84,9 +96,10 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 
 // beat is this dispatcher's heartbeat: its kinds, what holds each kind's
 // effects back here (a paused provider, its calls in flight against its
-// limit, its failures in a row) and its attempts per effect, for sidefx
-// inspect.
-func (d *Dispatcher) beat() engine.Beat {
+// limit, its failures in a row), its attempts per effect, for sidefx
+// inspect, and its shares of the limits shared across the fleet: those of
+// next, else those it holds.
+func (d *Dispatcher) beat(next map[*group]engine.Share) engine.Beat {
 	b := engine.Beat{Worker: d.cfg.WorkerID, Kinds: d.served, Interval: d.cfg.HeartbeatInterval}
 	now := d.now()
 	for _, kind := range b.Kinds {
@@ -94,10 +107,21 @@ func (d *Dispatcher) beat() engine.Beat {
 		if g == nil {
 			continue
 		}
-		kb := engine.KindBeat{Kind: kind, Provider: g.name, Limit: g.limit, MaxAttempts: d.cfg.Kinds[kind].MaxAttempts,
+		kb := engine.KindBeat{Kind: kind, Provider: g.name, MaxAttempts: d.cfg.Kinds[kind].MaxAttempts,
 			KeyWindow: d.cfg.Kinds[kind].keyWindow()}
 		d.mu.Lock()
 		kb.InFlight = g.inflight
+		kb.Limit = g.limit
+		if g.fleet {
+			s, ok := next[g]
+			if !ok {
+				s = g.share
+			}
+			kb.Share = &s
+			if g.whole.Concurrency > 0 {
+				kb.Limit = s.Concurrency
+			}
+		}
 		if g.pausedUntil.After(now) {
 			kb.PausedFor = g.pausedUntil.Sub(now)
 		}

@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +121,71 @@ func TestStore_KindStatuses(t *testing.T) {
 	beat("w1", engine.KindBeat{Kind: "email.receipt", Provider: "mail", Limit: 4})
 	if st, _ := b.store.KindStatuses(b.ctx); st["email.receipt"].Paused != 0 {
 		t.Fatalf("after the pause: %+v", st["email.receipt"])
+	}
+}
+
+// A shared heartbeat reads the live dispatchers other than its own with
+// the shares they recorded, by provider (a stale one is not read), and
+// records the beat its decision returns; while another heartbeat holds
+// the shares' lock it records nothing and says so.
+func TestEngine_BeatSharedReadsTheLivePeersShares(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	share := func(worker string, s engine.Share) engine.Beat {
+		return engine.Beat{Worker: worker, Kinds: []string{"webhook.a", "webhook.b"}, Interval: time.Second, Status: []engine.KindBeat{
+			{Kind: "webhook.a", Provider: "partner", Share: &s}, {Kind: "webhook.b", Provider: "partner", Share: &s}}}
+	}
+	record := func(worker string, s engine.Share) []engine.Peer {
+		t.Helper()
+		var seen []engine.Peer
+		err := b.eng.BeatShared(b.ctx, b.pool, worker, time.Second, func(peers []engine.Peer) engine.Beat {
+			seen = peers
+			return share(worker, s)
+		})
+		if err != nil {
+			t.Fatalf("BeatShared(%s): %v", worker, err)
+		}
+		return seen
+	}
+	if peers := record("w1", engine.Share{Rate: 50, Burst: 5, Concurrency: 8}); len(peers) != 0 {
+		t.Fatalf("first heartbeat read peers %+v", peers)
+	}
+	// A dispatcher sharing nothing, and a dead one.
+	if err := b.eng.Heartbeat(b.ctx, "plain", []string{"email.receipt"}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.eng.Beat(b.ctx, share("dead", engine.Share{Rate: 50, Burst: 5})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE sidefx_dispatchers SET heartbeat_at = now() - interval '4 seconds' WHERE worker_id = 'dead'`); err != nil {
+		t.Fatal(err)
+	}
+	peers := record("w2", engine.Share{})
+	want := []engine.Peer{{Worker: "plain", Shares: map[string]engine.Share{}},
+		{Worker: "w1", Shares: map[string]engine.Share{"partner": {Rate: 50, Burst: 5, Concurrency: 8}}}}
+	if fmt.Sprint(peers) != fmt.Sprint(want) {
+		t.Fatalf("peers = %+v, want %+v", peers, want)
+	}
+	// w2's share of nothing is recorded: w1 reads it.
+	if peers := record("w1", engine.Share{Rate: 25, Burst: 3, Concurrency: 4}); len(peers) != 2 || fmt.Sprint(peers[1].Shares) != fmt.Sprint(map[string]engine.Share{"partner": {}}) {
+		t.Fatalf("peers = %+v", peers)
+	}
+	// Another heartbeat holds the lock: ErrSharesBusy, nothing recorded.
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	if _, err := tx.Exec(b.ctx, `SELECT FROM sidefx_locks WHERE name = 'fleet-shares' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	err = b.eng.BeatShared(b.ctx, b.pool, "w3", 50*time.Millisecond, func([]engine.Peer) engine.Beat { called = true; return share("w3", engine.Share{}) })
+	if !errors.Is(err, engine.ErrSharesBusy) || called {
+		t.Fatalf("BeatShared with the lock held: %v (decided %v), want ErrSharesBusy before deciding", err, called)
+	}
+	ds, err := b.store.Dispatchers(b.ctx)
+	if err != nil || len(ds) != 4 {
+		t.Fatalf("registry = %+v, %v: want w3 not recorded", ds, err)
 	}
 }

@@ -43,6 +43,17 @@ type kindStatusRow struct {
 	// of an earlier release); sidefx_send_again (schema 37) never takes a
 	// shorter one.
 	WindowMS int64 `json:"window_ms,omitempty"`
+	// Share is this dispatcher's part of its provider's fleet-wide
+	// limits, when they are shared (see Share); absent otherwise, and
+	// from a dispatcher of an earlier release.
+	Share *shareRow `json:"share,omitempty"`
+}
+
+// shareRow is a Share as kind_status holds it.
+type shareRow struct {
+	Rate        float64 `json:"rate"`
+	Burst       int     `json:"burst"`
+	Concurrency int     `json:"concurrency"`
 }
 
 // columns lists what every read returns, in scanEffect's order.

@@ -55,6 +55,11 @@
 //	sidefx_provider_last_success_timestamp_seconds{provider}
 //	                                         gauge: unix time of the provider's last
 //	                                         definite answer, 0 if none since start
+//	sidefx_provider_share{provider,limit}    gauge: this dispatcher's share of a
+//	                                         provider's limits shared across the fleet,
+//	                                         set at each heartbeat; limit is rate,
+//	                                         burst or concurrency; via the optional
+//	                                         dispatcher.ShareObserver
 //	sidefx_build_info{version}               gauge: always 1
 //
 // Names lists them all, for dashboards and alerts to be checked against.

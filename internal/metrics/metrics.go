@@ -48,6 +48,7 @@ const (
 	nameDBErrors       = "sidefx_dispatcher_errors_total"
 	nameProvFailures   = "sidefx_provider_consecutive_failures"
 	nameProvLastOK     = "sidefx_provider_last_success_timestamp_seconds"
+	nameProvShare      = "sidefx_provider_share"
 )
 
 var names = []string{
@@ -56,7 +57,7 @@ var names = []string{
 	nameDriftMissing, nameDriftExtra, nameDriftStuck, nameDriftLastRun, nameDriftErrors,
 	nameReconFindings, nameReconSettled, nameReconLastRun, nameReconErrors, nameEvents, namePaused,
 	nameDBErrors,
-	nameProvFailures, nameProvLastOK,
+	nameProvFailures, nameProvLastOK, nameProvShare,
 	nameUnserved,
 }
 
@@ -143,6 +144,7 @@ type Metrics struct {
 	dbErrors       *prometheus.CounterVec
 	provFailures   *prometheus.GaugeVec
 	provLastOK     *prometheus.GaugeVec
+	provShare      *prometheus.GaugeVec
 
 	driftMissing *prometheus.GaugeVec
 	driftExtra   *prometheus.GaugeVec
@@ -239,6 +241,10 @@ func New(reg prometheus.Registerer, store *engine.Store, opts *Options) (*Metric
 			Name: nameProvLastOK,
 			Help: "Unix time of the provider's last definite answer (confirmed or rejected) in this dispatcher; 0 if none since start.",
 		}, []string{"provider"}),
+		provShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: nameProvShare,
+			Help: "This dispatcher's share of a provider's limits shared across the fleet (limit_scope fleet), set at each heartbeat: limit=rate (calls per second), burst, concurrency (calls in flight; only when the provider's concurrency is set). 0: this dispatcher calls nothing for the provider until the split changes.",
+		}, []string{"provider", "limit"}),
 		statsErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: nameStatsErrors,
 			Help: "Reads of the side_effects table for the sidefx_effects gauges that failed or timed out; the gauges keep the last reading.",
@@ -301,7 +307,7 @@ func New(reg prometheus.Registerer, store *engine.Store, opts *Options) (*Metric
 	for _, c := range []prometheus.Collector{
 		m.table, m.dispatch, m.transitions, m.replays, m.callSeconds,
 		m.confirmLatency, m.rescued, m.reaped, m.buildInfo, m.dbErrors,
-		m.provFailures, m.provLastOK,
+		m.provFailures, m.provLastOK, m.provShare,
 		m.driftMissing, m.driftExtra, m.driftStuck, m.driftLastRun, m.driftErrors,
 		m.reconFindings, m.reconSettled, m.reconLastRun, m.reconErrors, m.events,
 	} {
@@ -365,6 +371,17 @@ func (m *Metrics) ProviderAnswered(a dispatcher.ProviderAnswer) {
 	if !a.LastSuccess.IsZero() {
 		m.provLastOK.WithLabelValues(a.Provider).Set(float64(a.LastSuccess.UnixNano()) / 1e9)
 	}
+}
+
+var _ dispatcher.ShareObserver = (*Metrics)(nil)
+
+// Shared sets this dispatcher's share of the provider's fleet-wide
+// limits: its rate and burst, and its concurrency when the provider's is
+// shared.
+func (m *Metrics) Shared(s dispatcher.FleetShare) {
+	m.provShare.WithLabelValues(s.Provider, "rate").Set(s.Rate)
+	m.provShare.WithLabelValues(s.Provider, "burst").Set(float64(s.Burst))
+	m.provShare.WithLabelValues(s.Provider, "concurrency").Set(float64(s.Concurrency))
 }
 
 // classLabel names a provider's class; the dispatcher turns an answer

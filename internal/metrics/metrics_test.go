@@ -644,6 +644,22 @@ func TestMetrics_ProviderFailing(t *testing.T) {
 	}
 }
 
+// A dispatcher's share of a provider's fleet-wide limits is a gauge per
+// provider and limit, following each heartbeat's share.
+func TestMetrics_ProviderShare(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const name = "sidefx_provider_share"
+	b.m.Shared(dispatcher.FleetShare{Provider: "webhook", Rate: 50, Burst: 5, Concurrency: 8, Members: 1, Shared: true})
+	b.m.Shared(dispatcher.FleetShare{Provider: "webhook", Rate: 25, Burst: 3, Concurrency: 4, Members: 2, Shared: true})
+	s := scrape(t, b.reg)
+	for limit, want := range map[string]float64{"rate": 25, "burst": 3, "concurrency": 4} {
+		if got, ok := s[key(name, "provider", "webhook", "limit", limit)]; !ok || got != want {
+			t.Errorf("%s{provider=webhook,limit=%s} = %v (present %v), want %v", name, limit, got, ok, want)
+		}
+	}
+}
+
 func TestMetrics_RecordedFenced(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -755,6 +771,7 @@ func exercise(t *testing.T, b bundle) {
 	b.m.Reaped(1)
 	b.m.Reported(drift.Report{Started: time.Now(), Findings: []drift.Finding{{Rule: "receipts", Kind: kindMail, Missing: 2, Extra: 1}}, Stuck: drift.Stuck{Uncertain: 1}})
 	b.m.ProviderAnswered(dispatcher.ProviderAnswer{Provider: "sendgrid", Kind: kindMail, Class: providers.Confirmed, LastSuccess: time.Now()})
+	b.m.Shared(dispatcher.FleetShare{Provider: "sendgrid", Rate: 10, Burst: 1, Members: 1, Shared: true})
 	b.m.Reconciled(reconcile.Report{Finished: time.Now(), Findings: []reconcile.Finding{{Finding: reconcile.Settled, Kind: kindMail, Provider: "sendgrid"}}})
 	b.m.Event("sendgrid", metrics.EventStored, 2)
 	st, _ := engine.NewStore(b.pool, nil)
