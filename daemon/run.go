@@ -62,6 +62,9 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		return err
 	}
 	if c.schema != "" {
+		if len(cfg.Databases) > 0 {
+			return usageErr("--schema: each database of databases has its schema in the configuration")
+		}
 		cfg.Schema = c.schema
 	}
 	if *listen != "" {
