@@ -71,6 +71,42 @@ type Runtime struct {
 
 	// Tracing is the Config's, with the values of its headers_env read.
 	Tracing Tracing
+
+	// Databases are the databases the daemon serves, each with what runs
+	// on it: those of Config.Databases, or the one of database_url, named
+	// "default", whose fields are the ones above. The fields above
+	// (Dispatcher, Reconcile…) hold every kind; each Database's hold its
+	// own.
+	Databases []Database
+}
+
+// Database is one database a daemon serves and what runs on it.
+type Database struct {
+	// Name is the database's name (config.DefaultDatabase for
+	// database_url's).
+	Name string
+
+	// URL and SessionURL are the connection strings, as Runtime's
+	// DatabaseURL and SessionDatabaseURL. They may hold a password.
+	URL, SessionURL string
+
+	// Dispatcher is Runtime.Dispatcher with the database's schema and
+	// kinds and, of several databases, an equal share of the workers and
+	// of each provider's limits.
+	Dispatcher dispatcher.Config
+
+	// Migrations says where the database's migrations are.
+	Migrations migrations.Config
+
+	// Reconcile and ReconcileKinds are Runtime's, of the database's kinds.
+	Reconcile      *reconcile.Config
+	ReconcileKinds map[string]reconcile.Kind
+
+	// Drift is Runtime.Drift with the rules of the database's kinds.
+	Drift DriftConfig
+
+	// EventSources are Runtime's of the providers of the database's kinds.
+	EventSources map[string]providers.EventSource
 }
 
 // Tracing is the tracing configuration the daemon runs with.
@@ -104,6 +140,7 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	c.reg = reg
+	c.resolveDatabases(getenv)
 	c.fillDefaults()
 	if _, problems := c.validate(nil); len(problems) > 0 {
 		return nil, joinErrors(problems)
@@ -225,7 +262,70 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 		rt.Reconcile = &reconcile.Config{Schema: c.Schema, Kinds: rt.ReconcileKinds, Schedule: c.Reconcile.Schedule,
 			Window: time.Duration(c.Reconcile.Window), Limit: c.Reconcile.Limit, Retention: time.Duration(c.Reconcile.Retention), Logger: logger}
 	}
+	rt.Databases = c.buildDatabases(rt)
 	return rt, nil
+}
+
+// buildDatabases splits rt into what runs on each database. Of several
+// databases, each dispatcher has an equal share of the workers (at least
+// 1), and of each provider's concurrency, rate and burst (at least 1 and
+// above 0), so that the daemon as a whole keeps within them.
+func (c *Config) buildDatabases(rt *Runtime) []Database {
+	if len(c.Databases) == 0 {
+		return []Database{{Name: DefaultDatabase, URL: rt.DatabaseURL, SessionURL: rt.SessionDatabaseURL,
+			Dispatcher: rt.Dispatcher, Migrations: rt.Migrations, Reconcile: rt.Reconcile, ReconcileKinds: rt.ReconcileKinds,
+			Drift: rt.Drift, EventSources: rt.EventSources}}
+	}
+	n := len(c.Databases)
+	out := make([]Database, n)
+	for i, dc := range c.Databases {
+		db := Database{Name: dc.Name, URL: dc.ConnString(), Migrations: migrations.Config{Schema: dc.Schema, Namespace: c.Namespace}}
+		d := rt.Dispatcher
+		d.Schema = dc.Schema
+		d.Workers = max(1, rt.Dispatcher.Workers/n)
+		d.Kinds = make(map[string]dispatcher.Kind, len(dc.Kinds))
+		d.Limits = nil
+		db.ReconcileKinds = make(map[string]reconcile.Kind, len(dc.Kinds))
+		db.EventSources = map[string]providers.EventSource{}
+		for _, kind := range dc.Kinds {
+			d.Kinds[kind] = rt.Dispatcher.Kinds[kind]
+			db.ReconcileKinds[kind] = rt.ReconcileKinds[kind]
+			prov := c.Kinds[kind].Provider
+			if l, ok := rt.Dispatcher.Limits[prov]; ok {
+				if d.Limits == nil {
+					d.Limits = map[string]dispatcher.Limit{}
+				}
+				if l.Concurrency > 0 {
+					l.Concurrency = max(1, l.Concurrency/n)
+				}
+				if l.RatePerSecond > 0 {
+					l.RatePerSecond /= float64(n)
+				}
+				if l.Burst > 0 {
+					l.Burst = max(1, l.Burst/n)
+				}
+				d.Limits[prov] = l
+			}
+			if src, ok := rt.EventSources[prov]; ok {
+				db.EventSources[prov] = src
+			}
+		}
+		db.Dispatcher = d
+		if rt.Reconcile != nil {
+			rc := *rt.Reconcile
+			rc.Schema, rc.Kinds = dc.Schema, db.ReconcileKinds
+			db.Reconcile = &rc
+		}
+		db.Drift = rt.Drift
+		db.Drift.Rules = nil
+		for _, r := range rt.Drift.Rules {
+			if slices.Contains(dc.Kinds, r.Kind) {
+				db.Drift.Rules = append(db.Drift.Rules, r)
+			}
+		}
+		out[i] = db
+	}
+	return out
 }
 
 func closeProvider(p providers.Provider) {
@@ -289,6 +389,10 @@ func (c *Config) clone() *Config {
 		n.Providers[name] = p
 	}
 	n.Kinds = maps.Clone(c.Kinds)
+	n.Databases = slices.Clone(c.Databases)
+	for i := range n.Databases {
+		n.Databases[i].Kinds = slices.Clone(c.Databases[i].Kinds)
+	}
 	n.Drift.Rules = slices.Clone(c.Drift.Rules)
 	n.Warnings = slices.Clone(c.Warnings)
 	n.Console.TrustedProxies = slices.Clone(c.Console.TrustedProxies)

@@ -77,8 +77,20 @@ var ErrInvalid = errors.New("invalid configuration")
 type Config struct {
 	// DatabaseURL is the PostgreSQL connection string, a URL or key=value
 	// pairs as pgx accepts them. Required, in the file or in
-	// SIDEFX_DATABASE_URL, which wins.
+	// SIDEFX_DATABASE_URL, which wins, unless databases is set: then it
+	// must not be.
 	DatabaseURL string `yaml:"database_url"`
+
+	// Databases, instead of database_url, are the several databases one
+	// daemon serves, each with an outbox of its own (a sharded service):
+	// each database has its own dispatcher, with an equal share of
+	// dispatcher.workers, and its own migration check, rescuer, reaper,
+	// drift and reconciliation. Providers and kinds are configured once,
+	// here at the top; each database lists the kinds it serves, and a kind
+	// may be served in several. Its metrics carry a database label, its
+	// logs database=NAME. Default none: database_url is the one database,
+	// named "default".
+	Databases []DatabaseConfig `yaml:"databases"`
 
 	// SessionDatabaseURL is a connection string to the same database for
 	// what needs a session of its own: the dispatcher's LISTEN for new
@@ -151,6 +163,44 @@ type Config struct {
 	ProviderTypes []ProviderType `yaml:"-"`
 
 	reg *registry // ProviderTypes by name, when Load or Build made it
+}
+
+// DatabaseConfig is one of the databases a daemon serves
+// (Config.Databases).
+type DatabaseConfig struct {
+	// Name names the database in logs (database=NAME), metrics (the
+	// database label) and the commands' --database: 1 to 32 of a-z 0-9 _
+	// -, unique. Required.
+	Name string `yaml:"name"`
+
+	// URL is the database's PostgreSQL connection string, as
+	// database_url's. It may hold a password: printed as "xxxxx". One of
+	// url and url_env is required.
+	URL string `yaml:"url"`
+
+	// URLEnv names the environment variable that holds the connection
+	// string instead, set and not empty. Default "": url.
+	URLEnv string `yaml:"url_env"`
+
+	// Schema is the schema that holds the database's side_effects.
+	// Default the top-level schema.
+	Schema string `yaml:"schema"`
+
+	// Kinds are the kinds the daemon serves from this database, each one
+	// of the top-level kinds (which name its provider and policy). At
+	// least one.
+	Kinds []string `yaml:"kinds"`
+
+	resolved string // url, or url_env's value, once Load or Build read it
+}
+
+// ConnString is the database's connection string: url, or the value of
+// url_env as Load or Build read it.
+func (d DatabaseConfig) ConnString() string {
+	if d.URL != "" {
+		return d.URL
+	}
+	return d.resolved
 }
 
 // HTTPConfig configures the daemon's HTTP endpoint.
@@ -470,6 +520,11 @@ type ConsoleConfig struct {
 	// errors, answers and evidence shown with the effect too, and a
 	// supersede from the console keeps them as they are. Default none.
 	HiddenFields []string `yaml:"hidden_fields"`
+
+	// Database names the database of databases the console shows: one
+	// console shows one database. Default "": the first of databases (or
+	// database_url's).
+	Database string `yaml:"database"`
 
 	// SecureCookie marks the session cookie Secure although the console
 	// serves plain HTTP, for a proxy in front that terminates TLS. Default

@@ -136,7 +136,7 @@ func TestReference_DocumentsEveryField(t *testing.T) {
 	t.Parallel()
 	types := []reflect.Type{}
 	for _, v := range []any{config.Config{}, config.HTTPConfig{}, config.LogConfig{}, config.DispatcherConfig{},
-		config.ProviderConfig{}, config.KindConfig{}, config.DriftConfig{}, config.DriftRule{}, config.TracingConfig{}, config.ConsoleConfig{}} {
+		config.ProviderConfig{}, config.KindConfig{}, config.DriftConfig{}, config.DriftRule{}, config.TracingConfig{}, config.ConsoleConfig{}, config.DatabaseConfig{}} {
 		types = append(types, reflect.TypeOf(v))
 	}
 	// Each built-in provider type's settings, and the structs in them.

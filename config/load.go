@@ -67,6 +67,7 @@ func parse(file string, data []byte, getenv func(string) string, types []Provide
 		return nil, joinErrors(decodeProblems)
 	}
 	env := c.applyEnv(getenv)
+	c.resolveDatabases(getenv)
 	c.fillDefaults()
 	warnings, problems := c.validate(env)
 
@@ -177,7 +178,7 @@ var (
 )
 
 func init() {
-	for _, v := range []any{Config{}, HTTPConfig{}, LogConfig{}, DispatcherConfig{}, ProviderConfig{}, KindConfig{}, DriftConfig{}, DriftRule{}, TracingConfig{}} {
+	for _, v := range []any{Config{}, HTTPConfig{}, LogConfig{}, DispatcherConfig{}, ProviderConfig{}, KindConfig{}, DriftConfig{}, DriftRule{}, TracingConfig{}, DatabaseConfig{}} {
 		t := reflect.TypeOf(v)
 		knownStructs[t.String()] = t
 	}

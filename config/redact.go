@@ -34,6 +34,16 @@ func (c Config) String() string {
 	if p.SessionDatabaseURL != "" {
 		p.SessionDatabaseURL = RedactDatabaseURL(c.SessionDatabaseURL)
 	}
+	if c.Databases != nil {
+		p.Databases = make([]DatabaseConfig, len(c.Databases))
+		for i, d := range c.Databases {
+			if d.URL != "" {
+				d.URL = RedactDatabaseURL(d.URL)
+			}
+			d.resolved = "" // url_env's value: the variable's name says where it is
+			p.Databases[i] = d
+		}
+	}
 	return fmt.Sprintf("%+v", p)
 }
 
@@ -77,6 +87,16 @@ func (rt Runtime) String() string {
 	fmt.Fprintf(&b, "{DatabaseURL:%s", RedactDatabaseURL(rt.DatabaseURL))
 	if rt.SessionDatabaseURL != "" {
 		fmt.Fprintf(&b, " SessionDatabaseURL:%s", RedactDatabaseURL(rt.SessionDatabaseURL))
+	}
+	if len(rt.Databases) > 1 || len(rt.Databases) == 1 && rt.Databases[0].Name != DefaultDatabase {
+		b.WriteString(" Databases:[")
+		for i, d := range rt.Databases {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s:{URL:%s Schema:%s Kinds:%v Workers:%d}", d.Name, RedactDatabaseURL(d.URL), d.Dispatcher.Schema, slices.Sorted(maps.Keys(d.Dispatcher.Kinds)), d.Dispatcher.Workers)
+		}
+		b.WriteByte(']')
 	}
 	b.WriteString(" Providers:[")
 	for i, name := range slices.Sorted(maps.Keys(rt.Providers)) {

@@ -94,6 +94,15 @@ console:
   hidden_fields: [personalizations.to.email, customer_email]
 `
 
+// databasesExample is what databases holds instead of database_url, as a
+// comment in the reference: the example has database_url.
+const databasesExample = `
+
+For example, instead of database_url:
+  databases:
+    - {name: eu, url_env: SIDEFX_DATABASE_URL_EU, kinds: [charge.create, email.receipt]}
+    - {name: us, url: postgres://sidefx@us-db:5432/app, schema: app, kinds: [charge.create]}`
+
 // sections are the configuration's structs, by where they are in the file:
 // the common fields of a provider, then each built-in type's own
 // (typeSections).
@@ -103,6 +112,7 @@ var sections = []struct {
 	ptyp string // the provider type whose settings these are
 }{
 	{"", reflect.TypeFor[config.Config](), ""},
+	{"databases[]", reflect.TypeFor[config.DatabaseConfig](), ""},
 	{"http", reflect.TypeFor[config.HTTPConfig](), ""},
 	{"log", reflect.TypeFor[config.LogConfig](), ""},
 	{"dispatcher", reflect.TypeFor[config.DispatcherConfig](), ""},
@@ -277,6 +287,11 @@ func generateReference(t *testing.T) []byte {
 				if key := docKey(owner[k.Value]) + "." + f.Name; !documented[key] {
 					documented[key] = true
 					k.HeadComment = docs[docKey(owner[k.Value])][f.Name]
+					if key == docKey(reflect.TypeFor[config.Config]())+".Databases" {
+						// The example serves database_url, so databases
+						// shows its fields in an example of its own.
+						k.HeadComment += databasesExample
+					}
 				}
 				if f.Type == reflect.TypeFor[config.Duration]() {
 					d, err := time.ParseDuration(v.Value)

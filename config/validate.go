@@ -50,6 +50,9 @@ func (c *Config) fillDefaults() {
 		}
 	}
 	def(&c.Schema, DefaultSchema)
+	for i := range c.Databases {
+		def(&c.Databases[i].Schema, c.Schema)
+	}
 	def(&c.HTTP.Listen, DefaultListen)
 	def(&c.Log.Level, DefaultLogLevel)
 	def(&c.Log.Format, DefaultLogFormat)
@@ -147,9 +150,7 @@ func (v *checker) warn(path, format string, args ...any) {
 // the environment set, for the errors to say so.
 func (c *Config) validate(env map[string]string) (warnings []string, problems []*FieldError) {
 	v := &checker{env: env}
-	if strings.TrimSpace(c.DatabaseURL) == "" {
-		v.fail("database_url", "required (or set %s, or give sidefx --database-url)", EnvDatabaseURL)
-	}
+	c.checkDatabases(v)
 	if _, err := engine.CheckSchema(c.Schema); err != nil {
 		v.fail("schema", "%s", strings.TrimPrefix(err.Error(), "schema "))
 	}
@@ -173,6 +174,110 @@ func (c *Config) validate(env map[string]string) (warnings []string, problems []
 	c.Tracing.check(v)
 	c.Console.check(v, c.HTTP.Listen)
 	return v.warnings, v.problems
+}
+
+// databaseNameRE is what a database's name may be: it is a metrics label
+// and a log value, kept short.
+var databaseNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+
+// DefaultDatabase is the name of database_url's database, the one database
+// of a configuration without databases.
+const DefaultDatabase = "default"
+
+func databasePath(i int) string { return "databases[" + strconv.Itoa(i) + "]" }
+
+// checkDatabases checks database_url, or databases: one of them, not both.
+func (c *Config) checkDatabases(v *checker) {
+	if len(c.Databases) == 0 {
+		if strings.TrimSpace(c.DatabaseURL) == "" {
+			v.fail("database_url", "required (or set %s, or give sidefx --database-url), unless databases lists the databases", EnvDatabaseURL)
+		}
+		if name := c.Console.Database; name != "" && name != DefaultDatabase {
+			v.fail("console.database", "no database named %q: without databases, the one database is %q", name, DefaultDatabase)
+		}
+		return
+	}
+	if c.DatabaseURL != "" {
+		v.fail("database_url", "set together with databases: give database_url alone (one database), or each database's url in databases, not both")
+	}
+	if c.SessionDatabaseURL != "" {
+		v.fail("session_database_url", "not with databases: each database's url serves its sessions too (a direct connection, or a pooler in session mode)")
+	}
+	seen := map[string]int{}
+	for i, d := range c.Databases {
+		path := databasePath(i)
+		switch {
+		case d.Name == "":
+			v.fail(path+".name", "required: 1 to 32 of a-z 0-9 _ -")
+		case !databaseNameRE.MatchString(d.Name):
+			v.fail(path+".name", "%q is not a database name: 1 to 32 of a-z 0-9 _ -", d.Name)
+		}
+		if j, ok := seen[d.Name]; ok && d.Name != "" {
+			v.fail(path+".name", "%q is databases[%d]'s name already: each database's name is its own", d.Name, j)
+		} else {
+			seen[d.Name] = i
+		}
+		switch {
+		case d.URL != "" && d.URLEnv != "":
+			v.fail(path+".url_env", "set together with url: give one of them")
+		case d.URL == "" && d.URLEnv == "":
+			v.fail(path+".url", "required (or url_env, naming the environment variable that holds it)")
+		case d.URLEnv != "" && d.resolved == "":
+			v.fail(path+".url_env", "environment variable %s is not set or empty", d.URLEnv)
+		}
+		if _, err := engine.CheckSchema(d.Schema); err != nil {
+			v.fail(path+".schema", "%s", strings.TrimPrefix(err.Error(), "schema "))
+		}
+		if len(d.Kinds) == 0 {
+			v.fail(path+".kinds", "none: list the kinds the daemon serves from this database (kinds: %s)", listOrNone(slices.Sorted(maps.Keys(c.Kinds))))
+		}
+		listed := map[string]bool{}
+		for j, kind := range d.Kinds {
+			kpath := path + ".kinds[" + strconv.Itoa(j) + "]"
+			if listed[kind] {
+				v.fail(kpath, "%q is listed twice", kind)
+				continue
+			}
+			listed[kind] = true
+			if _, ok := c.Kinds[kind]; !ok {
+				v.fail(kpath, "%q is not one of kinds, which names its provider and policy (kinds: %s)", kind, listOrNone(slices.Sorted(maps.Keys(c.Kinds))))
+			}
+		}
+	}
+	for _, kind := range slices.Sorted(maps.Keys(c.Kinds)) {
+		if !slices.ContainsFunc(c.Databases, func(d DatabaseConfig) bool { return slices.Contains(d.Kinds, kind) }) {
+			v.warn(kindPath(kind), "no database of databases serves it")
+		}
+	}
+	if name := c.Console.Database; name != "" {
+		if _, ok := seen[name]; !ok {
+			v.fail("console.database", "no database named %q (databases: %s)", name, strings.Join(c.DatabaseNames(), ", "))
+		}
+	}
+}
+
+// DatabaseNames are the names of the databases the configuration serves,
+// in order: those of databases, else "default" (database_url's).
+func (c *Config) DatabaseNames() []string {
+	if len(c.Databases) == 0 {
+		return []string{DefaultDatabase}
+	}
+	names := make([]string, len(c.Databases))
+	for i, d := range c.Databases {
+		names[i] = d.Name
+	}
+	return names
+}
+
+// resolveDatabases reads the url_env of each database with getenv.
+func (c *Config) resolveDatabases(getenv func(string) string) {
+	for i := range c.Databases {
+		d := &c.Databases[i]
+		d.resolved = ""
+		if d.URLEnv != "" {
+			d.resolved = getenv(d.URLEnv)
+		}
+	}
 }
 
 func checkListen(v *checker, path, addr string) {

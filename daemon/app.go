@@ -103,6 +103,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n            %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintln(w, "\nEvery command takes --config FILE and --database-url URL, which wins over SIDEFX_DATABASE_URL, which wins over the file's database_url. sidefx COMMAND -h lists its flags.")
+	fmt.Fprintln(w, "A configuration with databases (several): --database NAME picks one; status shows each without it.")
 	fmt.Fprintln(w, "The fields of list, inspect, status, drift and reconcile --json: \"JSON output\" in docs/operations.md.")
 }
 
@@ -136,6 +137,7 @@ type common struct {
 	configPath  string
 	databaseURL string
 	schema      string
+	dbName      string // --database: one of the configuration's databases
 }
 
 func newFlags(name string, io *IO) (*flag.FlagSet, *common) {
@@ -145,6 +147,7 @@ func newFlags(name string, io *IO) (*flag.FlagSet, *common) {
 	fs.StringVar(&c.configPath, "config", "", "configuration `file` (YAML)")
 	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL `url` (default: SIDEFX_DATABASE_URL, else the config's database_url)")
 	fs.StringVar(&c.schema, "schema", "", "schema holding side_effects (default: the config's, or public)")
+	fs.StringVar(&c.dbName, "database", "", "`name` of one of the config's databases (required when it has several)")
 	return fs, c
 }
 
@@ -202,7 +205,8 @@ func (c *common) loadConfig(io *IO) (*config.Config, error) {
 }
 
 // database returns the URL and schema to use: flags, then the config, then
-// the environment.
+// the environment. Of a configuration with databases, --database names
+// the one (needed when there are several).
 func (c *common) database(io *IO) (url, schema string, err error) {
 	cfg, err := c.loadConfig(io)
 	if err != nil {
@@ -210,12 +214,24 @@ func (c *common) database(io *IO) (url, schema string, err error) {
 	}
 	url, schema = c.databaseURL, c.schema
 	if cfg != nil {
+		d, err := c.pickDatabase(cfg)
+		if err != nil {
+			return "", "", err
+		}
+		if d != nil {
+			url = d.ConnString()
+			if schema == "" {
+				schema = d.Schema
+			}
+		}
 		if url == "" {
 			url = cfg.DatabaseURL
 		}
 		if schema == "" {
 			schema = cfg.Schema
 		}
+	} else if c.dbName != "" {
+		return "", "", usageErr("--database %s: names one of the databases of a configuration: give --config too", c.dbName)
 	}
 	if url == "" {
 		url = io.Getenv("SIDEFX_DATABASE_URL")
@@ -224,6 +240,32 @@ func (c *common) database(io *IO) (url, schema string, err error) {
 		return "", "", usageErr("no database: give --database-url, --config, or set SIDEFX_DATABASE_URL")
 	}
 	return url, schema, nil
+}
+
+// pickDatabase returns the database of cfg's databases that --database
+// names, or the only one; nil for a configuration with database_url. A
+// name cfg does not have, or none when it has several, is an error listing
+// its names.
+func (c *common) pickDatabase(cfg *config.Config) (*config.DatabaseConfig, error) {
+	names := strings.Join(cfg.DatabaseNames(), ", ")
+	if len(cfg.Databases) == 0 {
+		if c.dbName != "" && c.dbName != config.DefaultDatabase {
+			return nil, usageErr("--database %s: the configuration has one database, %s (database_url)", c.dbName, config.DefaultDatabase)
+		}
+		return nil, nil
+	}
+	if c.dbName == "" {
+		if len(cfg.Databases) == 1 {
+			return &cfg.Databases[0], nil
+		}
+		return nil, usageErr("the configuration has several databases: give --database NAME (%s)", names)
+	}
+	for i := range cfg.Databases {
+		if cfg.Databases[i].Name == c.dbName {
+			return &cfg.Databases[i], nil
+		}
+	}
+	return nil, usageErr("--database %s: no such database in the configuration (databases: %s)", c.dbName, names)
 }
 
 // open connects to the database and returns a pool and a store on it.

@@ -30,8 +30,8 @@ func driftConfig(d config.DriftConfig, schema string, log *slog.Logger) *drift.C
 }
 
 // startDrift starts the drift schedule; the returned function stops it.
-func startDrift(ctx context.Context, pool *pgxpool.Pool, rt *config.Runtime, m *metrics.Metrics, runner string, log *slog.Logger) (func(), error) {
-	dc := driftConfig(rt.Drift, rt.Dispatcher.Schema, log)
+func startDrift(ctx context.Context, pool *pgxpool.Pool, d config.DriftConfig, schema string, m *metrics.Metrics, runner string, log *slog.Logger) (func(), error) {
+	dc := driftConfig(d, schema, log)
 	dc.Observer, dc.Runner = m, runner
 	c, refused, err := drift.NewChecker(ctx, pool, dc)
 	if err != nil {
@@ -42,7 +42,7 @@ func startDrift(ctx context.Context, pool *pgxpool.Pool, rt *config.Runtime, m *
 		names = append(names, r.Name)
 	}
 	m.PrimeDrift(names)
-	log.Info("drift scheduled", "schedule", rt.Drift.Schedule, "rules", len(names), "refused", len(refused))
+	log.Info("drift scheduled", "schedule", d.Schedule, "rules", len(names), "refused", len(refused))
 	return c.Start(ctx), nil
 }
 

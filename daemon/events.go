@@ -58,6 +58,35 @@ func newEventsBudget() *httpbound.Budget {
 // that falls behind httpbound's pace, is refused as it is read (503 with
 // Retry-After, 408).
 func eventsHandler(db engine.DB, schema string, sources map[string]providers.EventSource, budget *httpbound.Budget, count func(provider, result string, n int), log *slog.Logger) http.HandlerFunc {
+	stores := []eventStore{{db: db, schema: schema, count: count}}
+	return eventsHandlerTo(func(string) []eventStore { return stores }, sources, budget, log)
+}
+
+// eventStore is a database a provider's events are stored in, and the
+// counter of its metrics.
+type eventStore struct {
+	db     engine.DB
+	schema string
+	count  func(provider, result string, n int)
+}
+
+// eventStores are, by provider, the databases serving a kind of the
+// provider: of several databases, a provider's events are stored in each
+// (the effect a key names is in one of them; the evidence elsewhere names
+// no effect, and goes with the retention of reconciliation's evidence).
+func eventStores(dbs []*database) func(provider string) []eventStore {
+	by := map[string][]eventStore{}
+	for _, db := range dbs {
+		for name := range db.rt.EventSources {
+			by[name] = append(by[name], eventStore{db: db.pool, schema: db.rt.Dispatcher.Schema, count: db.m.Event})
+		}
+	}
+	return func(provider string) []eventStore { return by[provider] }
+}
+
+// eventsHandlerTo is eventsHandler storing each provider's events in the
+// databases stores names.
+func eventsHandlerTo(stores func(provider string) []eventStore, sources map[string]providers.EventSource, budget *httpbound.Budget, log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("provider")
 		src, ok := sources[name]
@@ -67,13 +96,13 @@ func eventsHandler(db engine.DB, schema string, sources map[string]providers.Eve
 			return
 		}
 		budget.Limit(maxEventBody, "an event delivery", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			events(w, r, name, src, db, schema, count, log)
+			events(w, r, name, src, stores(name), log)
 		})).ServeHTTP(w, r)
 	}
 }
 
 // events reads, verifies and stores one delivery of name's events.
-func events(w http.ResponseWriter, r *http.Request, name string, src providers.EventSource, db engine.DB, schema string, count func(provider, result string, n int), log *slog.Logger) {
+func events(w http.ResponseWriter, r *http.Request, name string, src providers.EventSource, stores []eventStore, log *slog.Logger) {
 	body, err := httpbound.Body(r, maxEventBody)
 	if err != nil { // read whole by budget.Limit, which answered any failure
 		http.Error(w, "the delivery could not be read: "+err.Error(), http.StatusBadRequest)
@@ -81,7 +110,9 @@ func events(w http.ResponseWriter, r *http.Request, name string, src providers.E
 	}
 	evs, err := src.Events(r.Header, body)
 	if errors.Is(err, providers.ErrBadSignature) {
-		count(name, metrics.EventRefused, 1)
+		for _, st := range stores {
+			st.count(name, metrics.EventRefused, 1)
+		}
 		log.Warn("provider events refused: the signature does not verify", "provider", name, "remote", r.RemoteAddr, "err", err)
 		http.Error(w, "signature verification failed", http.StatusUnauthorized)
 		return
@@ -92,24 +123,29 @@ func events(w http.ResponseWriter, r *http.Request, name string, src providers.E
 		return
 	}
 	stored, ours := 0, 0
-	for _, e := range evs {
-		if e.Key == "" {
-			continue
+	for _, st := range stores {
+		added := 0
+		ours = 0
+		for _, e := range evs {
+			if e.Key == "" {
+				continue
+			}
+			ours++
+			ok, err := reconcile.Record(r.Context(), st.db, st.schema, 0, e.Key, name, "event", e.ID, e.Evidence)
+			if err != nil {
+				log.Error("storing provider events failed", "provider", name, "err", err)
+				http.Error(w, "the events could not be stored; deliver them again", http.StatusServiceUnavailable)
+				return
+			}
+			if ok {
+				added++
+			}
 		}
-		ours++
-		added, err := reconcile.Record(r.Context(), db, schema, 0, e.Key, name, "event", e.ID, e.Evidence)
-		if err != nil {
-			log.Error("storing provider events failed", "provider", name, "err", err)
-			http.Error(w, "the events could not be stored; deliver them again", http.StatusServiceUnavailable)
-			return
-		}
-		if added {
-			stored++
-		}
+		st.count(name, metrics.EventStored, added)
+		st.count(name, metrics.EventDuplicate, ours-added)
+		st.count(name, metrics.EventForeign, len(evs)-ours)
+		stored = max(stored, added)
 	}
-	count(name, metrics.EventStored, stored)
-	count(name, metrics.EventDuplicate, ours-stored)
-	count(name, metrics.EventForeign, len(evs)-ours)
 	log.Debug("provider events", "provider", name, "events", len(evs), "sidefx", ours, "stored", stored)
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"events":%d,"sidefx":%d,"stored":%d}`+"\n", len(evs), ours, stored)

@@ -15,11 +15,11 @@ import (
 
 // startReconcile starts the reconciliation schedule, if the configuration
 // sets one; the returned function stops it.
-func startReconcile(ctx context.Context, pool *pgxpool.Pool, rt *config.Runtime, obs reconcile.Observer, runner string, log *slog.Logger) (func(), error) {
-	if rt.Reconcile == nil {
+func startReconcile(ctx context.Context, pool *pgxpool.Pool, cfg *reconcile.Config, obs reconcile.Observer, runner string, log *slog.Logger) (func(), error) {
+	if cfg == nil {
 		return func() {}, nil
 	}
-	rc := *rt.Reconcile
+	rc := *cfg
 	rc.Runner, rc.Observer, rc.Logger = runner, obs, log
 	r, err := reconcile.New(pool, &rc)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sidefx/sidefx/config"
 	"github.com/sidefx/sidefx/derive"
@@ -53,11 +54,17 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	if c.configPath == "" {
 		return usageErr("run needs --config FILE")
 	}
+	if c.dbName != "" {
+		return usageErr("run serves every database of the configuration: --database is for the other commands")
+	}
 	cfg, err := c.loadConfig(io)
 	if err != nil {
 		return err
 	}
 	if c.schema != "" {
+		if len(cfg.Databases) > 0 {
+			return usageErr("--schema: each database of databases has its schema in the configuration")
+		}
 		cfg.Schema = c.schema
 	}
 	if *listen != "" {
@@ -106,55 +113,37 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 	}()
 	if tp != nil {
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: exporting spans failed", "err", err) }))
-		rt.Dispatcher.TracerProvider = tp
 		log.Info("tracing", "otlp_endpoint", rt.Tracing.OTLPEndpoint, "sample_ratio", rt.Tracing.SampleRatio)
 	}
 
 	// The pools connect on first use: nothing below touches the database
 	// before the HTTP server is up.
-	pool, err := openPool(ctx, "database_url", rt.DatabaseURL, 0, rt.SessionDatabaseURL != "")
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	// What needs a session (LISTEN, the drift job's lock, the migrations)
-	// has its own connections when database_url goes through a pooler in
-	// transaction mode.
-	session := pool
-	if rt.SessionDatabaseURL != "" {
-		if session, err = openPool(ctx, "session_database_url", rt.SessionDatabaseURL, 4, false); err != nil {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// With databases, each database's metrics carry its name as a label
+	// and its logs database=NAME; database_url's are as they always were.
+	several := len(cfg.Databases) > 0
+	dbs := make([]*database, 0, len(rt.Databases))
+	for i := range rt.Databases {
+		db, err := openDatabase(ctx, &rt.Databases[i], several, reg, tp, log)
+		if db != nil {
+			defer db.close()
+		}
+		if err != nil {
 			return err
 		}
-		defer session.Close()
-		rt.Dispatcher.ListenPool = session
-	}
-	store, err := engine.NewStore(pool, &engine.StoreConfig{Schema: rt.Dispatcher.Schema})
-	if err != nil {
-		return err
+		dbs = append(dbs, db)
 	}
 	// The console, when console.listen is set, is built here (a tokens
 	// file that cannot be read stops the start) and served next to the
-	// HTTP endpoint, on its own address.
-	con, tokens, err := consoleHandler(cfg, rt.Providers, io.Getenv, pool, store, log)
-	if err != nil {
-		return err
+	// HTTP endpoint, on its own address. It shows one database.
+	cdb := dbs[0]
+	for _, db := range dbs {
+		if db.name == cfg.Console.Database {
+			cdb = db
+		}
 	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	served := map[string]string{}
-	for kind, k := range rt.Dispatcher.Kinds {
-		served[kind] = k.Provider.Name()
-	}
-	// The table's gauges label the kinds served; the others are summed.
-	m, err := metrics.New(reg, store, &metrics.Options{Version: Version(), Logger: log,
-		Kinds: slices.Sorted(maps.Keys(served))})
-	if err != nil {
-		return err
-	}
-	m.Prime(served)
-	rt.Dispatcher.Observer = m
-	d, err := dispatcher.New(pool, &rt.Dispatcher)
+	con, tokens, err := consoleHandler(cfg, rt.Providers, io.Getenv, cdb.pool, cdb.store, log)
 	if err != nil {
 		return err
 	}
@@ -166,13 +155,17 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		return fmt.Errorf("http listen %s: %w", rt.HTTP.Listen, err)
 	}
 	var started atomic.Bool
-	db := dbCheck{pool: pool, session: session, mc: &rt.Migrations, url: rt.DatabaseURL}
-	mux := httpHandler(reg, newReadiness(db.check, time.Now).get, started.Load, d.Healthy)
+	mux := httpHandler(reg, newReadiness(allReady(dbs), time.Now).get, started.Load, allHealthy(dbs))
 	if len(rt.EventSources) > 0 {
-		mux.Handle("POST /events/{provider}", eventsHandler(pool, rt.Dispatcher.Schema, rt.EventSources, newEventsBudget(), m.Event, log))
+		mux.Handle("POST /events/{provider}", eventsHandlerTo(eventStores(dbs), rt.EventSources, newEventsBudget(), log))
 		for name := range rt.EventSources {
-			for _, result := range []string{metrics.EventStored, metrics.EventDuplicate, metrics.EventForeign, metrics.EventRefused} {
-				m.Event(name, result, 0) // every series from the start
+			for _, db := range dbs {
+				if _, ok := db.rt.EventSources[name]; !ok {
+					continue
+				}
+				for _, result := range []string{metrics.EventStored, metrics.EventDuplicate, metrics.EventForeign, metrics.EventRefused} {
+					db.m.Event(name, result, 0) // every series from the start
+				}
 			}
 			log.Info("taking provider events", "provider", name, "path", "/events/"+name)
 		}
@@ -201,33 +194,175 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 		defer stopConsole()
 	}
 
-	if ok, err := waitForDatabase(ctx, db, *migrate, log); err != nil || !ok {
-		return err // nil if stopped while waiting
+	// Each database is waited for (and migrated, with --migrate) and
+	// checked in turn: the daemon starts dispatching once all are ready.
+	for _, db := range dbs {
+		if ok, err := waitForDatabase(ctx, db.check, *migrate, db.log); err != nil || !ok {
+			return db.wrap(err) // nil if stopped while waiting
+		}
+		if err := checkNamespace(ctx, db.pool, db.rt.Dispatcher.Schema, cfg.Namespace); err != nil {
+			return db.wrap(err)
+		}
+		if err := checkSession(ctx, db.session, db.rt.SessionURL != ""); err != nil {
+			return db.wrap(err)
+		}
 	}
-	if err := checkNamespace(ctx, pool, cfg.Schema, cfg.Namespace); err != nil {
-		return err
-	}
-	if err := checkSession(ctx, session, rt.SessionDatabaseURL != ""); err != nil {
-		return err
-	}
-	stopDrift, err := startDrift(ctx, session, rt, m, d.WorkerID(), log)
-	if err != nil {
-		return err
-	}
-	if rt.Reconcile != nil {
-		m.PrimeReconcile(served)
-	}
-	stopReconcile, err := startReconcile(ctx, session, rt, m, d.WorkerID(), log)
-	if err != nil {
-		stopDrift()
-		return err
+	var stops []func()
+	defer func() {
+		for _, stop := range slices.Backward(stops) {
+			stop()
+		}
+	}()
+	for _, db := range dbs {
+		stopDrift, err := startDrift(ctx, db.session, db.rt.Drift, db.rt.Dispatcher.Schema, db.m, db.d.WorkerID(), db.log)
+		if err != nil {
+			return db.wrap(err)
+		}
+		stops = append(stops, stopDrift)
+		if db.rt.Reconcile != nil {
+			db.m.PrimeReconcile(db.served)
+		}
+		stopReconcile, err := startReconcile(ctx, db.session, db.rt.Reconcile, db.m, db.d.WorkerID(), db.log)
+		if err != nil {
+			return db.wrap(err)
+		}
+		stops = append(stops, stopReconcile)
 	}
 	started.Store(true)
-	log.Info("started", "version", Version(), "http", ln.Addr().String(), "worker", d.WorkerID(), "kinds", len(rt.Dispatcher.Kinds))
-	err = d.Run(ctx)
-	stopReconcile()
-	stopDrift()
-	return err
+	for _, db := range dbs {
+		db.log.Info("started", "version", Version(), "http", ln.Addr().String(), "worker", db.d.WorkerID(), "kinds", len(db.rt.Dispatcher.Kinds),
+			"workers", db.rt.Dispatcher.Workers)
+	}
+	return runDispatchers(ctx, dbs)
+}
+
+// database is one database the daemon serves and what runs on it.
+type database struct {
+	name    string
+	several bool // one of databases: its errors name it
+	rt      *config.Database
+	pool    *pgxpool.Pool
+	session *pgxpool.Pool // pool, or the session URL's
+	store   *engine.Store
+	m       *metrics.Metrics
+	d       *dispatcher.Dispatcher
+	check   dbCheck
+	served  map[string]string // kind → provider
+	log     *slog.Logger
+}
+
+// openDatabase makes the pools (which connect on first use), metrics and
+// dispatcher of one database. A database returned is closed by close, even
+// with an error.
+func openDatabase(ctx context.Context, rt *config.Database, several bool, reg *prometheus.Registry, tp trace.TracerProvider, log *slog.Logger) (*database, error) {
+	db := &database{name: rt.Name, several: several, rt: rt, log: log}
+	field, sessionField := "database_url", "session_database_url"
+	var r prometheus.Registerer = reg
+	if several {
+		db.log = log.With("database", rt.Name)
+		field = "databases " + rt.Name + " url"
+		r = prometheus.WrapRegistererWith(prometheus.Labels{"database": rt.Name}, reg)
+	}
+	var err error
+	if db.pool, err = openPool(ctx, field, rt.URL, 0, rt.SessionURL != ""); err != nil {
+		return nil, err
+	}
+	// What needs a session (LISTEN, the drift job's lock, the migrations)
+	// has its own connections when database_url goes through a pooler in
+	// transaction mode.
+	db.session = db.pool
+	dc := rt.Dispatcher
+	if rt.SessionURL != "" {
+		if db.session, err = openPool(ctx, sessionField, rt.SessionURL, 4, false); err != nil {
+			db.session = nil
+			return db, err
+		}
+		dc.ListenPool = db.session
+	}
+	if db.store, err = engine.NewStore(db.pool, &engine.StoreConfig{Schema: dc.Schema}); err != nil {
+		return db, err
+	}
+	db.served = map[string]string{}
+	for kind, k := range dc.Kinds {
+		db.served[kind] = k.Provider.Name()
+	}
+	// The table's gauges label the kinds served; the others are summed.
+	if db.m, err = metrics.New(r, db.store, &metrics.Options{Version: Version(), Logger: db.log,
+		Kinds: slices.Sorted(maps.Keys(db.served))}); err != nil {
+		return db, err
+	}
+	db.m.Prime(db.served)
+	dc.Observer, dc.Logger = db.m, db.log
+	if tp != nil {
+		dc.TracerProvider = tp
+	}
+	if db.d, err = dispatcher.New(db.pool, &dc); err != nil {
+		return db, db.wrap(err)
+	}
+	db.check = dbCheck{pool: db.pool, session: db.session, mc: &rt.Migrations, url: rt.URL}
+	return db, nil
+}
+
+func (db *database) close() {
+	if db.session != nil && db.session != db.pool {
+		db.session.Close()
+	}
+	if db.pool != nil {
+		db.pool.Close()
+	}
+}
+
+// wrap names the database in err, of several.
+func (db *database) wrap(err error) error {
+	if err == nil || !db.several {
+		return err
+	}
+	return fmt.Errorf("database %s: %w", db.name, err)
+}
+
+// allReady is ready when every database is, naming those that are not.
+func allReady(dbs []*database) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var errs []error
+		for _, db := range dbs {
+			errs = append(errs, db.wrap(db.check.check(ctx)))
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// allHealthy is healthy when every database's dispatcher is.
+func allHealthy(dbs []*database) func() error {
+	return func() error {
+		var errs []error
+		for _, db := range dbs {
+			errs = append(errs, db.wrap(db.d.Healthy()))
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// runDispatchers runs every database's dispatcher until ctx ends or one of
+// them fails, which stops the others: the daemon serves all of its
+// databases or ends.
+func runDispatchers(ctx context.Context, dbs []*database) error {
+	if len(dbs) == 1 {
+		return dbs[0].d.Run(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(dbs))
+	var wg sync.WaitGroup
+	for i, db := range dbs {
+		wg.Go(func() {
+			if err := db.d.Run(ctx); err != nil {
+				errs[i] = db.wrap(err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // dbCheck tells whether the daemon's database answers and holds its

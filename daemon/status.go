@@ -39,24 +39,73 @@ type statusJSON struct {
 	Paused          []pauseJSON      `json:"paused"`
 }
 
+// statusDatabaseJSON is one database's status, in sidefx status --json of
+// a configuration with several databases.
+type statusDatabaseJSON struct {
+	Database string `json:"database"`
+	statusJSON
+}
+
+// statusDatabasesJSON is sidefx status --json of a configuration with
+// several databases and no --database: a status per database.
+type statusDatabasesJSON struct {
+	Databases []statusDatabaseJSON `json:"databases"`
+}
+
 func statusCmd(ctx context.Context, io *IO, args []string) error {
 	fs, c := newFlags("status", io)
 	asJSON := fs.Bool("json", false, "print JSON (\"JSON output\" in docs/operations.md describes the fields)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	pool, store, err := c.open(ctx, io)
+	cfg, err := c.loadConfig(io)
 	if err != nil {
 		return err
+	}
+	if cfg == nil || len(cfg.Databases) < 2 || c.dbName != "" || c.databaseURL != "" {
+		_, err := status(ctx, io, c, *asJSON, true)
+		return err
+	}
+	// Several databases: a section each, or a list in the JSON.
+	var all statusDatabasesJSON
+	for i, name := range cfg.DatabaseNames() {
+		one := *c
+		one.dbName = name
+		if !*asJSON {
+			if i > 0 {
+				fmt.Fprintln(io.Out)
+			}
+			fmt.Fprintf(io.Out, "database %s\n", name)
+		}
+		st, err := status(ctx, io, &one, *asJSON, false)
+		if err != nil {
+			return fmt.Errorf("database %s: %w", name, err)
+		}
+		if *asJSON {
+			all.Databases = append(all.Databases, statusDatabaseJSON{Database: name, statusJSON: *st})
+		}
+	}
+	if *asJSON {
+		return writeJSON(io.Out, all)
+	}
+	return nil
+}
+
+// status reports the effects of the database c names, as text or JSON;
+// the JSON is returned, and printed if printJSON.
+func status(ctx context.Context, io *IO, c *common, asJSON, printJSON bool) (*statusJSON, error) {
+	pool, store, err := c.open(ctx, io)
+	if err != nil {
+		return nil, err
 	}
 	defer pool.Close()
 	stats, err := store.Stats(ctx)
 	if err != nil {
-		return schemaProblem(ctx, pool, store.Schema(), err)
+		return nil, schemaProblem(ctx, pool, store.Schema(), err)
 	}
 	pauses, err := store.Pauses(ctx)
 	if err != nil {
-		return schemaProblem(ctx, pool, store.Schema(), err)
+		return nil, schemaProblem(ctx, pool, store.Schema(), err)
 	}
 	total := allStates(nil)
 	var kinds []statusKind
@@ -78,11 +127,15 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 			total[st] += n
 		}
 	}
-	if *asJSON {
+	if asJSON {
+		st := statusJSON{Kinds: kinds, Total: total, Uncertain: total[effects.Uncertain], Failed: total[effects.Failed],
+			UnservedPending: unserved, Paused: pausedJSON(pauses)}
+		if !printJSON {
+			return &st, nil // one of several: the caller prints the list
+		}
 		enc := json.NewEncoder(io.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusJSON{Kinds: kinds, Total: total, Uncertain: total[effects.Uncertain], Failed: total[effects.Failed],
-			UnservedPending: unserved, Paused: pausedJSON(pauses)})
+		return &st, enc.Encode(st)
 	}
 	// The text stays a screenful however many kinds producers wrote: the
 	// kinds a dispatcher serves each have a row, and past statusUnservedRows
@@ -128,7 +181,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	}
 	fmt.Fprintln(w, "\t")
 	if err := w.Flush(); err != nil {
-		return err
+		return nil, err
 	}
 	var advise func(kind string) string
 	if len(unservedStats) > 0 {
@@ -174,7 +227,7 @@ func statusCmd(ctx context.Context, io *IO, args []string) error {
 	if total[effects.Uncertain]+total[effects.Failed] > 0 {
 		fmt.Fprintf(io.Out, "\n%d uncertain and %d failed effects wait for an operator: sidefx inspect, retry, resolve.\n", total[effects.Uncertain], total[effects.Failed])
 	}
-	return nil
+	return nil, nil
 }
 
 // statusUnservedRows is how many kinds no live dispatcher serves sidefx
