@@ -34,7 +34,7 @@ type Event struct {
 	ID          int64
 	EffectID    int64
 	At          time.Time
-	Action      string // retry, resolve, refire, cancel, late_answer, supersede, due_now
+	Action      string // retry, resolve, refire, cancel, late_answer, supersede, due_now, remake_claim, failover_hold
 	From, To    State
 	Actor, Note string
 	ProviderRef string
