@@ -30,6 +30,12 @@ type StandbyOptions struct {
 	// Name starts the name of the standby's directory and is its
 	// watchdog's process name, as Options.Name. Default "pgcluster-standby".
 	Name string
+
+	// Port is the port of 127.0.0.1 the standby listens on; 0, the
+	// default, picks a free one. A port the test freed (the one of a
+	// killed primary) keeps a client's multi-host connection string valid
+	// across failovers.
+	Port int
 }
 
 // StartStandby makes a streaming standby of c: a base backup of c's
@@ -81,6 +87,11 @@ func (c *Cluster) StartStandby(ctx context.Context, opts *StandbyOptions) (_ *Cl
 		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
+		if opts.Port != 0 {
+			s.port = opts.Port
+			err = s.pgStart(ctx)
+			break
+		}
 		if s.port, err = freePort(); err == nil {
 			err = s.pgStart(ctx)
 		}

@@ -148,4 +148,19 @@ func TestMultiHostConnString(t *testing.T) {
 	if got := port(); got != fmt.Sprint(s.Port()) {
 		t.Fatalf("connected to port %s, want the promoted standby's %d", got, s.Port())
 	}
+	// A new standby on the killed primary's port: the same URL follows the
+	// next failover.
+	s2 := standby(t, s, &StandbyOptions{Port: p.Port()})
+	if s2.Port() != p.Port() {
+		t.Fatalf("standby on port %d, want %d", s2.Port(), p.Port())
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Promote(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := port(); got != fmt.Sprint(p.Port()) {
+		t.Fatalf("connected to port %s, want the second promoted standby's %d", got, p.Port())
+	}
 }
