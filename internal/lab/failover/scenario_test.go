@@ -34,16 +34,16 @@ type mode struct {
 
 // figures are what a mode's failovers cost.
 type figures struct {
-	mode                      string
-	runs, promotions          int
-	enqueued, committed       int // committed: acknowledged to the producer before the kill
-	absent, unperformed       int // committed effects missing on the new primary, or never performed
+	mode                       string
+	runs, promotions           int
+	enqueued, committed        int // committed: acknowledged to the producer before the kill
+	absent, unperformed        int // committed effects missing on the new primary, or never performed
 	repeatedHook, repeatedMail int // effects performed twice or more
-	extraHook, extraMail      int // performances beyond the first
-	uncertain, failed         int
-	resume                    []time.Duration // kill → first confirmation on the new primary
-	lostExamples              []string
-	repeatExamples            []string
+	extraHook, extraMail       int // performances beyond the first
+	uncertain, failed          int
+	resume                     []time.Duration // kill → first confirmation on the new primary
+	lostExamples               []string
+	repeatExamples             []string
 }
 
 func (f *figures) lost() int { return f.absent + f.unperformed }
