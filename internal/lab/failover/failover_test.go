@@ -28,6 +28,17 @@ func syncPair(runs, promotions, webhooks, mails int) mode {
 		wantNoLoss: true, wantNoRepeat: true}
 }
 
+func syncAutoctl(runs, promotions, webhooks, mails int) mode {
+	return mode{name: "sync pg_auto_failover, daemon alive", runs: runs, promotions: promotions, webhooks: webhooks, mails: mails,
+		start: func(ctx context.Context, t *testing.T) (ha, error) {
+			if why := autoctlAvailable(); why != "" {
+				t.Skip(why)
+			}
+			return startAutoctl(ctx)
+		},
+		wantNoLoss: true, wantNoRepeat: true}
+}
+
 func TestFailover(t *testing.T) {
 	if !full() {
 		t.Skip("the failover matrix runs with SIDEFX_FAILOVER=1 (make failover)")
@@ -35,7 +46,7 @@ func TestFailover(t *testing.T) {
 	modes := []mode{
 		asyncAlive(10, 3, 2000, 1000),
 		asyncRestarted(10, 1, 2000, 1000),
-		syncPair(1, 5, 2000, 1000),
+		syncAutoctl(1, 5, 2000, 1000),
 	}
 	var fs []*figures
 	for _, m := range modes {
@@ -67,7 +78,7 @@ func TestFailoverOnce(t *testing.T) {
 		t.Skip("runs with SIDEFX_FAILOVER=1")
 	}
 	var fs []*figures
-	for _, m := range []mode{asyncAlive(1, 1, 600, 300), asyncRestarted(1, 1, 600, 300), syncPair(1, 1, 600, 300)} {
+	for _, m := range []mode{asyncAlive(1, 1, 600, 300), asyncRestarted(1, 1, 600, 300), syncPair(1, 1, 600, 300), syncAutoctl(1, 2, 600, 300)} {
 		t.Run(m.name, func(t *testing.T) {
 			f := m.run(t)
 			fs = append(fs, f)

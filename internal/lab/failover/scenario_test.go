@@ -148,13 +148,15 @@ func (m mode) runOnce(t *testing.T, run int, f *figures) {
 		}); err != nil {
 			t.Fatalf("before the kill: %v", err)
 		}
-		killedAt := time.Now()
 		if m.restart {
 			d.kill()
 		}
 		if err := cluster.kill(); err != nil {
 			t.Fatal(err)
 		}
+		// Taken once the primary is gone: a confirmation with a later
+		// confirmed_at (its transaction's start) is the new primary's.
+		killedAt := time.Now()
 		stopProducer()
 		prodWG.Wait()
 		if !m.restart && d.exited() {
