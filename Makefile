@@ -1,7 +1,7 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: release test-release test deps roles-sql vet fmt-check no-binaries cross vet-newest test-newest bench bench-full gobench fuzz soak model
+.PHONY: release test-release test deps roles-sql vet fmt-check no-binaries cross vet-newest test-newest bench bench-full gobench fuzz soak model failover
 
 ## test: install what is missing, then vet and run every test with the race detector
 test: deps fmt-check no-binaries vet cross
@@ -111,3 +111,16 @@ soak: deps
 MODEL_BUDGET ?= 5m
 model: deps
 	$(GO) test ./dispatcher -run '^TestModel$$' -count=1 -v -timeout 0 -args -model.budget=$(MODEL_BUDGET)
+
+## failover: the failover matrix (internal/lab/failover; docs/reliability.md,
+## Failover): a real primary/standby pair, the sidefx daemon draining through
+## it, the primary SIGKILLed mid-drain and the standby promoted: an
+## asynchronous pair 10 runs x 3 promotions with the daemon alive, 10 with
+## the daemon killed and restarted too, and pg_auto_failover (synchronous)
+## 5 promotions. The table of figures is logged and written to
+## $(FAILOVER_OUT)/_artifacts/*/failover.md. Without -race: the race
+## detector slows the producer and the daemon, not the failovers measured.
+FAILOVER_OUT ?= /tmp/sidefx-failover
+failover: deps
+	mkdir -p $(FAILOVER_OUT)
+	SIDEFX_FAILOVER=1 $(GO) test -count=1 -v -run '^TestFailover$$' -timeout 40m ./internal/lab/failover -artifacts -outputdir $(FAILOVER_OUT)

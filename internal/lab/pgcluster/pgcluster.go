@@ -25,6 +25,15 @@
 // EOF on a pipe whose write end only the owner holds, then stops the server
 // and removes the directory. Destroy does the same at once.
 //
+// A cluster can have streaming standbys (StartStandby: pg_basebackup -R,
+// asynchronous or synchronous), be killed like a crashed machine (Kill:
+// SIGKILL to the postmaster) and a standby promoted (Promote); a client
+// follows the primary with MultiHostConnString (target_session_attrs=
+// read-write). A SIGKILL leaves the OS's page cache, so fsync = off loses
+// nothing a committed transaction wrote: what a failover loses is what the
+// standby had not received, as on real machines with asynchronous
+// replication.
+//
 // The package keeps no connection or pool open, so it leaves no goroutines
 // behind for leak checkers.
 package pgcluster
@@ -61,6 +70,9 @@ full_page_writes = off
 synchronous_commit = on
 max_connections = 300
 shared_buffers = 128MB
+wal_level = replica
+max_wal_senders = 10
+hot_standby = on
 `
 
 // destroyTimeout bounds the stopping of the server in Destroy.
@@ -77,6 +89,9 @@ type Options struct {
 	//	synchronous_commit = on
 	//	max_connections = 300
 	//	shared_buffers = 128MB
+	//	wal_level = replica       # StartStandby
+	//	max_wal_senders = 10
+	//	hot_standby = on
 	//
 	// They must leave listen_addresses and unix_socket_directories alone;
 	// the port is given on the server's command line.
