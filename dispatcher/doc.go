@@ -48,8 +48,9 @@
 // No call waits on the database for it. At each heartbeat a dispatcher
 // takes its share, in one short transaction under the row lock of
 // sidefx_locks "fleet-shares" (so heartbeats set shares one at a time):
-// it reads the live dispatchers (a heartbeat within three of their
-// intervals, the registry's rule) and the shares their last heartbeat
+// it reads the live dispatchers (a heartbeat within two of their
+// intervals, engine.ShareLiveAfter: stricter than the registry's three)
+// and the shares their last heartbeat
 // recorded in sidefx_dispatchers.kind_status, computes its own, and
 // records it with its heartbeat. The members of a provider are the live
 // dispatchers sharing its limits, ranked by worker id. Its share is its
@@ -72,10 +73,12 @@
 //     are retuned live: calls in flight go on, a concurrency below them
 //     only holds claims off until they end;
 //   - a clean stop retires the registry row, so the others take its share
-//     at their next heartbeat; a replica killed keeps its row until it is
-//     stale, three of its intervals after its last heartbeat, and the
-//     others take its share at their first heartbeat after that: within
-//     four of their heartbeats of the kill;
+//     at their next heartbeat; a replica killed counts in the split until
+//     two of its intervals after its last heartbeat, and the others take
+//     its share at their first heartbeat after that: within three of
+//     their heartbeats of the kill. A live replica whose heartbeat is
+//     late by more than an interval is out of the split until it beats
+//     again: meanwhile the fleet may exceed the limit by its share;
 //   - a heartbeat that cannot set the shares (the lock not had within half
 //     an interval, a statement failing) is recorded with the shares held,
 //     unchanged, so the dispatcher does not read as dead.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sidefx/sidefx/dispatcher"
-	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/providers"
@@ -185,8 +184,8 @@ func (o *shareLog) all() []dispatcher.FleetShare {
 // Three replicas with a provider limited to 50 calls a second send it, in
 // every second, at most 50 plus the burst, and never draw a 429; when one
 // is killed (its registry row left behind), the two others take its share
-// once its heartbeat is stale: at the latest at their LiveAfter+1-th
-// heartbeat after the kill.
+// once its heartbeat is stale (engine.ShareLiveAfter): at the latest at
+// their third heartbeat after the kill.
 func TestFleet_LimitHoldsAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	testFleetLimit(t, dispatcher.ScopeFleet)
@@ -249,8 +248,8 @@ func testFleetLimit(t *testing.T, scope dispatcher.LimitScope) {
 			}
 		}
 		t.Logf("%s: %d heartbeats after the kill until it took its share of the killed replica's (%+v)", ids[i], beats, all[len(all)-1])
-		if beats > effects.LiveAfter+1 {
-			t.Errorf("%s took its share of the killed replica's at its %d-th heartbeat after the kill, want at most %d", ids[i], beats, effects.LiveAfter+1)
+		if beats > 3 {
+			t.Errorf("%s took its share of the killed replica's at its %d-th heartbeat after the kill, want at most 3", ids[i], beats)
 		}
 	}
 	// A second more of calls by the two, then every one-second window.

@@ -651,6 +651,13 @@ func (s *Engine) late(ctx context.Context, o Outcome, remake bool) (bool, string
 			keyEpoch        int32 // the first attempt the provider remembers
 		)
 		err := tx.QueryRow(ctx, s.q.late, o.ID).Scan(&state, &attempts, &maybe, &ref, &outcomeAttempt, &operatorDecided, &keyEpoch)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Reaped, or never there: a failover to a standby that lacked
+			// its enqueue too. Nothing to record it on; an error here would
+			// hold every outcome behind it.
+			why = "the database has no such effect (a failover lost its enqueue, or it was reaped)"
+			return nil
+		}
 		if err != nil {
 			return noRow(err)
 		}

@@ -86,6 +86,13 @@ func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
 	if again := claim(t, b, "w2", time.Minute, "k.mail"); len(again) != 0 {
 		t.Errorf("claimed again after the answers were recorded: %+v", again)
 	}
+	// An answer for an effect the database does not have (its enqueue was
+	// lost with the claim) is told, not an error that would hold every
+	// outcome behind it.
+	gone, err := eng.Complete(b.ctx, []engine.Outcome{{ID: 1 << 40, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_x"}})
+	if err != nil || len(gone) != 1 || !strings.Contains(gone[0].Fence, "no such effect") {
+		t.Errorf("an answer for an effect not in the database: %+v, %v; want it fenced as no such effect", gone, err)
+	}
 	// The cancelled effect stays cancelled.
 	if e, _ := st.Get(b.ctx, ins[2].ID); e.State != effects.Cancelled {
 		t.Errorf("the cancelled effect is %s", e.State)

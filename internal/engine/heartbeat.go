@@ -109,6 +109,16 @@ func (s *Engine) Beat(ctx context.Context, b Beat) error {
 // and records its own, so no two take the same free part of a limit.
 const sharesLock = "fleet-shares"
 
+// ShareLiveAfter is how many of its heartbeat intervals a dispatcher
+// counts in the split of the fleet's limits after its last heartbeat:
+// fewer than the registry's effects.LiveAfter, so that a killed replica's
+// share moves to the others within three of their heartbeats. A live
+// replica beats every interval, its shared heartbeat waiting at most half
+// of one for the lock: it is never out of the split while alive unless
+// its heartbeat is late by more than an interval (then, until it beats
+// again, the fleet may exceed the limit by its share).
+const ShareLiveAfter = 2
+
 // ErrSharesBusy is returned by BeatShared when the shares' lock could not
 // be had within its wait: nothing was recorded.
 var ErrSharesBusy = errors.New("the lock of the fleet's shares is held by another heartbeat")
@@ -116,8 +126,8 @@ var ErrSharesBusy = errors.New("the lock of the fleet's shares is held by anothe
 // BeatShared records a heartbeat like Beat, one at a time across the
 // database: under the row lock of sidefx_locks "fleet-shares" (waited for
 // at most lockWait; ErrSharesBusy past it), it reads the live dispatchers
-// other than worker, by the registry's liveness rule (a heartbeat within
-// effects.LiveAfter of their intervals), with the shares their last
+// other than worker (a heartbeat within ShareLiveAfter of their
+// intervals), with the shares their last
 // heartbeat recorded, and records the Beat that decide returns for them.
 // decide runs inside the transaction, before its commit; a share it lowers
 // may be applied there, one it raises only once BeatShared returned nil
@@ -144,7 +154,7 @@ func (s *Engine) BeatShared(ctx context.Context, db Beginner, worker string, loc
 	}
 	rows, err := tx.Query(ctx, `SELECT worker_id, kind_status FROM `+s.registry+`
 		WHERE worker_id <> $1 AND heartbeat_at > now() - ($2 * interval_ms OPERATOR(pg_catalog.*) interval '1 millisecond')
-		ORDER BY worker_id`, worker, effects.LiveAfter)
+		ORDER BY worker_id`, worker, ShareLiveAfter)
 	if err != nil {
 		return s.sharesErr(err)
 	}
