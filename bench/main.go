@@ -201,7 +201,8 @@ func runPass(ctx context.Context, o *options, settings string, skip []string, st
 		name string
 		run  func(context.Context) error
 	}{{"enqueue", e.enqueueAll}, {"drain", e.drainAll}, {"latency", e.latencyAll}, {"history", e.historyAll},
-		{"edge", e.edgeAll}, {"inbox", e.inboxAll}, {"backlog", e.backlogAll}, {"limits", e.limitsAll}}
+		{"edge", e.edgeAll}, {"inbox", e.inboxAll}, {"backlog", e.backlogAll}, {"limits", e.limitsAll},
+		{"fleet", e.fleetAll}}
 	for _, s := range steps {
 		if !o.selected(s.name) || slices.Contains(skip, s.name) {
 			continue
@@ -244,7 +245,7 @@ func cpuModel() string {
 	return "unknown CPU"
 }
 
-var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox", "backlog", "limits"}
+var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox", "backlog", "limits", "fleet"}
 
 // checkOnly refuses an --only naming no workload.
 func (o *options) checkOnly() error {

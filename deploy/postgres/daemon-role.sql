@@ -14,7 +14,11 @@
 -- purges tombstones (only when configured) through sidefx_reap and
 -- sidefx_purge (schema 34). It records late answers through
 -- sidefx_late_answer (schema 37), which writes the effect's history row;
--- it never writes the history itself. The database refuses it (42501)
+-- it never writes the history itself. After a failover it makes again,
+-- through sidefx_remake_claim, the claim of an answer it holds that the
+-- new primary lacks, and says the timeline it sees through
+-- sidefx_timeline_seen, which holds the kinds without keys after a
+-- promotion (schema 40). The database refuses it (42501)
 -- any change of an effect no dispatcher makes (schema 37's guard: a
 -- confirmed effect sent again, evidence cleared, ...). It records its
 -- heartbeat and the kinds it serves in the registry (and in sidefx_kinds,

@@ -30,6 +30,9 @@ type mode struct {
 	start           func(ctx context.Context, t *testing.T) (ha, error)
 	// The guarantees asserted: no effect lost, no effect performed twice.
 	wantNoLoss, wantNoRepeat bool
+	// wantNoMailRepeat: no mail (a provider that takes no key) is sent
+	// twice; a webhook may be (its receiver dedups by webhook-id).
+	wantNoMailRepeat bool
 }
 
 // figures are what a mode's failovers cost.
@@ -41,9 +44,13 @@ type figures struct {
 	repeatedHook, repeatedMail int // effects performed twice or more
 	extraHook, extraMail       int // performances beyond the first
 	uncertain, failed          int
-	resume                     []time.Duration // kill → first confirmation on the new primary
-	lostExamples               []string
-	repeatExamples             []string
+	held                       int // committed, never performed, uncertain: held for the provider to be checked
+	// An operator's cancels committed just before the kill: how many, how
+	// many the new primary lacks, how many were sent all the same.
+	decisions, decisionsLost, decisionsSent int
+	resume                                  []time.Duration // kill → first confirmation on the new primary
+	lostExamples                            []string
+	repeatExamples                          []string
 }
 
 func (f *figures) lost() int { return f.absent + f.unperformed }
@@ -148,6 +155,19 @@ func (m mode) runOnce(t *testing.T, run int, f *figures) {
 		}); err != nil {
 			t.Fatalf("before the kill: %v", err)
 		}
+		// An operator's decisions just before the kill: the last pending
+		// mails of the part enqueued at once are cancelled.
+		var cancelled []string
+		rows, err := pool.Query(ctx, `SELECT c.idempotency_key FROM (SELECT id FROM side_effects
+				WHERE source_id LIKE $1 || '%' AND kind = $2 AND state = 'pending' ORDER BY id DESC LIMIT 10) AS p
+			CROSS JOIN LATERAL sidefx_cancel_effect(p.id, -1, 'failover test', 'an operator decision before the kill') AS c`,
+			prefix, kindMail)
+		if err == nil {
+			cancelled, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			t.Fatalf("an operator's cancels before the kill: %v", err)
+		}
 		if m.restart {
 			d.kill()
 		}
@@ -204,6 +224,16 @@ func (m mode) runOnce(t *testing.T, run int, f *figures) {
 			t.Fatalf("no effect confirmed on the new primary after the kill")
 		}
 		f.resume = append(f.resume, first.Sub(killedAt))
+		for _, k := range cancelled {
+			f.decisions++
+			var state string
+			if err := pool.QueryRow(ctx, `SELECT state FROM side_effects WHERE idempotency_key = $1`, k).Scan(&state); err != nil || state != "cancelled" {
+				f.decisionsLost++
+			}
+			if mails.count(k) > 0 {
+				f.decisionsSent++
+			}
+		}
 		if round < m.promotions-1 {
 			if err := cluster.rebuild(ctx); err != nil {
 				t.Fatal(err)
@@ -256,7 +286,11 @@ func (m mode) tally(ctx context.Context, t *testing.T, pool *pgxpool.Pool, all [
 		case "failed":
 			f.failed++
 		}
-		if n == 0 && tr.committed {
+		if n == 0 && tr.committed && r.state == "uncertain" {
+			// Not lost: held after the promotion (or answered unknown),
+			// for the reconciler or an operator to decide.
+			f.held++
+		} else if n == 0 && tr.committed {
 			f.unperformed++
 			f.lostExamples = append(f.lostExamples, fmt.Sprintf("%s %s, never performed", id, r.state))
 		}
@@ -370,6 +404,9 @@ func (m mode) check(t *testing.T, f *figures) {
 		t.Errorf("%s: %d committed effects lost (%d absent on the new primary, %d never performed); e.g. %s",
 			m.name, f.lost(), f.absent, f.unperformed, strings.Join(first(f.lostExamples, 5), "; "))
 	}
+	if m.wantNoMailRepeat && f.repeatedMail > 0 {
+		t.Errorf("%s: %d mails sent twice or more; e.g. %s", m.name, f.repeatedMail, strings.Join(first(f.repeatExamples, 5), "; "))
+	}
 	if m.wantNoRepeat && f.repeatedHook+f.repeatedMail > 0 {
 		t.Errorf("%s: performed twice or more: %d webhooks, %d mails; e.g. %s",
 			m.name, f.repeatedHook, f.repeatedMail, strings.Join(first(f.repeatExamples, 5), "; "))
@@ -381,12 +418,12 @@ func first(s []string, n int) []string { return s[:min(n, len(s))] }
 // table formats the figures of each mode.
 func table(fs []*figures) string {
 	var b strings.Builder
-	b.WriteString("| mode | runs | promotions | enqueued | committed before the kill | lost (absent / never performed) | webhooks sent twice+ (extra sends) | mails sent twice+ (extra sends) | uncertain | failed | time to resume (min / median / max) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| mode | runs | promotions | enqueued | committed before the kill | lost (absent / never performed) | webhooks sent twice+ (extra sends) | mails sent twice+ (extra sends) | uncertain (of them held, never performed) | failed | operator cancels before the kill: lost / sent anyway | time to resume (min / median / max) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range fs {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d (%d / %d) | %d (%d) | %d (%d) | %d | %d | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d (%d / %d) | %d (%d) | %d (%d) | %d (%d) | %d | %d: %d / %d | %s |\n",
 			f.mode, f.runs, f.promotions, f.enqueued, f.committed, f.lost(), f.absent, f.unperformed,
-			f.repeatedHook, f.extraHook, f.repeatedMail, f.extraMail, f.uncertain, f.failed, spread(f.resume))
+			f.repeatedHook, f.extraHook, f.repeatedMail, f.extraMail, f.uncertain, f.held, f.failed, f.decisions, f.decisionsLost, f.decisionsSent, spread(f.resume))
 	}
 	return b.String()
 }
