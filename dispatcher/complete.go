@@ -117,16 +117,18 @@ func (d *Dispatcher) record(ctx context.Context, batch []pending) error {
 		// Remembered a while: after a failover, the new primary may lack
 		// them (failover.go).
 		kept := make([]engine.Outcome, 0, len(outs)-len(fenced))
+		kinds := make([]string, 0, len(outs)-len(fenced))
 		isOut := make(map[[2]int64]bool, len(fenced))
 		for _, o := range fenced {
 			isOut[[2]int64{o.ID, int64(o.Attempt)}] = true
 		}
-		for _, o := range outs {
+		for i, o := range outs {
 			if !isOut[[2]int64{o.ID, int64(o.Attempt)}] {
 				kept = append(kept, o)
+				kinds = append(kinds, batch[i].rec.Kind)
 			}
 		}
-		d.memory.add(time.Now(), kept)
+		d.memory.add(time.Now(), kept, kinds)
 	}
 	type attempt struct {
 		id int64

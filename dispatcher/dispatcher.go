@@ -108,6 +108,10 @@ type Dispatcher struct {
 	// failover.
 	srv    *server
 	memory *memory
+	// repeatable: the kinds whose effects may be sent again (a provider
+	// that takes keys, or at least once); the others are held after a
+	// promotion.
+	repeatable map[string]bool
 }
 
 // logCtx is the context of log lines that belong to no request.
@@ -193,8 +197,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		backlog:   make(chan struct{}, 1),
 		held:      map[int64]int{},
 
-		windows: map[string]time.Duration{},
-		margins: map[string]time.Duration{},
+		windows:    map[string]time.Duration{},
+		margins:    map[string]time.Duration{},
+		repeatable: map[string]bool{},
 	}
 	for _, op := range opOrder {
 		d.ops[op] = &opState{}
@@ -248,6 +253,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		g.kinds = append(g.kinds, kind)
 		d.byKind[kind] = g
 		d.windows[kind], d.margins[kind] = k.keyWindow(), c.Lease
+		d.repeatable[kind] = k.Provider.Idempotent() || k.AtLeastOnce
 		d.policies = append(d.policies, engine.RescuePolicy{
 			Kind:        kind,
 			Repeatable:  k.Provider.Idempotent() || k.AtLeastOnce,

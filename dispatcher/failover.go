@@ -12,7 +12,9 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +26,10 @@ import (
 
 // serverKey names a connection's server in its custom data.
 const serverKey = "sidefx.server"
+
+// errDemoted: a connection reaches a server on an older timeline than
+// claims were made on.
+var errDemoted = errors.New("a demoted primary? No effect is claimed on a server on an older timeline")
 
 // errResync: the claim was not made; the dispatcher is moving to another
 // server.
@@ -51,18 +57,19 @@ type memory struct {
 }
 
 type remembered struct {
-	at  time.Time
-	out engine.Outcome
+	at   time.Time
+	out  engine.Outcome
+	kind string
 }
 
-func (m *memory) add(now time.Time, outs []engine.Outcome) {
+func (m *memory) add(now time.Time, outs []engine.Outcome, kinds []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, o := range outs {
+	for i, o := range outs {
 		if len(o.Detail) > memoryDetail {
 			o.Detail = nil
 		}
-		m.entries = append(m.entries, remembered{now, o})
+		m.entries = append(m.entries, remembered{now, o, kinds[i]})
 		m.bytes += len(o.Detail) + len(o.ProviderRef) + len(o.Error) + 128
 	}
 	m.trim(now)
@@ -87,14 +94,11 @@ func (m *memory) trim(now time.Time) {
 
 // recent returns the outcomes remembered, and whether the memory holds
 // every outcome recorded after since.
-func (m *memory) recent(now, since time.Time) ([]engine.Outcome, bool) {
+func (m *memory) recent(now, since time.Time) ([]remembered, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.trim(now)
-	outs := make([]engine.Outcome, len(m.entries))
-	for i, e := range m.entries {
-		outs[i] = e.out
-	}
+	outs := slices.Clone(m.entries)
 	covers := !since.IsZero() && m.forgot.Before(since) && now.Sub(since) < memoryFor
 	return outs, covers
 }
@@ -141,6 +145,12 @@ func (d *Dispatcher) checkServer(ctx context.Context, conn *pgxpool.Conn) (bool,
 		data[serverKey] = srv
 	}
 	d.srv.mu.Lock()
+	if known := d.srv.known; known.System == srv.System && srv.Timeline < known.Timeline {
+		d.srv.mu.Unlock()
+		// A demoted primary, writable again (its data never saw the
+		// newer timeline): claiming there would make a second history.
+		return false, fmt.Errorf("%w: system %s is on timeline %d here, and claims were made on timeline %d", errDemoted, srv.System, srv.Timeline, known.Timeline)
+	}
 	same := !d.srv.resync && d.srv.known.Same(srv)
 	if !same && !d.srv.resync {
 		d.srv.resync, d.srv.next = true, srv
@@ -267,13 +277,35 @@ func (d *Dispatcher) moveServer(ctx context.Context, log bool) error {
 		for _, x := range ds {
 			if x.WorkerID == d.cfg.WorkerID {
 				since = x.HeartbeatAt
-			} else if x.Live {
+			}
+		}
+		// Another dispatcher that was alive in the window the new server
+		// may lack (a heartbeat within a lease and three intervals of this
+		// one's last): it may have claimed there, and its memory is not
+		// this one's. Judged from the last heartbeats the server has, not
+		// from now: a failover that took longer than three intervals
+		// makes every other dispatcher look dead.
+		for _, x := range ds {
+			if x.WorkerID != d.cfg.WorkerID && (since.IsZero() ||
+				x.HeartbeatAt.After(since.Add(-time.Duration(effects.LiveAfter)*d.cfg.HeartbeatInterval-d.cfg.Lease))) {
 				others = true
 			}
 		}
-		outs, covers := d.memory.recent(time.Now(), since)
+		mem, covers := d.memory.recent(time.Now(), since)
 		if !covers {
 			others = true // what this dispatcher forgot may be lost
+		}
+		var outs []engine.Outcome
+		for _, r := range mem {
+			// With others, a retry of a kind without keys recorded again
+			// would make the effect pending, due later, out of the hold:
+			// another dispatcher may have claimed and sent its next
+			// attempt in the lost window. Left fired, it is rescued
+			// uncertain.
+			if others && r.out.State == effects.Pending && !d.repeatable[r.kind] {
+				continue
+			}
+			outs = append(outs, r.out)
 		}
 		if len(outs) > 0 {
 			rctx, cancel := context.WithTimeout(ctx, 4*d.dbTimeout())
@@ -293,7 +325,7 @@ func (d *Dispatcher) moveServer(ctx context.Context, log bool) error {
 	var holdable []string
 	if others {
 		for _, p := range d.policies {
-			if !p.Repeatable {
+			if !d.repeatable[p.Kind] {
 				holdable = append(holdable, p.Kind)
 			}
 		}

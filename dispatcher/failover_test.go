@@ -63,8 +63,10 @@ func TestDispatcher_LivesThroughAPromotionSendingNothingTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The test server is past its first timeline (pgtest): the dispatcher
+	// is told the one before first, then its own, as after a promotion.
 	var timeline atomic.Int64
-	timeline.Store(real.Timeline)
+	timeline.Store(real.Timeline - 1)
 	d := build(t, pool, &dispatcher.Config{Kinds: kinds("email.send", dispatcher.Kind{Provider: held}), Workers: 4,
 		PollInterval: 50 * time.Millisecond, HeartbeatInterval: time.Second})
 	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
@@ -121,7 +123,7 @@ func TestDispatcher_LivesThroughAPromotionSendingNothingTwice(t *testing.T) {
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		var rows string
 		err := pool.QueryRow(t.Context(), `SELECT string_agg(timeline || ':' || held, ',' ORDER BY timeline) FROM sidefx_timelines`).Scan(&rows)
-		want := fmt.Sprintf("%d:0,%d:0", real.Timeline, real.Timeline+1)
+		want := fmt.Sprintf("%d:0,%d:0", real.Timeline-1, real.Timeline)
 		return err == nil && rows == want, fmt.Sprintf("timelines %q (%v), want %q", rows, err, want)
 	})
 	// Claims go on on the new server.
@@ -150,17 +152,15 @@ func TestDispatcher_StartingAfterAPromotionHoldsKeylessKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A dispatcher saw the old primary's timeline.
-	if _, err := eng.TimelineSeen(t.Context(), real, nil, "before"); err != nil {
+	// A dispatcher saw the old primary's timeline, the one before the
+	// test server's (pgtest's is past its first).
+	before := real
+	before.Timeline--
+	if _, err := eng.TimelineSeen(t.Context(), before, nil, "before"); err != nil {
 		t.Fatal(err)
 	}
 	d := build(t, pool, &dispatcher.Config{Kinds: map[string]dispatcher.Kind{
 		"email.send": {Provider: mail}, "charge.create": {Provider: charge}}, PollInterval: 50 * time.Millisecond})
-	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
-		s, err := engine.ServerOf(ctx, db)
-		s.Timeline = real.Timeline + 1
-		return s, err
-	})
 	run(t, d)
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 3, effects.Uncertain: 3})
 	store, _ := engine.NewStore(pool, nil)
@@ -174,5 +174,105 @@ func TestDispatcher_StartingAfterAPromotionHoldsKeylessKinds(t *testing.T) {
 		if n := charge.Performed(k); n != 1 {
 			t.Errorf("keyed effect %s performed %d times", k, n)
 		}
+	}
+}
+
+// A dispatcher whose connections reach a server on an older timeline than
+// it claimed on (a demoted primary, writable again: its data never saw the
+// newer timeline) claims nothing there.
+func TestDispatcher_ClaimsNothingOnADemotedPrimary(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	fake := providertest.New(providertest.Config{Name: "mail"})
+	real, err := engine.ServerOf(t.Context(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timeline atomic.Int64
+	timeline.Store(real.Timeline)
+	obs := &recorder{}
+	d := build(t, pool, &dispatcher.Config{Kinds: kinds("email.send", dispatcher.Kind{Provider: fake}), Observer: obs,
+		PollInterval: 50 * time.Millisecond, HeartbeatInterval: time.Second})
+	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
+		s, err := engine.ServerOf(ctx, db)
+		s.Timeline = timeline.Load()
+		return s, err
+	})
+	run(t, d)
+	first := enqueue(t, pool, "email.send", "a", 1)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 1})
+	// The old primary is back: every new connection reaches timeline - 1,
+	// whose data never saw the newer timeline recorded.
+	timeline.Store(real.Timeline - 1)
+	if _, err := pool.Exec(t.Context(), `DELETE FROM sidefx_timelines`); err != nil {
+		t.Fatal(err)
+	}
+	pool.Reset()
+	later := enqueue(t, pool, "email.send", "b", 1)
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		n := 0
+		for op, c := range obs.dbErrors {
+			if strings.HasPrefix(op, "claim/") {
+				n += c
+			}
+		}
+		return n >= 2, "no claim refused yet"
+	})
+	if n := fake.Performed(later[0]); n != 0 {
+		t.Errorf("an effect was sent through a demoted primary (%d times)", n)
+	}
+	if n := fake.Performed(first[0]); n != 1 {
+		t.Errorf("the first effect performed %d times", n)
+	}
+	if got := counts(t, pool); got[effects.Pending] != 1 {
+		t.Errorf("states %v, want the later effect pending", got)
+	}
+}
+
+// A dispatcher that lives through a promotion holds the kinds without keys
+// when another dispatcher was alive in the window the new primary may
+// lack, although that one looks dead now (the failover took longer than
+// three of its heartbeat intervals): it may have claimed and sent there.
+func TestDispatcher_APeerOfTheLostWindowMakesThePromotionHold(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.DB(t)
+	fake := providertest.New(providertest.Config{Name: "mail"})
+	gate := enqueue(t, pool, "email.send", "gate", 1)
+	held := &holdKey{Provider: fake, key: gate[0], entered: make(chan struct{}, 1), open: make(chan struct{})}
+	real, err := engine.ServerOf(t.Context(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timeline atomic.Int64
+	timeline.Store(real.Timeline - 1)
+	d := build(t, pool, &dispatcher.Config{Kinds: kinds("email.send", dispatcher.Kind{Provider: held}),
+		PollInterval: 50 * time.Millisecond, HeartbeatInterval: time.Second})
+	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
+		s, err := engine.ServerOf(ctx, db)
+		s.Timeline = timeline.Load()
+		return s, err
+	})
+	run(t, d)
+	<-held.entered
+	// The promotion; while the gate's call holds the move, the new
+	// primary shows an effect due that the other dispatcher, whose last
+	// heartbeat is 4 s old (its interval 1 s: not live now), may have
+	// sent in the lost window.
+	timeline.Store(real.Timeline)
+	pool.Reset()
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		return dispatcher.Resyncing(d), "the dispatcher has not seen the new server"
+	})
+	suspect := enqueue(t, pool, "email.send", "suspect", 1)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO sidefx_dispatchers (worker_id, kinds, heartbeat_at, interval_ms)
+			VALUES ('peer-gone', '{email.send}', now() - interval '4 seconds', 1000)`); err != nil {
+		t.Fatal(err)
+	}
+	close(held.open)
+	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 1, effects.Uncertain: 1})
+	if n := fake.Performed(suspect[0]); n != 0 {
+		t.Errorf("the effect the other dispatcher may have sent was sent again (%d)", n)
 	}
 }

@@ -11,8 +11,11 @@
 --    sidefx_remake_claim(p_id, p_attempt, p_worker, p_note) makes the
 --    claim again, as attempt p_attempt, with its history row (action
 --    remake_claim), so that the answer is recorded like any other; it
---    applies only to an effect that is pending, fired or uncertain with
---    fewer attempts than p_attempt (at most 100 fewer), never reaped.
+--    applies only to an effect that is pending or fired with fewer
+--    attempts than p_attempt (at most 100 fewer), never reaped. Never to an
+--    uncertain one: held after a promotion or by a rescue, it waits for
+--    the provider to be checked (the guard of schema 37 keeps the daemons
+--    from reviving it, and so does this function).
 --    An effect that was fired with an earlier attempt keeps that attempt
 --    as evidence (maybe_attempts): its answer is lost with the claim.
 --
@@ -31,9 +34,13 @@
 --    due: the old primary may have claimed and sent them in the lost
 --    window. They become uncertain with the reason in last_error and a
 --    history row (action failover_hold), so the reconciler or an operator
---    checks the provider before any is sent again. On a timeline older
---    than one recorded (a demoted primary, back), it raises 55000: no
---    dispatcher claims there. It returns whether the timeline was new,
+--    checks the provider before any is sent again. The system and timeline
+--    said must be the server's own, or an earlier timeline of it (what the
+--    caller saw before): a timeline the server never had is refused
+--    (22023), and recorded ones it never had are not counted, so that no
+--    session can make the servers look demoted. On a timeline older than
+--    one recorded, it raises 55000: no dispatcher claims there. It
+--    returns whether the timeline was new,
 --    how many effects it held, and the newest heartbeat the server had
 --    from before (the start of the window that may have been lost).
 --
@@ -72,7 +79,7 @@ BEGIN
   END IF;
   WITH old AS (
     SELECT e.id, e.state, e.attempts FROM {{schema}}.side_effects AS e
-    WHERE e.id = p_id AND e.state IN ('pending', 'fired', 'uncertain') AND e.attempts < p_attempt
+    WHERE e.id = p_id AND e.state IN ('pending', 'fired') AND e.attempts < p_attempt
       AND e.attempts >= p_attempt - 100 AND e.reaped_at IS NULL
     FOR UPDATE
   ), upd AS (
@@ -100,6 +107,8 @@ CREATE FUNCTION {{schema}}.sidefx_timeline_seen(p_system text, p_timeline bigint
   SET search_path = pg_catalog, pg_temp
   AS $$
 DECLARE
+  v_own_system text;
+  v_own bigint;
   v_max bigint;
   v_sync boolean;
   v_since timestamptz;
@@ -111,9 +120,16 @@ BEGIN
     RAISE EXCEPTION 'sidefx: timeline seen: a system id of 1 to 64 characters, a timeline of 1 or more, at most 10000 kinds and a worker of 1 to 255 characters are needed'
       USING ERRCODE = '22023';
   END IF;
+  SELECT c.system_identifier::text INTO v_own_system FROM pg_control_system() AS c;
+  v_own := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
+  IF p_system <> v_own_system OR p_timeline > v_own THEN
+    RAISE EXCEPTION 'sidefx: timeline seen: this server is system % on timeline %, not system % on timeline %',
+      v_own_system, v_own, p_system, p_timeline USING ERRCODE = '22023';
+  END IF;
   -- One at a time: two dispatchers seeing the new timeline hold once.
   LOCK TABLE {{schema}}.sidefx_timelines IN SHARE ROW EXCLUSIVE MODE;
-  SELECT t.timeline, t.synchronous INTO v_max, v_sync FROM {{schema}}.sidefx_timelines AS t WHERE t.system_id = p_system
+  SELECT t.timeline, t.synchronous INTO v_max, v_sync FROM {{schema}}.sidefx_timelines AS t
+    WHERE t.system_id = p_system AND t.timeline <= v_own
     ORDER BY t.timeline DESC LIMIT 1;
   IF v_max IS NOT NULL AND p_timeline < v_max THEN
     RAISE EXCEPTION 'sidefx: this server of system % is on timeline %, older than timeline % a dispatcher saw: a demoted primary? No effect is claimed here',
@@ -144,7 +160,8 @@ BEGIN
     SELECT count(*) INTO v_held FROM upd;
   END IF;
   INSERT INTO {{schema}}.sidefx_timelines (system_id, timeline, seen_by, held, synchronous)
-  VALUES (p_system, p_timeline, left(p_worker, 255), v_held, p_sync);
+  VALUES (p_system, p_timeline, left(p_worker, 255), v_held, p_sync)
+  ON CONFLICT (system_id, timeline) DO NOTHING;
   RETURN QUERY SELECT v_max IS NOT NULL, v_held, v_since;
 END
 $$;

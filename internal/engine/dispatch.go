@@ -667,7 +667,11 @@ func (s *Engine) late(ctx context.Context, o Outcome, remake bool) (bool, string
 			// called: a failover to a standby that had not received it.
 			// The claim is made again, and the outcome then recorded like
 			// any other; nothing else may claim the effect meanwhile.
-			if !remake || (cur != effects.Pending && cur != effects.Fired && cur != effects.Uncertain) {
+			if cur == effects.Uncertain {
+				why = fmt.Sprintf("the database lacks attempt %d's claim (it has %d attempts) and the effect is uncertain (held after a failover, or rescued): its provider is checked before it changes", o.Attempt, attempts)
+				return nil
+			}
+			if !remake || (cur != effects.Pending && cur != effects.Fired) {
 				why = fmt.Sprintf("the database lacks attempt %d's claim (it has %d attempts) and the effect is %s: a failover lost the claim, and the effect changed since", o.Attempt, attempts, cur)
 				return nil
 			}

@@ -32,9 +32,10 @@ func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
 		effects.NewEffect{SourceID: "lost-pending", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "lost-retry", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "operator-cancelled", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "held", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
 	)
 	got := claim(t, b, "w1", time.Minute, "k.mail")
-	if len(got) != 3 {
+	if len(got) != 4 {
 		t.Fatalf("claimed %d", len(got))
 	}
 	// What the new primary has: the first effect as before its claim
@@ -48,16 +49,28 @@ func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
 	if _, err := owner.Exec(b.ctx, `UPDATE side_effects SET state = 'cancelled' WHERE source_id = 'operator-cancelled'`); err != nil {
 		t.Fatal(err)
 	}
+	// The fourth was held after the promotion (uncertain, no attempt):
+	// its answer is not recorded by making its claim again, which would
+	// revive it; the provider is checked first.
+	if _, err := owner.Exec(b.ctx, `UPDATE side_effects SET state = 'uncertain', attempts = 0, first_fired_at = NULL, fired_at = NULL,
+			lease_until = NULL, claimed_by = NULL WHERE source_id = 'held'`); err != nil {
+		t.Fatal(err)
+	}
 	fenced, err := eng.Complete(b.ctx, []engine.Outcome{
 		{ID: ins[0].ID, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_1"},
 		{ID: ins[1].ID, Attempt: 2, State: effects.Confirmed, ProviderRef: "msg_2"},
 		{ID: ins[2].ID, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_3"},
+		{ID: ins[3].ID, Attempt: 1, State: effects.Pending, RetryIn: time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fenced) != 1 || fenced[0].ID != ins[2].ID || !strings.Contains(fenced[0].Fence, "lacks attempt 1's claim") {
-		t.Fatalf("fenced = %+v, want only the cancelled effect's, saying its claim is lacking", fenced)
+	if len(fenced) != 2 || fenced[0].ID != ins[2].ID || !strings.Contains(fenced[0].Fence, "lacks attempt 1's claim") ||
+		fenced[1].ID != ins[3].ID || !strings.Contains(fenced[1].Fence, "uncertain") {
+		t.Fatalf("fenced = %+v, want the cancelled effect's and the held one's, saying their claims are lacking", fenced)
+	}
+	if e, _ := st.Get(b.ctx, ins[3].ID); e.State != effects.Uncertain || e.Attempts != 0 {
+		t.Errorf("the held effect is %s with %d attempts, want uncertain as it was", e.State, e.Attempts)
 	}
 	if strings.Contains(fenced[0].Fence, "rescued") {
 		t.Errorf("the fence says a lease was rescued, and none was: %q", fenced[0].Fence)
@@ -128,16 +141,27 @@ func TestEngine_APromotionHoldsKeylessKinds(t *testing.T) {
 	if srv.Timeline < 1 || srv.System == "" {
 		t.Fatalf("server %+v", srv)
 	}
-	seen, err := eng.TimelineSeen(b.ctx, srv, []string{"k.mail"}, "w1")
+	if srv.Timeline < 2 {
+		t.Fatalf("the test server is on timeline %d: pgtest's is past its first", srv.Timeline)
+	}
+	// A session cannot say a timeline the server never had, nor another
+	// system: it would make every dispatcher see a demoted primary.
+	for _, bogus := range []engine.Server{{System: srv.System, Timeline: srv.Timeline + 1}, {System: "42", Timeline: srv.Timeline}} {
+		if _, err := eng.TimelineSeen(b.ctx, bogus, []string{"k.mail"}, "liar"); err == nil || !strings.Contains(err.Error(), "this server is system") {
+			t.Errorf("timeline %+v said: %v, want refused", bogus, err)
+		}
+	}
+	before := srv
+	before.Timeline--
+	seen, err := eng.TimelineSeen(b.ctx, before, []string{"k.mail"}, "w1")
 	if err != nil || seen.Promoted || seen.Held != 0 {
 		t.Fatalf("first timeline: %+v, %v; want nothing held", seen, err)
 	}
 	// The same timeline again: nothing.
-	if seen, err := eng.TimelineSeen(b.ctx, srv, []string{"k.mail"}, "w2"); err != nil || seen.Promoted || seen.Held != 0 {
+	if seen, err := eng.TimelineSeen(b.ctx, before, []string{"k.mail"}, "w2"); err != nil || seen.Promoted || seen.Held != 0 {
 		t.Fatalf("same timeline: %+v, %v", seen, err)
 	}
 	promoted := srv
-	promoted.Timeline++
 	seen, err = eng.TimelineSeen(b.ctx, promoted, []string{"k.mail"}, "w1")
 	if err != nil || !seen.Promoted || seen.Held != 1 {
 		t.Fatalf("newer timeline: %+v, %v; want one held", seen, err)
@@ -152,7 +176,7 @@ func TestEngine_APromotionHoldsKeylessKinds(t *testing.T) {
 		}
 	}
 	// The old primary, back: refused.
-	if _, err := eng.TimelineSeen(b.ctx, srv, []string{"k.mail"}, "w3"); err == nil || !strings.Contains(err.Error(), "demoted primary") {
+	if _, err := eng.TimelineSeen(b.ctx, before, []string{"k.mail"}, "w3"); err == nil || !strings.Contains(err.Error(), "demoted primary") {
 		t.Errorf("an older timeline: %v, want refused as a demoted primary", err)
 	}
 }

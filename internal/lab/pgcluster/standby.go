@@ -287,3 +287,35 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() error) error 
 		delay = min(2*delay, 200*time.Millisecond)
 	}
 }
+
+// NewTimeline moves the server to its next timeline, as a promotion does,
+// with no standby: it stops the server, starts it again as a standby of
+// nobody (standby.signal), and promotes it. Its data stay; a test that
+// needs a server past its first timeline (one promoted before) gets one in
+// a few seconds.
+func (c *Cluster) NewTimeline(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		return errors.New("pgcluster: NewTimeline: the server is not running")
+	}
+	if err := c.pgStop(ctx, "fast"); err != nil {
+		return err
+	}
+	signal := filepath.Join(c.dataDir, "standby.signal")
+	if err := os.WriteFile(signal, nil, 0o600); err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	if c.cred != nil {
+		if err := os.Chown(signal, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+	}
+	if err := c.pgStart(ctx); err != nil {
+		return err
+	}
+	if err := c.run(ctx, "pg_ctl", "-D", c.dataDir, "-w", "-t", "60", "promote"); err != nil {
+		return fmt.Errorf("%w\nserver log %s:\n%s", err, c.logFile, tail(c.logFile, 4096))
+	}
+	return nil
+}

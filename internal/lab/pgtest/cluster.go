@@ -133,6 +133,13 @@ func newCluster() (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Past its first timeline, as a server promoted once: a test of what
+	// a dispatcher does after a promotion can then say an earlier timeline
+	// was seen (sidefx_timeline_seen refuses timelines the server never
+	// had).
+	if err := pg.NewTimeline(ctx); err != nil {
+		return nil, errors.Join(err, pg.Destroy())
+	}
 	c := &Cluster{pg: pg}
 	c.db.init(pg.ConnString("postgres"), "sidefx_template", fmt.Sprintf("sidefx_test_%d_", os.Getpid()))
 	return c, nil
