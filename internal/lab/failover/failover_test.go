@@ -90,3 +90,25 @@ func TestFailoverOnce(t *testing.T) {
 	}
 	report(t, fs)
 }
+
+// TestFailoverShort is part of make test: one promotion of an
+// asynchronous pair with the daemon alive through it (nothing sent twice)
+// and one with the daemon killed and started again (no mail sent twice),
+// small. make failover runs the matrix instead.
+func TestFailoverShort(t *testing.T) {
+	if full() {
+		t.Skip("make failover runs the matrix")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	var fs []*figures
+	for _, m := range []mode{asyncAlive(1, 1, 400, 200), asyncRestarted(1, 1, 400, 200)} {
+		t.Run(m.name, func(t *testing.T) {
+			f := m.run(t)
+			fs = append(fs, f)
+			m.check(t, f)
+		})
+	}
+	t.Log("\n" + table(fs))
+}
