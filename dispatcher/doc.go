@@ -183,6 +183,23 @@
 // any n: it never wraps to zero or below, however many attempts a kind
 // allows.
 //
+// # A failover
+//
+// Each connection's server (the database system and its timeline, which
+// grows at each promotion) is read before its first claim. On a server
+// other than the one claims were made on, the claims wait until every
+// answer this dispatcher holds is recorded (an answer whose claim the new
+// primary lacks makes the claim again, sidefx_remake_claim, and is then
+// recorded), the outcomes it recorded in the last minute that the new
+// primary shows unrecorded are recorded again, and the timeline is said
+// (sidefx_timeline_seen): after a promotion from a primary not seen
+// committing synchronously, the due pending effects of the kinds without
+// keys are held uncertain, unless this dispatcher alone can have claimed
+// in the window the new primary may lack. A server on an older timeline
+// than claims were made on (a demoted primary) gets no claim. A
+// dispatcher that lives through a promotion sends nothing twice; what
+// remains possible is in docs/reliability.md (Failover).
+//
 // # Retry-After pauses the provider
 //
 // A retryable answer with a Retry-After (a 429) says the provider wants no
