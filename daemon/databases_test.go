@@ -315,6 +315,12 @@ func TestFleet_OneDaemonDrainsThreeDatabases(t *testing.T) {
 		}
 	}
 
+	// The three derive keys in the same (empty) namespace and serve the
+	// same kind: the daemon says so, once per pair.
+	if n := strings.Count(f.logs.String(), "two databases derive keys in the same namespace"); n != 3 {
+		t.Errorf("%d warnings of databases sharing a namespace, want 3 (one per pair)\n%s", n, f.logs)
+	}
+
 	// list and inspect want --database, naming the databases.
 	for _, cmd := range [][]string{{"list"}, {"inspect", "1"}} {
 		out, err := f.cli(cmd...)

@@ -65,6 +65,7 @@ func eventsHandler(db engine.DB, schema string, sources map[string]providers.Eve
 // eventStore is a database a provider's events are stored in, and the
 // counter of its metrics.
 type eventStore struct {
+	name   string // the database's
 	db     engine.DB
 	schema string
 	count  func(provider, result string, n int)
@@ -78,7 +79,7 @@ func eventStores(dbs []*database) func(provider string) []eventStore {
 	by := map[string][]eventStore{}
 	for _, db := range dbs {
 		for name := range db.rt.EventSources {
-			by[name] = append(by[name], eventStore{db: db.pool, schema: db.rt.Dispatcher.Schema, count: db.m.Event})
+			by[name] = append(by[name], eventStore{name: db.name, db: db.pool, schema: db.rt.Dispatcher.Schema, count: db.m.Event})
 		}
 	}
 	return func(provider string) []eventStore { return by[provider] }
@@ -123,6 +124,7 @@ func events(w http.ResponseWriter, r *http.Request, name string, src providers.E
 		return
 	}
 	stored, ours := 0, 0
+	failed := false
 	for _, st := range stores {
 		added := 0
 		ours = 0
@@ -133,9 +135,11 @@ func events(w http.ResponseWriter, r *http.Request, name string, src providers.E
 			ours++
 			ok, err := reconcile.Record(r.Context(), st.db, st.schema, 0, e.Key, name, "event", e.ID, e.Evidence)
 			if err != nil {
-				log.Error("storing provider events failed", "provider", name, "err", err)
-				http.Error(w, "the events could not be stored; deliver them again", http.StatusServiceUnavailable)
-				return
+				// The other databases still get the events now; the
+				// delivery again (the 503 below) is absorbed where stored.
+				log.Error("storing provider events failed", "provider", name, "database", st.name, "err", err)
+				failed = true
+				break
 			}
 			if ok {
 				added++
@@ -145,6 +149,10 @@ func events(w http.ResponseWriter, r *http.Request, name string, src providers.E
 		st.count(name, metrics.EventDuplicate, ours-added)
 		st.count(name, metrics.EventForeign, len(evs)-ours)
 		stored = max(stored, added)
+	}
+	if failed {
+		http.Error(w, "the events could not be stored; deliver them again", http.StatusServiceUnavailable)
+		return
 	}
 	log.Debug("provider events", "provider", name, "events", len(evs), "sidefx", ours, "stored", stored)
 	w.Header().Set("Content-Type", "application/json")

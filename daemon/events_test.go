@@ -27,6 +27,7 @@ import (
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/httpbound"
+	"github.com/sidefx/sidefx/internal/lab/pgtest"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/sendgrid"
 	"github.com/sidefx/sidefx/providers/stripe"
@@ -257,5 +258,36 @@ func TestEvents_OneClientCannotShutOutTheDeliveries(t *testing.T) {
 	sig := fmt.Sprintf("t=%d,v1=%s", at.Unix(), hex.EncodeToString(webhook.ComputeSignature(at, []byte(body), whsec)))
 	if code, answer := post(sig, body); code != http.StatusOK || !strings.Contains(answer, `"stored":1`) {
 		t.Fatalf("a signed delivery from another client while the first holds all it may: %d, want 200\n%s", code, answer)
+	}
+}
+
+// Of several databases, one that cannot store a delivery's events keeps
+// none of the others from storing them: the delivery is answered 503 (the
+// provider delivers again; what was stored absorbs it), and the healthy
+// database has the evidence at once.
+func TestEvents_OneDatabaseFailingStoresInTheOthers(t *testing.T) {
+	t.Parallel()
+	broken, healthy := pgtest.DB(t), pgtest.DB(t)
+	if _, err := broken.Exec(context.Background(), `DROP TABLE sidefx_evidence`); err != nil {
+		t.Fatal(err)
+	}
+	const whsec = "whsec_daemon_test_secret"
+	st, _ := stripe.NewEvents(whsec)
+	stores := []eventStore{
+		{name: "broken", db: broken, schema: "public", count: func(string, string, int) {}},
+		{name: "healthy", db: healthy, schema: "public", count: func(string, string, int) {}},
+	}
+	at := time.Now()
+	body := `{"id":"evt_1","object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_1","object":"charge","status":"succeeded","metadata":{"sidefx_key":"sfx1_shard"}}}}`
+	req := httptest.NewRequest(http.MethodPost, "/events/stripe", strings.NewReader(body))
+	req.Header.Set("Stripe-Signature", fmt.Sprintf("t=%d,v1=%s", at.Unix(), hex.EncodeToString(webhook.ComputeSignature(at, []byte(body), whsec))))
+	rec := httptest.NewRecorder()
+	events(rec, req, "stripe", st, stores, slog.New(slog.DiscardHandler))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("a delivery one database could not store: %d, want 503 (delivered again)", rec.Code)
+	}
+	var n int
+	if err := healthy.QueryRow(context.Background(), `SELECT count(*) FROM sidefx_evidence WHERE key = 'sfx1_shard'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("the healthy database holds %d events (%v), want 1: the broken one kept it from storing", n, err)
 	}
 }

@@ -207,6 +207,7 @@ func runCmd(ctx context.Context, io *IO, args []string) error {
 			return db.wrap(err)
 		}
 	}
+	warnSharedNamespaces(ctx, dbs, log)
 	var stops []func()
 	defer func() {
 		for _, stop := range slices.Backward(stops) {
@@ -540,6 +541,47 @@ func httpHandler(reg *prometheus.Registry, ready func(context.Context) error, st
 		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+// warnSharedNamespaces warns of databases that derive keys in the same
+// namespace and serve a kind in common: an effect of the same source id
+// and kind in two of them has the same key, and a provider that keeps
+// keys would answer the second with the first's result (a replay), never
+// performing it. Shards whose source ids never repeat across them are
+// fine; others give each database its own namespace (sidefx migrate
+// --namespace).
+func warnSharedNamespaces(ctx context.Context, dbs []*database, log *slog.Logger) {
+	if len(dbs) < 2 {
+		return
+	}
+	const source, kind = "sidefx-namespace-check", "sidefx.check"
+	byKey := map[string][]*database{}
+	for _, db := range dbs {
+		key, err := db.store.DatabaseKey(ctx, source, kind)
+		if err != nil {
+			db.log.Warn("could not read the database's key namespace to compare it with the others'", "err", err)
+			continue
+		}
+		byKey[key] = append(byKey[key], db)
+	}
+	for _, same := range byKey {
+		for i, a := range same {
+			for _, b := range same[i+1:] {
+				var common []string
+				for k := range a.served {
+					if _, ok := b.served[k]; ok {
+						common = append(common, k)
+					}
+				}
+				if len(common) > 0 {
+					slices.Sort(common)
+					log.Warn("two databases derive keys in the same namespace and serve the same kinds: an effect of the same source id and kind in both has the same key, "+
+						"and a provider that keeps keys answers the second with the first's result; unless source ids never repeat across them, give each its own namespace (sidefx migrate --namespace)",
+						"databases", []string{a.name, b.name}, "kinds", common)
+				}
+			}
+		}
+	}
 }
 
 // checkNamespace refuses a configured key namespace that is not the
