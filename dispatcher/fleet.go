@@ -113,9 +113,10 @@ func fleetShare(g *group, worker string, peers []engine.Peer) (share engine.Shar
 			continue
 		}
 		ids = append(ids, p.Worker)
-		taken.Rate += sh.Rate
-		taken.Burst += sh.Burst
-		taken.Concurrency += sh.Concurrency
+		// No peer's record counts for more than the whole.
+		taken.Rate += min(sh.Rate, g.whole.Rate)
+		taken.Burst += min(sh.Burst, g.whole.Burst)
+		taken.Concurrency += min(sh.Concurrency, g.whole.Concurrency)
 	}
 	slices.Sort(ids)
 	rank := slices.Index(ids, worker)

@@ -160,11 +160,22 @@ func TestEngine_BeatSharedReadsTheLivePeersShares(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE sidefx_dispatchers SET heartbeat_at = now() - interval '4 seconds' WHERE worker_id = 'dead'`); err != nil {
 		t.Fatal(err)
 	}
+	// A row whose heartbeat is a century ahead (written by hand: no
+	// dispatcher's clock) would hold its share forever: not read.
+	if err := b.eng.Beat(b.ctx, share("future", engine.Share{Rate: 50, Burst: 5, Concurrency: 8})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE sidefx_dispatchers SET heartbeat_at = now() + interval '100 years' WHERE worker_id = 'future'`); err != nil {
+		t.Fatal(err)
+	}
 	peers := record("w2", engine.Share{})
 	want := []engine.Peer{{Worker: "plain", Shares: map[string]engine.Share{}},
 		{Worker: "w1", Shares: map[string]engine.Share{"partner": {Rate: 50, Burst: 5, Concurrency: 8}}}}
 	if fmt.Sprint(peers) != fmt.Sprint(want) {
 		t.Fatalf("peers = %+v, want %+v", peers, want)
+	}
+	if _, err := b.pool.Exec(b.ctx, `DELETE FROM sidefx_dispatchers WHERE worker_id = 'future'`); err != nil {
+		t.Fatal(err)
 	}
 	// w2's share of nothing is recorded: w1 reads it.
 	if peers := record("w1", engine.Share{Rate: 25, Burst: 3, Concurrency: 4}); len(peers) != 2 || fmt.Sprint(peers[1].Shares) != fmt.Sprint(map[string]engine.Share{"partner": {}}) {

@@ -154,6 +154,7 @@ func (s *Engine) BeatShared(ctx context.Context, db Beginner, worker string, loc
 	}
 	rows, err := tx.Query(ctx, `SELECT worker_id, kind_status FROM `+s.registry+`
 		WHERE worker_id <> $1 AND heartbeat_at > now() - ($2 * interval_ms OPERATOR(pg_catalog.*) interval '1 millisecond')
+			AND heartbeat_at <= now() + interval '1 minute' 
 		ORDER BY worker_id`, worker, ShareLiveAfter)
 	if err != nil {
 		return s.sharesErr(err)
