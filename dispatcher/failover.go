@@ -156,17 +156,19 @@ func (d *Dispatcher) checkServer(ctx context.Context, conn *pgxpool.Conn) (bool,
 		d.srv.resync, d.srv.next = true, srv
 		signal(d.srv.kick)
 	}
-	async := same && d.srv.known.Sync && !srv.Sync
-	if async {
-		d.srv.known.Sync = false
+	changed := same && d.srv.known.Sync != srv.Sync
+	was := d.srv.known.Sync
+	if changed {
+		d.srv.known.Sync = srv.Sync
 	}
 	d.srv.mu.Unlock()
-	if async {
-		// Commits on this timeline are no longer all synchronous: a
-		// promotion may lose some, and will hold the kinds without keys.
+	if changed {
+		// Commits on this timeline wait, or no longer wait, for a
+		// synchronous standby: a promotion from it holds the kinds
+		// without keys only when they did not.
 		if _, err := d.engine.WithDB(conn).TimelineSeen(ctx, srv, nil, d.cfg.WorkerID); err != nil {
 			d.srv.mu.Lock()
-			d.srv.known.Sync = true // said again at the next connection
+			d.srv.known.Sync = was // said again at the next check
 			d.srv.mu.Unlock()
 			return false, err
 		}
@@ -185,6 +187,17 @@ func (d *Dispatcher) pollServer(ctx context.Context) {
 		return // the claims and the heartbeat say so
 	}
 	defer conn.Release()
+	// Whether commits wait for a synchronous standby is read again (an HA
+	// manager turns it off while the standby is away, and on again): the
+	// server of the connection stays.
+	if srv, ok := conn.Conn().PgConn().CustomData()[serverKey].(engine.Server); ok {
+		var sync bool
+		if err := conn.QueryRow(cctx, engine.SyncSQL).Scan(&sync); err != nil {
+			return
+		}
+		srv.Sync = sync
+		conn.Conn().PgConn().CustomData()[serverKey] = srv
+	}
 	_, _ = d.checkServer(cctx, conn)
 }
 

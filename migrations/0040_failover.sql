@@ -23,13 +23,14 @@
 --    that restarted, or whose memory of recorded outcomes is shorter than
 --    the lost window, does not. sidefx_timelines records the timelines
 --    (PostgreSQL's: it grows by one at each promotion) a database system
---    has been seen on. sidefx_timeline_seen(p_system, p_timeline,
+--    has been seen on. sidefx_timeline_seen(p_system, p_timeline, p_sync,
 --    p_holdable, p_worker) is called by each dispatcher when it first
---    talks to a server: on a timeline newer than every one recorded for
---    that system (a promotion since) whose primary was not seen
---    committing synchronously (p_sync: a synchronous standby named and
---    synchronous_commit on or remote_apply, as every dispatcher's
---    connection on that timeline saw it), it holds the effects of the kinds
+--    talks to a server, and again when whether its commits wait for a
+--    synchronous standby changes (p_sync: a synchronous standby named and
+--    synchronous_commit on or remote_apply; the last said is kept): on a
+--    timeline newer than every one recorded for that system (a promotion
+--    since) whose primary was last seen committing asynchronously, it
+--    holds the effects of the kinds
 --    p_holdable (those whose provider takes no key) that were pending and
 --    due: the old primary may have claimed and sent them in the lost
 --    window. They become uncertain with the reason in last_error and a
@@ -136,8 +137,8 @@ BEGIN
       p_system, p_timeline, v_max USING ERRCODE = '55000';
   END IF;
   IF v_max IS NOT NULL AND p_timeline = v_max THEN
-    IF v_sync AND NOT p_sync THEN
-      UPDATE {{schema}}.sidefx_timelines AS t SET synchronous = false WHERE t.system_id = p_system AND t.timeline = p_timeline;
+    IF v_sync <> p_sync THEN
+      UPDATE {{schema}}.sidefx_timelines AS t SET synchronous = p_sync WHERE t.system_id = p_system AND t.timeline = p_timeline;
     END IF;
     RETURN QUERY SELECT false, 0::bigint, NULL::timestamptz;
     RETURN;

@@ -33,9 +33,15 @@ func (s Server) Same(o Server) bool { return s.System == o.System && s.Timeline 
 // any role. On a standby it fails (recovery is in progress), and no
 // dispatcher claims there.
 const serverSQL = `SELECT (SELECT c.system_identifier::text FROM pg_catalog.pg_control_system() AS c),
-	pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8),
-	pg_catalog.current_setting('synchronous_standby_names') <> ''
-		AND pg_catalog.current_setting('synchronous_commit') IN ('on', 'remote_apply')`
+	pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8), ` + syncExpr
+
+// syncExpr: the session's commits wait for a synchronous standby.
+const syncExpr = `pg_catalog.current_setting('synchronous_standby_names') <> ''
+	AND pg_catalog.current_setting('synchronous_commit') IN ('on', 'remote_apply')`
+
+// SyncSQL reads whether the session's commits wait for a synchronous
+// standby (Server.Sync).
+const SyncSQL = `SELECT ` + syncExpr
 
 // Server says which server q (a connection, a pool, a transaction) talks
 // to.

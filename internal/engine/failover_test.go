@@ -180,3 +180,32 @@ func TestEngine_APromotionHoldsKeylessKinds(t *testing.T) {
 		t.Errorf("an older timeline: %v, want refused as a demoted primary", err)
 	}
 }
+
+// A promotion from a primary last seen committing synchronously (its
+// commits waited for the standby promoted) holds nothing: the standby
+// lacks none of them. The last said counts: asynchronous while the
+// standby was away, synchronous again once it was back.
+func TestEngine_APromotionFromASynchronousPrimaryHoldsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ins := insert(t, b, effects.NewEffect{SourceID: "due", Kind: "k.mail", Payload: json.RawMessage(`{}`)})
+	srv, err := b.eng.Server(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := srv
+	before.Timeline--
+	for _, sync := range []bool{true, false, true} {
+		before.Sync = sync
+		if _, err := b.eng.TimelineSeen(b.ctx, before, []string{"k.mail"}, "w1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen, err := b.eng.TimelineSeen(b.ctx, srv, []string{"k.mail"}, "w1")
+	if err != nil || !seen.Promoted || seen.Held != 0 {
+		t.Fatalf("a promotion from a synchronous primary: %+v, %v; want nothing held", seen, err)
+	}
+	if e, _ := b.store.Get(b.ctx, ins[0].ID); e.State != effects.Pending {
+		t.Errorf("the effect is %s, want pending", e.State)
+	}
+}

@@ -286,7 +286,9 @@ func (m mode) tally(ctx context.Context, t *testing.T, pool *pgxpool.Pool, all [
 		case "failed":
 			f.failed++
 		}
-		if n == 0 && tr.committed && r.state == "uncertain" {
+		if n == 0 && r.state == "cancelled" {
+			// An operator's decision (the cancels before the kill).
+		} else if n == 0 && tr.committed && r.state == "uncertain" {
 			// Not lost: held after the promotion (or answered unknown),
 			// for the reconciler or an operator to decide.
 			f.held++
