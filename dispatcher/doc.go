@@ -56,8 +56,12 @@
 // dispatchers sharing its limits, ranked by worker id. Its share is its
 // part of the split: the rate in equal parts; the concurrency and the
 // burst as integers, the remainder going one each to the first ranks; a
-// burst smaller than the members goes 1 each to the first ranks, which
-// split the rate, and the others start no call. A share of 0 calls
+// burst smaller than the members is raised to one call each (a share of
+// the rate with no burst could call nothing, and a killed holder of the
+// whole burst would stop every call until its row is stale), so the
+// fleet's calls in a second are at most the rate plus the larger of the
+// burst and the members. A concurrency smaller than the members is not
+// raised: the others start no call. A share of 0 calls
 // nothing for that provider until the split changes. Each share is then
 // capped by what the others' recorded shares leave of the whole, so that
 // the shares recorded never add up to more than the limit:

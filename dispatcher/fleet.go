@@ -54,7 +54,8 @@ func (NopObserver) Shared(FleetShare) {}
 // field 0 is not shared) that the member of rank r (0-based, in the order
 // of worker ids) of n live members takes. Concurrency is split as
 // integers, the remainder going one each to the first ranks; the rate in
-// equal parts, and the burst like the concurrency. A burst smaller than n
+// equal parts, and the burst like the concurrency (fleetShare raises a
+// burst smaller than the members to one each first). A burst smaller than n
 // goes 1 each to the first Burst ranks, which split the rate; the others
 // take no rate at all. A share of 0 calls nothing.
 func splitShare(whole engine.Share, n, r int) engine.Share {
@@ -106,21 +107,34 @@ func capShare(target, whole, taken engine.Share) engine.Share {
 // the members, capped by what the members hold already.
 func fleetShare(g *group, worker string, peers []engine.Peer) (share engine.Share, members int) {
 	ids := []string{worker}
-	var taken engine.Share
+	var shares []engine.Share
 	for _, p := range peers {
 		sh, ok := p.Shares[g.name]
 		if !ok {
 			continue
 		}
 		ids = append(ids, p.Worker)
+		shares = append(shares, sh)
+	}
+	// A burst smaller than the members is raised to one call each: a
+	// member with a share of the rate and no burst could call nothing, and
+	// a killed holder of the whole burst would stop every call until its
+	// row is stale. The fleet's calls in a second are then at most the
+	// rate and the larger of the burst and the members.
+	whole := g.whole
+	if whole.Rate > 0 && whole.Burst > 0 && whole.Burst < len(ids) {
+		whole.Burst = len(ids)
+	}
+	var taken engine.Share
+	for _, sh := range shares {
 		// No peer's record counts for more than the whole.
-		taken.Rate += min(sh.Rate, g.whole.Rate)
-		taken.Burst += min(sh.Burst, g.whole.Burst)
-		taken.Concurrency += min(sh.Concurrency, g.whole.Concurrency)
+		taken.Rate += min(sh.Rate, whole.Rate)
+		taken.Burst += min(sh.Burst, whole.Burst)
+		taken.Concurrency += min(sh.Concurrency, whole.Concurrency)
 	}
 	slices.Sort(ids)
 	rank := slices.Index(ids, worker)
-	return capShare(splitShare(g.whole, len(ids), rank), g.whole, taken), len(ids)
+	return capShare(splitShare(whole, len(ids), rank), whole, taken), len(ids)
 }
 
 // lower is the smaller of two shares, field by field: what is safe to

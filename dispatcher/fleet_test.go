@@ -270,3 +270,23 @@ func testFleetLimit(t *testing.T, scope dispatcher.LimitScope) {
 		t.Errorf("scope %s: at most %d calls in one second, %d answered 429; want at most %d and none", scope, most, n429, rate+burst)
 	}
 }
+
+// A burst smaller than the members (the default burst of a small rate,
+// split over databases) is raised to one call each: no member holds a
+// share of the rate it cannot use, so a killed one never leaves the others
+// with nothing until its row is stale.
+func TestFleet_ABurstSmallerThanTheMembersGivesEachOne(t *testing.T) {
+	t.Parallel()
+	whole := engine.Share{Rate: 5, Burst: 1}
+	peer := func(id string, s engine.Share) engine.Peer {
+		return engine.Peer{Worker: id, Shares: map[string]engine.Share{"partner": s}}
+	}
+	half := engine.Share{Rate: 2.5, Burst: 1}
+	for _, w := range []string{"a", "b"} {
+		other := map[string]string{"a": "b", "b": "a"}[w]
+		got, n := dispatcher.FleetShareOf("partner", whole, w, []engine.Peer{peer(other, half)})
+		if got != half || n != 2 {
+			t.Errorf("%s beside %s holding %+v: %+v among %d, want %+v", w, other, half, got, n, half)
+		}
+	}
+}
