@@ -3,15 +3,19 @@ package dispatcher_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sidefx/sidefx/dispatcher"
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
 	"github.com/sidefx/sidefx/internal/lab/pgtest"
+	"github.com/sidefx/sidefx/internal/lab/syncbuf"
 	"github.com/sidefx/sidefx/providers"
 	"github.com/sidefx/sidefx/providers/providertest"
 )
@@ -274,5 +278,34 @@ func TestDispatcher_APeerOfTheLostWindowMakesThePromotionHold(t *testing.T) {
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 1, effects.Uncertain: 1})
 	if n := fake.Performed(suspect[0]); n != 0 {
 		t.Errorf("the effect the other dispatcher may have sent was sent again (%d)", n)
+	}
+}
+
+// A dispatcher connected to a server that takes no writes (a standby, as
+// a URL without target_session_attrs=read-write may reach) claims
+// nothing, and says what to change: the URL, not the roles.
+func TestDispatcher_OnAReadOnlyServerSaysToFixTheURL(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var logs syncbuf.Buffer
+	fake := providertest.New(providertest.Config{Name: "mail"})
+	d := build(t, pool, &dispatcher.Config{Kinds: kinds("email.send", dispatcher.Kind{Provider: fake}),
+		PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	run(t, d)
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), "target_session_attrs=read-write"), "no log says to fix the URL:\n" + logs.String()
+	})
+	if strings.Contains(logs.String(), "will until its roles") {
+		t.Errorf("a read-only server is blamed on the roles:\n%s", logs.String())
 	}
 }

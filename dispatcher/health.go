@@ -207,6 +207,10 @@ func (d *Dispatcher) failed(op string, err error, level slog.Level, msg string, 
 	switch {
 	case !class.Persistent():
 		d.log.Log(logCtx, level, msg, attrs...)
+	case loud && class == ClassReadOnly:
+		d.log.Error(msg+": the server takes no writes: a standby (in recovery), or a read-only one. Give the URL every host of the cluster with "+
+			"target_session_attrs=read-write, so that the daemon connects to the primary and follows it after a failover",
+			append(attrs, "failures", failures, "since", since, "not_logged_since_last", quiet, "next_log_in", errorLogInterval)...)
 	case loud:
 		d.log.Error(msg+": the database refuses it, and will until its roles, its schema or the configuration change",
 			append(attrs, "failures", failures, "since", since, "not_logged_since_last", quiet, "next_log_in", errorLogInterval)...)

@@ -87,7 +87,9 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 	}
 	// Its own statement: a daemon role granted before schema 21 may lack
 	// sidefx_kinds, and its heartbeat must not fail for it.
-	if err := d.engine.RegisterKinds(hctx, b); err != nil && ctx.Err() == nil {
+	if err := d.engine.RegisterKinds(hctx, b); err != nil && ctx.Err() == nil && Classify(err) == ClassPrivilege {
+		// Only a refusal of the grant calls for it; a connection refused
+		// or a read-only server is said by the claims and the heartbeat.
 		d.kindsWarn.Do(func() {
 			d.log.Warn("could not record the kinds this dispatcher serves in sidefx_kinds; producers may refuse them as unknown (grant the daemon's role deploy/postgres/daemon-role.sql's sidefx_kinds line)", "err", err)
 		})

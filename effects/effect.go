@@ -228,6 +228,10 @@ func WhetherPerformed(e *Effect) string {
 			s[i] = strconv.Itoa(a)
 		}
 		return "maybe: attempt " + strings.Join(s, ", ") + " reached the provider without a definite answer"
+	case e.State == Uncertain:
+		// Uncertain with no attempt of its own in doubt: held after a
+		// failover (the old primary may have sent it, its claim lost).
+		return "maybe: held uncertain (after a failover the provider is checked before it is sent again)"
 	case e.Attempts == 0:
 		return "no: never sent"
 	}

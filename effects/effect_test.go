@@ -159,3 +159,21 @@ func TestLatestError(t *testing.T) {
 		}
 	}
 }
+
+// WhetherPerformed never says "never sent" of an effect held uncertain
+// after a failover: its claim may have been lost with the old primary.
+func TestWhetherPerformed_AHeldEffectMayHaveBeen(t *testing.T) {
+	for _, c := range []struct {
+		e    effects.Effect
+		want string
+	}{
+		{effects.Effect{State: effects.Pending}, "no: never sent"},
+		{effects.Effect{State: effects.Uncertain, LastError: "held after a failover"}, "maybe: held uncertain"},
+		{effects.Effect{State: effects.Uncertain, Attempts: 2, MaybeAttempts: []int{2}}, "maybe: attempt 2"},
+		{effects.Effect{State: effects.Confirmed, Attempts: 1}, "yes"},
+	} {
+		if got := effects.WhetherPerformed(&c.e); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s with %d attempts: %q, want %q…", c.e.State, c.e.Attempts, got, c.want)
+		}
+	}
+}

@@ -8,14 +8,17 @@
 --    and the dispatcher called the provider, but the new primary has the
 --    effect as before the claim (pending, or fired with an earlier
 --    attempt). The dispatcher still holds the answer.
---    sidefx_remake_claim(p_id, p_attempt, p_worker, p_note) makes the
---    claim again, as attempt p_attempt, with its history row (action
---    remake_claim), so that the answer is recorded like any other; it
---    applies only to an effect that is pending or fired with fewer
---    attempts than p_attempt (at most 100 fewer), never reaped. Never to an
---    uncertain one: held after a promotion or by a rescue, it waits for
---    the provider to be checked (the guard of schema 37 keeps the daemons
---    from reviving it, and so does this function).
+--    sidefx_remake_claim(p_id, p_attempt, p_worker, p_note, p_confirmed,
+--    p_ref, p_detail) makes the claim again, as attempt p_attempt, with
+--    its history row (action remake_claim), so that the answer is
+--    recorded like any other; it applies only to an effect that is
+--    pending or fired with fewer attempts than p_attempt (at most 100
+--    fewer), never reaped. An uncertain one (held after a promotion, or
+--    rescued) is never revived (the guard of schema 37 keeps the daemons
+--    from it, and so does this function): only an answer that it was
+--    performed (p_confirmed, with its reference and answer) confirms it
+--    at once, in the same statement; another answer leaves it for the
+--    provider to be checked.
 --    An effect that was fired with an earlier attempt keeps that attempt
 --    as evidence (maybe_attempts): its answer is lost with the claim.
 --
@@ -65,7 +68,8 @@ CREATE TABLE {{schema}}.sidefx_timelines (
   PRIMARY KEY (system_id, timeline)
 );
 
-CREATE FUNCTION {{schema}}.sidefx_remake_claim(p_id bigint, p_attempt integer, p_worker text, p_note text)
+CREATE FUNCTION {{schema}}.sidefx_remake_claim(p_id bigint, p_attempt integer, p_worker text, p_note text,
+    p_confirmed boolean, p_ref text, p_detail jsonb)
   RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER
   SET search_path = pg_catalog, pg_temp
@@ -74,28 +78,37 @@ DECLARE
   n bigint;
 BEGIN
   IF p_id IS NULL OR p_attempt IS NULL OR p_attempt < 1 OR p_worker IS NULL OR char_length(p_worker) NOT BETWEEN 1 AND 255
-     OR p_note IS NULL THEN
-    RAISE EXCEPTION 'sidefx: remake a claim: the effect, an attempt of 1 or more, a worker of 1 to 255 characters and a note are needed'
+     OR p_note IS NULL OR p_confirmed IS NULL OR char_length(p_ref) > 255 OR octet_length(p_detail::text) > 65536 THEN
+    RAISE EXCEPTION 'sidefx: remake a claim: the effect, an attempt of 1 or more, a worker of 1 to 255 characters, a note, whether it was performed, a reference of at most 255 characters and an answer of at most 64 KiB are needed'
       USING ERRCODE = '22023';
   END IF;
   WITH old AS (
     SELECT e.id, e.state, e.attempts FROM {{schema}}.side_effects AS e
-    WHERE e.id = p_id AND e.state IN ('pending', 'fired') AND e.attempts < p_attempt
-      AND e.attempts >= p_attempt - 100 AND e.reaped_at IS NULL
+    WHERE e.id = p_id AND e.attempts < p_attempt AND e.attempts >= p_attempt - 100 AND e.reaped_at IS NULL
+      AND (e.state IN ('pending', 'fired') OR (e.state = 'uncertain' AND p_confirmed))
     FOR UPDATE
   ), upd AS (
-    UPDATE {{schema}}.side_effects AS e SET state = 'fired', attempts = p_attempt,
-      maybe_attempts = CASE WHEN old.state = 'fired' AND old.attempts > 0
+    UPDATE {{schema}}.side_effects AS e SET
+      state = CASE WHEN old.state = 'uncertain' THEN 'confirmed' ELSE 'fired' END,
+      attempts = p_attempt,
+      maybe_attempts = CASE WHEN old.state = 'uncertain' THEN '{}'::integer[]
+        WHEN old.state = 'fired' AND old.attempts > 0
         THEN array_append(array_remove(e.maybe_attempts, old.attempts), old.attempts) ELSE e.maybe_attempts END,
-      first_fired_at = coalesce(e.first_fired_at, now()), fired_at = now(),
-      lease_until = now() + interval '5 minutes', claimed_by = left(p_worker, 255),
+      first_fired_at = coalesce(e.first_fired_at, now()), fired_at = coalesce(e.fired_at, now()),
+      lease_until = CASE WHEN old.state = 'uncertain' THEN NULL ELSE now() + interval '5 minutes' END,
+      claimed_by = left(p_worker, 255),
+      provider_ref = CASE WHEN old.state = 'uncertain' THEN coalesce(p_ref, e.provider_ref) ELSE e.provider_ref END,
+      outcome = CASE WHEN old.state = 'uncertain' THEN p_detail ELSE e.outcome END,
+      outcome_attempt = CASE WHEN old.state = 'uncertain' THEN p_attempt ELSE e.outcome_attempt END,
+      confirmed_at = CASE WHEN old.state = 'uncertain' THEN now() ELSE e.confirmed_at END,
       max_attempts = CASE WHEN e.max_attempts IS NOT NULL AND e.max_attempts < p_attempt THEN p_attempt ELSE e.max_attempts END,
       updated_at = now()
     FROM old WHERE e.id = old.id
-    RETURNING e.id, old.state AS from_state
+    RETURNING e.id, old.state AS from_state, e.state AS to_state
   ), ev AS (
-    INSERT INTO {{schema}}.side_effect_events (effect_id, action, from_state, to_state, actor, note)
-    SELECT upd.id, 'remake_claim', upd.from_state, 'fired', 'sidefx dispatcher', left(p_note, 4096) FROM upd
+    INSERT INTO {{schema}}.side_effect_events (effect_id, action, from_state, to_state, actor, note, provider_ref)
+    SELECT upd.id, 'remake_claim', upd.from_state, upd.to_state, 'sidefx dispatcher', left(p_note, 4096),
+      CASE WHEN upd.to_state = 'confirmed' THEN p_ref END FROM upd
   )
   SELECT count(*) INTO n FROM upd;
   RETURN n > 0;
@@ -167,7 +180,7 @@ BEGIN
 END
 $$;
 
-REVOKE EXECUTE ON FUNCTION {{schema}}.sidefx_remake_claim(bigint, integer, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {{schema}}.sidefx_remake_claim(bigint, integer, text, text, boolean, text, jsonb) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION {{schema}}.sidefx_timeline_seen(text, bigint, boolean, text[], text) FROM PUBLIC;
 
 -- The daemons (roles that may write the registry and update an effect's
@@ -185,7 +198,7 @@ BEGIN
       AND a.grantee <> c.relowner
       AND pg_catalog.has_column_privilege(r.oid, '{{schema}}.side_effects'::pg_catalog.regclass, 'state', 'UPDATE')
   LOOP
-    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION {{schema}}.sidefx_remake_claim(bigint, integer, text, text), '
+    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION {{schema}}.sidefx_remake_claim(bigint, integer, text, text, boolean, text, jsonb), '
       '{{schema}}.sidefx_timeline_seen(text, bigint, boolean, text[], text) TO %s', g.who);
   END LOOP;
 END

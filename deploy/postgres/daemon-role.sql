@@ -58,7 +58,7 @@ GRANT EXECUTE ON FUNCTION public.sidefx_late_answer(bigint, text, text, integer[
   boolean, integer, text) TO sidefx_daemon;
 -- After a failover: an answer whose claim the new primary lacks is recorded
 -- (its claim made again), and a promotion is seen and acted on (schema 40).
-GRANT EXECUTE ON FUNCTION public.sidefx_remake_claim(bigint, integer, text, text),
+GRANT EXECUTE ON FUNCTION public.sidefx_remake_claim(bigint, integer, text, text, boolean, text, jsonb),
   public.sidefx_timeline_seen(text, bigint, boolean, text[], text) TO sidefx_daemon;
 -- /readyz reads the migration versions; the registry holds its heartbeat.
 GRANT SELECT ON public.sidefx_migrations TO sidefx_daemon;

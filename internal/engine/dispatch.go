@@ -667,24 +667,33 @@ func (s *Engine) late(ctx context.Context, o Outcome, remake bool) (bool, string
 			// called: a failover to a standby that had not received it.
 			// The claim is made again, and the outcome then recorded like
 			// any other; nothing else may claim the effect meanwhile.
-			if cur == effects.Uncertain {
+			if cur == effects.Uncertain && o.State != effects.Confirmed {
 				why = fmt.Sprintf("the database lacks attempt %d's claim (it has %d attempts) and the effect is uncertain (held after a failover, or rescued): its provider is checked before it changes", o.Attempt, attempts)
 				return nil
 			}
-			if !remake || (cur != effects.Pending && cur != effects.Fired) {
+			if !remake || (cur != effects.Pending && cur != effects.Fired && cur != effects.Uncertain) {
 				why = fmt.Sprintf("the database lacks attempt %d's claim (it has %d attempts) and the effect is %s: a failover lost the claim, and the effect changed since", o.Attempt, attempts, cur)
 				return nil
 			}
 			var ok bool
-			err := tx.QueryRow(ctx, `SELECT `+strings.TrimSuffix(s.table, "side_effects")+`sidefx_remake_claim($1, $2, $3, $4)`,
+			// A held (uncertain) effect is confirmed at once by an answer
+			// that it was performed; any other claim is made again, and the
+			// answer then recorded like any other.
+			held := cur == effects.Uncertain
+			err := tx.QueryRow(ctx, `SELECT `+strings.TrimSuffix(s.table, "side_effects")+`sidefx_remake_claim($1, $2, $3, $4, $5, $6, `+boundedOutcome("$7::text::jsonb", maxOutcomeBytes)+`)`,
 				o.ID, int32(o.Attempt), remadeClaimer,
-				fmt.Sprintf("attempt %d's claim was lost (the database had %d attempts, the effect %s: a failover?); made again to record its answer", o.Attempt, attempts, cur)).Scan(&ok)
+				fmt.Sprintf("attempt %d's claim was lost (the database had %d attempts, the effect %s: a failover?); made again to record its answer", o.Attempt, attempts, cur),
+				held, pgtype.Text{String: truncate(cleanText(o.ProviderRef), MaxProviderRef), Valid: held && o.ProviderRef != ""},
+				pgtype.Text{String: string(o.Detail), Valid: held && o.Detail != nil}).Scan(&ok)
 			if err != nil {
 				return err
 			}
-			if ok {
+			switch {
+			case ok && held:
+				changed = true
+			case ok:
 				why = remade
-			} else {
+			default:
 				why = fmt.Sprintf("the database lacks attempt %d's claim and it could not be made again", o.Attempt)
 			}
 			return nil

@@ -33,9 +33,10 @@ func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
 		effects.NewEffect{SourceID: "lost-retry", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "operator-cancelled", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "held", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
+		effects.NewEffect{SourceID: "held-sent", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
 	)
 	got := claim(t, b, "w1", time.Minute, "k.mail")
-	if len(got) != 4 {
+	if len(got) != 5 {
 		t.Fatalf("claimed %d", len(got))
 	}
 	// What the new primary has: the first effect as before its claim
@@ -53,7 +54,7 @@ func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
 	// its answer is not recorded by making its claim again, which would
 	// revive it; the provider is checked first.
 	if _, err := owner.Exec(b.ctx, `UPDATE side_effects SET state = 'uncertain', attempts = 0, first_fired_at = NULL, fired_at = NULL,
-			lease_until = NULL, claimed_by = NULL WHERE source_id = 'held'`); err != nil {
+			lease_until = NULL, claimed_by = NULL WHERE source_id IN ('held', 'held-sent')`); err != nil {
 		t.Fatal(err)
 	}
 	fenced, err := eng.Complete(b.ctx, []engine.Outcome{
@@ -61,6 +62,7 @@ func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
 		{ID: ins[1].ID, Attempt: 2, State: effects.Confirmed, ProviderRef: "msg_2"},
 		{ID: ins[2].ID, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_3"},
 		{ID: ins[3].ID, Attempt: 1, State: effects.Pending, RetryIn: time.Second},
+		{ID: ins[4].ID, Attempt: 1, State: effects.Confirmed, ProviderRef: "msg_5", Detail: json.RawMessage(`{"id":"msg_5"}`)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +73,11 @@ func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
 	}
 	if e, _ := st.Get(b.ctx, ins[3].ID); e.State != effects.Uncertain || e.Attempts != 0 {
 		t.Errorf("the held effect is %s with %d attempts, want uncertain as it was", e.State, e.Attempts)
+	}
+	// A held effect whose lost claim's answer says it was performed is
+	// confirmed with it: an operator's refire would send it twice.
+	if e, _ := st.Get(b.ctx, ins[4].ID); e.State != effects.Confirmed || e.ProviderRef != "msg_5" || e.Attempts != 1 || string(e.Outcome) != `{"id": "msg_5"}` {
+		t.Errorf("the held effect answered performed: %s ref %q attempts %d outcome %s, want confirmed msg_5", e.State, e.ProviderRef, e.Attempts, e.Outcome)
 	}
 	if strings.Contains(fenced[0].Fence, "rescued") {
 		t.Errorf("the fence says a lease was rescued, and none was: %q", fenced[0].Fence)

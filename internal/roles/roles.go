@@ -345,7 +345,7 @@ GRANT UPDATE (state, attempts, maybe_attempts, last_error, lease_until, claimed_
 GRANT EXECUTE ON FUNCTION {{s}}.sidefx_late_answer(bigint, text, text, integer[], boolean, text, jsonb, text, boolean, text,
   boolean, integer, text) TO {{r}};`},
 		{note: []string{"After a failover: an answer whose claim the new primary lacks is recorded", "(its claim made again), and a promotion is seen and acted on (schema 40)."},
-			sql: `GRANT EXECUTE ON FUNCTION {{s}}.sidefx_remake_claim(bigint, integer, text, text),
+			sql: `GRANT EXECUTE ON FUNCTION {{s}}.sidefx_remake_claim(bigint, integer, text, text, boolean, text, jsonb),
   {{s}}.sidefx_timeline_seen(text, bigint, boolean, text[], text) TO {{r}};`},
 		{note: []string{"/readyz reads the migration versions; the registry holds its heartbeat."},
 			sql: `GRANT SELECT ON {{s}}.sidefx_migrations TO {{r}};
