@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -185,7 +186,7 @@ func (c *common) loadConfig(io *IO) (*config.Config, error) {
 	// The flag stands in for SIDEFX_DATABASE_URL, so that a file without
 	// database_url is not refused when the flag gives one.
 	getenv := io.Getenv
-	if c.databaseURL != "" {
+	if c.databaseURL != "" && !hasDatabases(c.configPath) {
 		getenv = func(name string) string {
 			if name == config.EnvDatabaseURL {
 				return c.databaseURL
@@ -204,6 +205,17 @@ func (c *common) loadConfig(io *IO) (*config.Config, error) {
 	return cfg, nil
 }
 
+// hasDatabases reports whether the file at path has a top-level
+// databases: (read again by config.Load, which says what is wrong with
+// it): --database-url then connects to the one --database names, and does
+// not stand in for SIDEFX_DATABASE_URL, which databases: refuses.
+func hasDatabases(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && topDatabases.Match(b)
+}
+
+var topDatabases = regexp.MustCompile(`(?m)^databases\s*:`)
+
 // database returns the URL and schema to use: flags, then the config, then
 // the environment. Of a configuration with databases, --database names
 // the one (needed when there are several).
@@ -219,7 +231,11 @@ func (c *common) database(io *IO) (url, schema string, err error) {
 			return "", "", err
 		}
 		if d != nil {
-			url = d.ConnString()
+			if url == "" {
+				// --database-url wins: connecting to one database of
+				// several as another role (its owner, to migrate).
+				url = d.ConnString()
+			}
 			if schema == "" {
 				schema = d.Schema
 			}

@@ -338,6 +338,13 @@ func TestFleet_OneDaemonDrainsThreeDatabases(t *testing.T) {
 	if out, err := f.cli("inspect", "--database", "ap", "--source", "ap-order-6"); err != nil || !strings.Contains(out, "confirmed") {
 		t.Errorf("inspect --database ap: %v\n%s", err, out)
 	}
+	// --database-url wins over the file's URL of the database named (to
+	// connect as another role, its owner say), and is not taken for
+	// SIDEFX_DATABASE_URL, which databases: refuses.
+	out, err = f.cli("list", "--database", "us", "--database-url", urls["eu"], "--json")
+	if err != nil || strings.Count(out, `"source_id"`) != 3 || !strings.Contains(out, "eu-order") {
+		t.Errorf("list --database us --database-url (eu's): %v\n%s", err, out)
+	}
 }
 
 // confirmedIn reads the confirmed column of kind's row in sidefx status's

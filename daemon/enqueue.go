@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/outbox"
 )
@@ -99,7 +101,7 @@ func enqueueCmd(ctx context.Context, io *IO, args []string) error {
 			return fmt.Errorf("%w; configure the kind in a daemon, or give --any-kind to enqueue it anyway", err)
 		}
 		if err != nil {
-			return err
+			return enqueueRefused(err)
 		}
 		fmt.Fprintln(io.Out, describe(res))
 		return nil
@@ -190,7 +192,7 @@ func enqueueLines(ctx context.Context, io *IO, ob *outbox.Outbox, db outbox.DB, 
 			}
 		default:
 			emit()
-			return fmt.Errorf("lines %d–%d: %w", batch[0].n, batch[len(batch)-1].n, err)
+			return fmt.Errorf("lines %d–%d: %w", batch[0].n, batch[len(batch)-1].n, enqueueRefused(err))
 		}
 		batch = batch[:0]
 		emit()
@@ -269,4 +271,15 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// enqueueRefused adds to a refusal of the enqueue functions (42501) who
+// may call them: a producer's role, not the daemon's or an operator's (a
+// configuration's database URL is often the daemon's).
+func enqueueRefused(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return fmt.Errorf("%w: this URL's role may not enqueue; a producer's role may (sidefx roles --producer NAME), or the schema's owner: give its URL with --database-url", err)
+	}
+	return err
 }

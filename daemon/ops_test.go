@@ -1048,3 +1048,22 @@ func TestCLI_EnqueueFromLinesSaysWhatWasWrong(t *testing.T) {
 		t.Errorf("one bad line said:\n%s", out)
 	}
 }
+
+// sidefx enqueue as a role that may not enqueue (the daemon's, whose URL a
+// configuration often holds) says which role may, not PostgreSQL's words
+// alone.
+func TestCLI_EnqueueAsTheDaemonRoleSaysWhoMay(t *testing.T) {
+	t.Parallel()
+	owner, url := pgtest.Owner(t)
+	_, role := pgtest.Role(t, owner, url, "daemon")
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(role)
+	c := &cli{t: t, url: u.String()}
+	err = c.refuse("enqueue", "--any-kind", "--source", "s", "--kind", "k", "--payload", "{}")
+	if err == nil || !strings.Contains(err.Error(), "this URL's role may not enqueue; a producer's role may") {
+		t.Errorf("enqueue as the daemon's role: %v", err)
+	}
+}
