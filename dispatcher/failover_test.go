@@ -73,11 +73,7 @@ func TestDispatcher_LivesThroughAPromotionSendingNothingTwice(t *testing.T) {
 	timeline.Store(real.Timeline - 1)
 	d := build(t, pool, &dispatcher.Config{Kinds: kinds("email.send", dispatcher.Kind{Provider: held}), Workers: 4,
 		PollInterval: 50 * time.Millisecond, HeartbeatInterval: time.Second})
-	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
-		s, err := engine.ServerOf(ctx, db)
-		s.Timeline = timeline.Load()
-		return s, err
-	})
+	onTimeline(d, &timeline)
 	run(t, d)
 	store, _ := engine.NewStore(pool, nil)
 	<-held.entered
@@ -197,11 +193,7 @@ func TestDispatcher_ClaimsNothingOnADemotedPrimary(t *testing.T) {
 	obs := &recorder{}
 	d := build(t, pool, &dispatcher.Config{Kinds: kinds("email.send", dispatcher.Kind{Provider: fake}), Observer: obs,
 		PollInterval: 50 * time.Millisecond, HeartbeatInterval: time.Second})
-	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
-		s, err := engine.ServerOf(ctx, db)
-		s.Timeline = timeline.Load()
-		return s, err
-	})
+	onTimeline(d, &timeline)
 	run(t, d)
 	first := enqueue(t, pool, "email.send", "a", 1)
 	waitStates(t, pool, 30*time.Second, map[effects.State]int{effects.Confirmed: 1})
@@ -253,11 +245,7 @@ func TestDispatcher_APeerOfTheLostWindowMakesThePromotionHold(t *testing.T) {
 	timeline.Store(real.Timeline - 1)
 	d := build(t, pool, &dispatcher.Config{Kinds: kinds("email.send", dispatcher.Kind{Provider: held}),
 		PollInterval: 50 * time.Millisecond, HeartbeatInterval: time.Second})
-	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
-		s, err := engine.ServerOf(ctx, db)
-		s.Timeline = timeline.Load()
-		return s, err
-	})
+	onTimeline(d, &timeline)
 	run(t, d)
 	<-held.entered
 	// The promotion; while the gate's call holds the move, the new
@@ -308,4 +296,15 @@ func TestDispatcher_OnAReadOnlyServerSaysToFixTheURL(t *testing.T) {
 	if strings.Contains(logs.String(), "will until its roles") {
 		t.Errorf("a read-only server is blamed on the roles:\n%s", logs.String())
 	}
+}
+
+// onTimeline makes d read each new connection's server as on timeline (a
+// test's promotion: the timeline changes, pool.Reset makes the
+// connections new).
+func onTimeline(d *dispatcher.Dispatcher, timeline *atomic.Int64) {
+	dispatcher.SetServerOf(d, func(ctx context.Context, db engine.DB) (engine.Server, error) {
+		s, err := engine.ServerOf(ctx, db)
+		s.Timeline = timeline.Load()
+		return s, err
+	})
 }

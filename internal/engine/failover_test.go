@@ -18,16 +18,8 @@ import (
 // effect is not claimable meanwhile nor after.
 func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
 	t.Parallel()
-	owner, daemon, _ := pgtest.DaemonRole(t)
-	st, err := engine.NewStore(owner, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(daemon, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := bundle{ctx: t.Context(), pool: owner, store: st, eng: eng}
+	b := daemonBundle(t)
+	owner, st, eng := b.pool, b.store, b.eng
 	ins := insert(t, b,
 		effects.NewEffect{SourceID: "lost-pending", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "lost-retry", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
@@ -126,16 +118,8 @@ func TestEngine_AnAnswerWhoseClaimWasLostIsRecorded(t *testing.T) {
 // demoted primary) is refused.
 func TestEngine_APromotionHoldsKeylessKinds(t *testing.T) {
 	t.Parallel()
-	owner, daemon, _ := pgtest.DaemonRole(t)
-	st, err := engine.NewStore(owner, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(daemon, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := bundle{ctx: t.Context(), pool: owner, store: st, eng: eng}
+	b := daemonBundle(t)
+	st, eng := b.store, b.eng
 	ins := insert(t, b,
 		effects.NewEffect{SourceID: "due", Kind: "k.mail", Payload: json.RawMessage(`{}`)},
 		effects.NewEffect{SourceID: "later", Kind: "k.mail", Payload: json.RawMessage(`{}`), NotBefore: time.Now().Add(time.Hour)},
@@ -215,4 +199,20 @@ func TestEngine_APromotionFromASynchronousPrimaryHoldsNothing(t *testing.T) {
 	if e, _ := b.store.Get(b.ctx, ins[0].ID); e.State != effects.Pending {
 		t.Errorf("the effect is %s, want pending", e.State)
 	}
+}
+
+// daemonBundle is a bundle whose engine acts as the daemon's role (its
+// grants only), its pool and store as the owner.
+func daemonBundle(t *testing.T) bundle {
+	t.Helper()
+	owner, daemon, _ := pgtest.DaemonRole(t)
+	st, err := engine.NewStore(owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(daemon, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{ctx: t.Context(), pool: owner, store: st, eng: eng}
 }
