@@ -28,7 +28,7 @@ func asyncRestarted(runs, promotions, webhooks, mails int) mode {
 func syncPair(runs, promotions, webhooks, mails int) mode {
 	return mode{name: "sync pair (pg_ctl promote), daemon alive", runs: runs, promotions: promotions, webhooks: webhooks, mails: mails,
 		start:      func(ctx context.Context, t *testing.T) (ha, error) { return startPair(ctx, true) },
-		wantNoLoss: true, wantNoRepeat: true}
+		wantNoLoss: true, wantNoRepeat: true, sync: true}
 }
 
 func syncAutoctl(runs, promotions, webhooks, mails int) mode {
@@ -39,7 +39,7 @@ func syncAutoctl(runs, promotions, webhooks, mails int) mode {
 			}
 			return startAutoctl(ctx)
 		},
-		wantNoLoss: true, wantNoRepeat: true}
+		wantNoLoss: true, wantNoRepeat: true, sync: true}
 }
 
 func TestFailover(t *testing.T) {

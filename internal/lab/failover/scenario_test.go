@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,6 +34,10 @@ type mode struct {
 	// wantNoMailRepeat: no mail (a provider that takes no key) is sent
 	// twice; a webhook may be (its receiver dedups by webhook-id).
 	wantNoMailRepeat bool
+	// sync: the primary commits synchronously to its standby once the
+	// standby is back; each kill waits until the daemon has seen it so
+	// (a promotion from a primary last seen asynchronous holds the mails).
+	sync bool
 }
 
 // figures are what a mode's failovers cost.
@@ -154,6 +159,21 @@ func (m mode) runOnce(t *testing.T, run int, f *figures) {
 			return nil
 		}); err != nil {
 			t.Fatalf("before the kill: %v", err)
+		}
+		if m.sync {
+			// pg_auto_failover turns synchronous replication off while a
+			// standby is away and on once it is back: kill only once the
+			// daemon has seen it on.
+			if err := waitFor(ctx, time.Minute, func() error {
+				var sync bool
+				err := pool.QueryRow(ctx, `SELECT synchronous FROM sidefx_timelines ORDER BY timeline DESC LIMIT 1`).Scan(&sync)
+				if err == nil && !sync {
+					err = errors.New("the daemon has not seen the primary commit synchronously yet")
+				}
+				return err
+			}); err != nil {
+				t.Fatalf("before the kill: %v", err)
+			}
 		}
 		// An operator's decisions just before the kill: the last pending
 		// mails of the part enqueued at once are cancelled.
@@ -405,6 +425,9 @@ func (m mode) check(t *testing.T, f *figures) {
 	if m.wantNoLoss && f.lost() > 0 {
 		t.Errorf("%s: %d committed effects lost (%d absent on the new primary, %d never performed); e.g. %s",
 			m.name, f.lost(), f.absent, f.unperformed, strings.Join(first(f.lostExamples, 5), "; "))
+	}
+	if m.sync && f.held > 0 {
+		t.Errorf("%s: %d mails held after a promotion from a primary seen committing synchronously", m.name, f.held)
 	}
 	if m.wantNoMailRepeat && f.repeatedMail > 0 {
 		t.Errorf("%s: %d mails sent twice or more; e.g. %s", m.name, f.repeatedMail, strings.Join(first(f.repeatExamples, 5), "; "))
