@@ -163,6 +163,12 @@ func startSidefx(pool *pgxpool.Pool, t sidefxTuning, obs dispatcher.Observer) (s
 	if err != nil {
 		return nil, err
 	}
+	return runUntilStopped(d), nil
+}
+
+// runUntilStopped runs d until the returned stop is called, which waits
+// a minute at most for Run to return.
+func runUntilStopped(d *dispatcher.Dispatcher) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -177,7 +183,7 @@ func startSidefx(pool *pgxpool.Pool, t sidefxTuning, obs dispatcher.Observer) (s
 		case <-time.After(time.Minute):
 			return fmt.Errorf("dispatcher did not stop within a minute")
 		}
-	}, nil
+	}
 }
 
 // riverClient builds a River client; with t nil an insert-only one.

@@ -134,16 +134,5 @@ func startLimited(pool *pgxpool.Pool, p *timedProvider, l dispatcher.Limit, work
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	return func() error {
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(time.Minute):
-			return fmt.Errorf("dispatcher did not stop within a minute")
-		}
-	}, nil
+	return runUntilStopped(d), nil
 }

@@ -543,6 +543,11 @@ func httpHandler(reg *prometheus.Registry, ready func(context.Context) error, st
 	return mux
 }
 
+// The source and kind whose key the database derives tells its namespace
+// (checkNamespace, warnSharedNamespaces): the daemon's role may not read
+// sidefx_settings.
+const nsProbeSource, nsProbeKind = "sidefx-namespace-check", "sidefx.check"
+
 // warnSharedNamespaces warns of databases that derive keys in the same
 // namespace and serve a kind in common: an effect of the same source id
 // and kind in two of them has the same key, and a provider that keeps
@@ -554,10 +559,9 @@ func warnSharedNamespaces(ctx context.Context, dbs []*database, log *slog.Logger
 	if len(dbs) < 2 {
 		return
 	}
-	const source, kind = "sidefx-namespace-check", "sidefx.check"
 	byKey := map[string][]*database{}
 	for _, db := range dbs {
-		key, err := db.store.DatabaseKey(ctx, source, kind)
+		key, err := db.store.DatabaseKey(ctx, nsProbeSource, nsProbeKind)
 		if err != nil {
 			db.log.Warn("could not read the database's key namespace to compare it with the others'", "err", err)
 			continue
@@ -599,13 +603,12 @@ func checkNamespace(ctx context.Context, pool *pgxpool.Pool, schema, want string
 	if err != nil {
 		return err
 	}
-	const source, kind = "sidefx-namespace-check", "sidefx.check"
-	key, err := store.DatabaseKey(ctx, source, kind)
+	key, err := store.DatabaseKey(ctx, nsProbeSource, nsProbeKind)
 	if err != nil {
 		return fmt.Errorf("check the database's key namespace: %w", err)
 	}
-	if key != derive.KeyNS(want, source, kind) {
-		if key == derive.KeyNS("", source, kind) {
+	if key != derive.KeyNS(want, nsProbeSource, nsProbeKind) {
+		if key == derive.KeyNS("", nsProbeSource, nsProbeKind) {
 			return fmt.Errorf("the configuration's namespace is %q, the database has none: keys are derived with the database's, so the configured one would be ignored; "+
 				"remove namespace from the configuration, or give an empty database the namespace with sidefx migrate --namespace %s", want, want)
 		}

@@ -256,7 +256,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Dispatcher, error) {
 		d.repeatable[kind] = k.Provider.Idempotent() || k.AtLeastOnce
 		d.policies = append(d.policies, engine.RescuePolicy{
 			Kind:        kind,
-			Repeatable:  k.Provider.Idempotent() || k.AtLeastOnce,
+			Repeatable:  d.repeatable[kind],
 			MaxAttempts: k.MaxAttempts,
 			MaxRescues:  max(d.cfg.MaxRescues, 0),
 			KeyWindow:   k.keyWindow(),
