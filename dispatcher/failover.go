@@ -49,7 +49,8 @@ const (
 // memory holds the outcomes recorded in the last memoryFor.
 type memory struct {
 	mu      sync.Mutex
-	entries []remembered
+	entries []remembered // from head on: those before it are dropped
+	head    int
 	bytes   int
 	// forgot is when the newest outcome dropped for room was recorded:
 	// what was recorded after it is all here.
@@ -69,26 +70,36 @@ func (m *memory) add(now time.Time, outs []engine.Outcome, kinds []string) {
 		if len(o.Detail) > memoryDetail {
 			o.Detail = nil
 		}
-		m.entries = append(m.entries, remembered{now, o, kinds[i]})
-		m.bytes += len(o.Detail) + len(o.ProviderRef) + len(o.Error) + 128
+		r := remembered{now, o, kinds[i]}
+		m.entries = append(m.entries, r)
+		m.bytes += r.cost()
 	}
 	m.trim(now)
 }
 
+// cost is what r counts against memoryBytes.
+func (r *remembered) cost() int {
+	return len(r.out.Detail) + len(r.out.ProviderRef) + len(r.out.Error) + 128
+}
+
 // trim drops what is older than memoryFor, and the oldest beyond the
-// bounds.
+// bounds. The entries kept move to the front only once the dropped are
+// half of them: a trim costs what it drops, not what it keeps.
 func (m *memory) trim(now time.Time) {
-	i := 0
-	for i < len(m.entries) && (now.Sub(m.entries[i].at) > memoryFor || len(m.entries)-i > memoryEntries || m.bytes > memoryBytes) {
-		e := m.entries[i]
-		m.bytes -= len(e.out.Detail) + len(e.out.ProviderRef) + len(e.out.Error) + 128
+	for m.head < len(m.entries) && (now.Sub(m.entries[m.head].at) > memoryFor ||
+		len(m.entries)-m.head > memoryEntries || m.bytes > memoryBytes) {
+		e := &m.entries[m.head]
+		m.bytes -= e.cost()
 		if now.Sub(e.at) <= memoryFor && e.at.After(m.forgot) {
 			m.forgot = e.at // dropped for room, not for age
 		}
-		i++
+		*e = remembered{} // its answer's bytes go now
+		m.head++
 	}
-	if i > 0 {
-		m.entries = append(m.entries[:0:0], m.entries[i:]...)
+	if m.head > 0 && m.head >= len(m.entries)/2 {
+		n := copy(m.entries, m.entries[m.head:])
+		clear(m.entries[n:])
+		m.entries, m.head = m.entries[:n], 0
 	}
 }
 
@@ -98,7 +109,7 @@ func (m *memory) recent(now, since time.Time) ([]remembered, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.trim(now)
-	outs := slices.Clone(m.entries)
+	outs := slices.Clone(m.entries[m.head:])
 	covers := !since.IsZero() && m.forgot.Before(since) && now.Sub(since) < memoryFor
 	return outs, covers
 }
