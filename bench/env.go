@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/sidefx/sidefx/internal/lab/pgcluster"
+	"github.com/sidefx/sidefx/internal/roles"
 	"github.com/sidefx/sidefx/migrations"
 )
 
@@ -60,7 +61,10 @@ func (e *env) templates(ctx context.Context) error {
 			}
 			switch name {
 			case tmplSidefx:
-				return migrations.Apply(ctx, pool, nil)
+				if err := migrations.Apply(ctx, pool, nil); err != nil {
+					return err
+				}
+				return e.grantRoles(ctx, pool)
 			case tmplRiver:
 				m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 				if err != nil {
@@ -76,6 +80,57 @@ func (e *env) templates(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// The roles sidefx's producers and dispatchers connect as (unless --as
+// owner): those `sidefx roles` creates, with deploy/postgres's grants.
+const (
+	producerRole = "sidefx_producer"
+	daemonRole   = "sidefx_daemon"
+)
+
+// grantRoles creates sidefx's roles as logins (once per cluster: roles are
+// the server's) and grants them, in the template pool is on, what
+// deploy/postgres's files grant; the producer may also write the business
+// table, as a service's role does.
+func (e *env) grantRoles(ctx context.Context, pool *pgxpool.Pool) error {
+	script, err := roles.Script(roles.Options{Login: true})
+	if err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, script); err != nil {
+		return fmt.Errorf("sidefx roles: %w", err)
+	}
+	_, err = pool.Exec(ctx, "GRANT INSERT ON orders TO "+producerRole)
+	return err
+}
+
+// sidefxPools returns the pools sidefx's producers and dispatchers use on
+// database db: as the producer and daemon roles, or with --as owner both
+// owner, the schema owner's pool. done closes what it opened.
+func (e *env) sidefxPools(ctx context.Context, db string, owner *pgxpool.Pool) (producer, daemon *pgxpool.Pool, done func(), err error) {
+	if e.o.as == asOwner {
+		return owner, owner, func() {}, nil
+	}
+	if producer, err = e.poolAs(ctx, db, producerRole, maxConns); err != nil {
+		return nil, nil, nil, err
+	}
+	if daemon, err = e.poolAs(ctx, db, daemonRole, maxConns); err != nil {
+		producer.Close()
+		return nil, nil, nil, err
+	}
+	return producer, daemon, func() { producer.Close(); daemon.Close() }, nil
+}
+
+// poolAs is a pool of n connections at most on db, as role.
+func (e *env) poolAs(ctx context.Context, db, role string, n int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(e.c.ConnString(db))
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.User = role
+	cfg.MaxConns = n
+	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
 func (e *env) pool(ctx context.Context, db string) (*pgxpool.Pool, error) {

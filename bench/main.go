@@ -52,7 +52,14 @@ type options struct {
 	only           string
 	cpuProfile     string
 	statements     string
+	as             string
 }
+
+// The --as values: whom sidefx's producers and dispatchers connect as.
+const (
+	asRoles = "roles" // the producer and daemon roles (deploy/postgres): what users run
+	asOwner = "owner" // the schema's owner, a superuser: no definer checks paid
+)
 
 func main() {
 	var o options
@@ -75,8 +82,13 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run ("+strings.Join(workloads, ", ")+"); empty: all")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (dispatchers and River clients run in it) to the file")
 	flag.StringVar(&o.statements, "statements", "", "load pg_stat_statements in the bench's cluster and write, per pass and workload, the statements that took the server's time to the file (markdown)")
+	flag.StringVar(&o.as, "as", asRoles, "whom sidefx's producers and dispatchers connect as: "+asRoles+" (the producer and daemon roles of deploy/postgres, as users run it) or "+asOwner+" (the schema's owner, a superuser)")
 	flag.BoolVar(&o.tune, "tune", false, "also drain with each candidate tuning and report every one (slow)")
 	flag.Parse()
+	if o.as != asRoles && o.as != asOwner {
+		fmt.Fprintf(os.Stderr, "bench: --as %q: want %s or %s\n", o.as, asRoles, asOwner)
+		os.Exit(2)
+	}
 	if err := o.checkOnly(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -133,6 +145,11 @@ func run(ctx context.Context, o *options) error {
 	fmt.Fprintf(&doc, "Measured %s on %s: %d CPUs (%s/%s), %s. Medians of %d runs; drain %d items, latency %d/s for %d s, enqueue %.0f s per cell, history %d rows, edge %d s per variant.\n",
 		began.UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(),
 		o.runs, o.drainN, o.latencyRate, o.latencySeconds, o.enqueueSeconds, o.history, o.edgeSeconds)
+	if o.as == asOwner {
+		doc.WriteString("sidefx's producers and dispatchers connect as the schema's owner, a superuser (--as owner): no row-level security or definer check is paid.\n")
+	} else {
+		doc.WriteString("sidefx's producers connect as the producer role and its dispatchers as the daemon role, with deploy/postgres's grants (workloads 1–3; --as owner: the schema's owner).\n")
+	}
 	var stmts strings.Builder
 	for _, p := range passes {
 		if !slices.ContainsFunc(workloads, func(w string) bool { return o.selected(w) && !slices.Contains(p.skip, w) }) {

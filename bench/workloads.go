@@ -122,9 +122,19 @@ func (e *env) enqueueAll(ctx context.Context) error {
 			}
 			e.t.row("1. enqueue", variant, unit).perTx = float64(sh.batch * sh.producers)
 			for _, c := range contenders {
-				pool, _, drop, err := e.fresh(ctx, c.tmpl)
+				pool, db, drop, err := e.fresh(ctx, c.tmpl)
 				if err != nil {
 					return err
+				}
+				if c.col == colSidefx { // its producers enqueue as the producer role
+					producer, _, done, err := e.sidefxPools(ctx, db, pool)
+					if err != nil {
+						drop()
+						return err
+					}
+					pool = producer
+					prev := drop
+					drop = func() { done(); prev() }
 				}
 				if err := e.label(ctx, pool, fmt.Sprintf("%s, %d×%d", c.col, sh.producers, sh.batch)); err != nil {
 					drop()
@@ -239,13 +249,20 @@ func (e *env) drainSidefx(ctx context.Context, pool *pgxpool.Pool, t sidefxTunin
 // drainSidefxOpen is drainSidefx ending when the count query open, of the
 // effects still to drain, reads 0.
 func (e *env) drainSidefxOpen(ctx context.Context, pool *pgxpool.Pool, t sidefxTuning, n int, open string) (float64, error) {
+	daemon := pool
 	if pool == nil {
-		p, _, drop, err := e.fresh(ctx, tmplSidefx)
+		p, db, drop, err := e.fresh(ctx, tmplSidefx)
 		if err != nil {
 			return 0, err
 		}
 		defer drop()
 		pool = p
+		_, d, done, err := e.sidefxPools(ctx, db, pool)
+		if err != nil {
+			return 0, err
+		}
+		defer done()
+		daemon = d
 	}
 	e.seq++
 	if err := loadSidefx(ctx, pool, fmt.Sprintf("d%d", e.seq), n); err != nil {
@@ -256,7 +273,7 @@ func (e *env) drainSidefxOpen(ctx context.Context, pool *pgxpool.Pool, t sidefxT
 	}
 	rec := newRecorder()
 	began := time.Now()
-	stop, err := startSidefx(pool, t, rec)
+	stop, err := startSidefx(daemon, t, rec)
 	if err != nil {
 		return 0, err
 	}
@@ -487,8 +504,16 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string, longT
 	var stop func() error
 	var err error
 	var client *river.Client[pgx.Tx]
+	producers := pool // the pool the producers' transactions run on
 	if col == colSidefx {
-		stop, err = startSidefx(pool, sidefxDefault, rec)
+		var daemon *pgxpool.Pool
+		var done func()
+		producers, daemon, done, err = e.sidefxPools(ctx, pool.Config().ConnConfig.Database, pool)
+		if err != nil {
+			return [3]float64{}, err
+		}
+		defer done()
+		stop, err = startSidefx(daemon, sidefxDefault, rec)
 	} else {
 		client, stop, err = startRiver(pool, riverDefault, rec.mark)
 	}
@@ -520,7 +545,7 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string, longT
 	extra := 0 // items recorded but not counted: the long transaction's
 	var long pgx.Tx
 	if longTx {
-		if long, err = pool.Begin(ctx); err != nil {
+		if long, err = producers.Begin(ctx); err != nil {
 			return [3]float64{}, err
 		}
 		defer long.Rollback(ctx) //nolint:errcheck // committed below; a rollback after that is a no-op
@@ -547,7 +572,7 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string, longT
 			for it := range items {
 				id := fmt.Sprintf("%s-%d", prefix, it.seq)
 				var got int64
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+				err := pgx.BeginFunc(ctx, producers, func(tx pgx.Tx) (err error) {
 					got, err = enqueueOne(tx, id)
 					return err
 				})
@@ -561,19 +586,26 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string, longT
 			}
 		}()
 	}
-	// The pacer releases rate/100 items every 10ms, stamped with when they
-	// were due, so a producer falling behind counts against the latency.
+	// The pacer releases each item at the time it is due, stamped with that
+	// time, so a producer falling behind counts against the latency. (It
+	// released a hundredth of a second's items every 10 ms until 2026-12:
+	// half a tick, 5 ms, of each p50 was the pacer's.)
 	total := e.o.latencyRate * e.o.latencySeconds
-	tick := time.NewTicker(10 * time.Millisecond)
 	began := time.Now()
+	dueAt := func(i int) time.Time {
+		return began.Add(time.Duration(float64(i) / float64(e.o.latencyRate) * float64(time.Second)))
+	}
+	timer := time.NewTimer(0)
+	<-timer.C
 	for sent := 0; sent < total; {
-		<-tick.C
-		want := min(total, int(time.Since(began).Seconds()*float64(e.o.latencyRate)))
-		for ; sent < want; sent++ {
-			items <- item{seq: sent, due: began.Add(time.Duration(float64(sent) / float64(e.o.latencyRate) * float64(time.Second)))}
+		if wait := time.Until(dueAt(sent)); wait > 0 {
+			timer.Reset(wait)
+			<-timer.C
+		}
+		for now := time.Now(); sent < total && !dueAt(sent).After(now); sent++ {
+			items <- item{seq: sent, due: dueAt(sent)}
 		}
 	}
-	tick.Stop()
 	close(items)
 	wg.Wait()
 	if firstErr != nil {
@@ -586,6 +618,9 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string, longT
 	}
 	if err := waitUntil(ctx, 2*time.Minute, func() bool { return rec.count() >= total+extra }); err != nil {
 		return [3]float64{}, fmt.Errorf("%d of %d recorded: %w", rec.count(), total, err)
+	}
+	if col == colSidefx {
+		logBreakdown(ctx, pool, prefix)
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -614,6 +649,24 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string, longT
 	slices.Sort(ls)
 	pct := func(p float64) float64 { return ls[min(len(ls)-1, int(math.Ceil(p*float64(len(ls))))-1)] }
 	return [3]float64{pct(0.5), pct(0.99), ls[len(ls)-1]}, nil
+}
+
+// logBreakdown logs where the run's effects spent their time, by the
+// server's clock: from the producer's transaction's start to the claim's,
+// and from the claim's to the outcome's (p50 and p99, in ms).
+func logBreakdown(ctx context.Context, pool *pgxpool.Pool, prefix string) {
+	var out string
+	err := pool.QueryRow(ctx, `
+		SELECT format('created→claimed p50 %s p99 %s; claimed→recorded p50 %s p99 %s (ms, by the server clock)',
+		  round(percentile_cont(0.5) WITHIN GROUP (ORDER BY c)::numeric, 2), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY c)::numeric, 2),
+		  round(percentile_cont(0.5) WITHIN GROUP (ORDER BY r)::numeric, 2), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY r)::numeric, 2))
+		FROM (SELECT extract(epoch FROM first_fired_at - created_at) * 1000 AS c, extract(epoch FROM confirmed_at - first_fired_at) * 1000 AS r
+		      FROM side_effects WHERE source_id LIKE $1 || '-%' AND state = 'confirmed') AS t`, prefix).Scan(&out)
+	if err != nil {
+		logf("  sidefx: breakdown: %v", err)
+		return
+	}
+	logf("  sidefx: %s", out)
 }
 
 // ---- Workload 4: history ----
