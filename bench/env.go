@@ -11,7 +11,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/sidefx/sidefx/internal/lab/pgcluster"
 	"github.com/sidefx/sidefx/internal/roles"
 	"github.com/sidefx/sidefx/migrations"
 )
@@ -35,17 +34,45 @@ const businessTable = `CREATE TABLE orders (
 
 // env is one settings pass: its cluster, options and results.
 type env struct {
-	c   *pgcluster.Cluster
-	o   *options
-	t   *table
-	seq int
+	c server
+	// sfxTmpl is the template sidefx's enqueue, drain and latency
+	// workloads clone: tmplSidefx, or in a --against child the older
+	// revision's (revTmpl).
+	sfxTmpl string
+	// rev runs the --against revision's sidefx beside this one (nil: no
+	// --against); child: this process is that revision's, measuring
+	// sidefx alone and printing each cell (against.go).
+	rev   *revision
+	child bool
+	o     *options
+	t     *table
+	seq   int
 	// dbs names, by oid, the contender of each fresh database, for the
 	// statements report (pg_stat_statements outlives the dropped databases).
 	dbs map[uint32]string
 }
 
+// server is the PostgreSQL server the bench runs on: a pgcluster it
+// started, or in a --against child the parent's (attached).
+type server interface {
+	ConnString(db string) string
+	CreateDatabase(ctx context.Context, name string) error
+	Port() int
+}
+
 // templates creates the migrated template databases.
 func (e *env) templates(ctx context.Context) error {
+	if e.sfxTmpl == "" {
+		e.sfxTmpl = tmplSidefx
+	}
+	if e.child {
+		return nil // the parent made this revision's (prepareChild)
+	}
+	if e.rev != nil {
+		if err := e.rev.prepare(ctx, e); err != nil {
+			return err
+		}
+	}
 	for _, name := range []string{tmplPlain, tmplSidefx, tmplRiver} {
 		if err := e.c.CreateDatabase(ctx, name); err != nil {
 			return err

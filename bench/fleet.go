@@ -1,3 +1,5 @@
+//go:build !benchrev
+
 package main
 
 // Workload 9, the fleet: one database drained by 1, 2 and 4 dispatchers
@@ -14,6 +16,8 @@ import (
 )
 
 // fleetAll runs workload 9.
+func init() { newSteps["fleet"] = (*env).fleetAll }
+
 func (e *env) fleetAll(ctx context.Context) error {
 	n := e.o.drainN
 	const workload = "9. fleet"

@@ -1,3 +1,5 @@
+//go:build !benchrev
+
 package main
 
 import (
@@ -16,6 +18,8 @@ import (
 // ---- Workload 8: a provider's limit across the fleet ----
 
 // limitReplicas are the dispatchers of the limits workload.
+func init() { newSteps["limits"] = (*env).limitsAll }
+
 const limitReplicas = 3
 
 // timedProvider confirms every call at once and keeps when each came.

@@ -53,6 +53,10 @@ type options struct {
 	cpuProfile     string
 	statements     string
 	as             string
+	against        string
+	// A --against child's (against.go): the parent's server, the template
+	// to migrate, the enqueue shape to measure.
+	attach, prepare, shape string
 }
 
 // The --as values: whom sidefx's producers and dispatchers connect as.
@@ -83,6 +87,10 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (dispatchers and River clients run in it) to the file")
 	flag.StringVar(&o.statements, "statements", "", "load pg_stat_statements in the bench's cluster and write, per pass and workload, the statements that took the server's time to the file (markdown)")
 	flag.StringVar(&o.as, "as", asRoles, "whom sidefx's producers and dispatchers connect as: "+asRoles+" (the producer and daemon roles of deploy/postgres, as users run it) or "+asOwner+" (the schema's owner, a superuser)")
+	flag.StringVar(&o.against, "against", "", "also measure this git revision's sidefx (a commit, tag or branch) beside the working tree's, on the same server in the same run, in workloads enqueue, drain and latency: a column \"sidefx @REV\" and the ratio to it")
+	flag.StringVar(&o.attach, "attach", "", "(internal: a --against child) the URL of the server to measure on")
+	flag.StringVar(&o.prepare, "prepare", "", "(internal: a --against child) migrate this template database and stop")
+	flag.StringVar(&o.shape, "shape", "", "(internal: a --against child) the enqueue shape, producers,batch")
 	flag.BoolVar(&o.tune, "tune", false, "also drain with each candidate tuning and report every one (slow)")
 	flag.Parse()
 	if o.as != asRoles && o.as != asOwner {
@@ -115,6 +123,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if o.attach != "" {
+		if err := runChild(ctx, &o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, &o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		pprof.StopCPUProfile()
@@ -124,6 +139,14 @@ func main() {
 
 func run(ctx context.Context, o *options) error {
 	began := time.Now()
+	var rev *revision
+	if o.against != "" {
+		var err error
+		if rev, err = buildRevision(ctx, o.against); err != nil {
+			return err
+		}
+		defer rev.close()
+	}
 	type pass struct {
 		name, settings string
 		skip           []string // workloads this pass leaves out
@@ -145,6 +168,9 @@ func run(ctx context.Context, o *options) error {
 	fmt.Fprintf(&doc, "Measured %s on %s: %d CPUs (%s/%s), %s. Medians of %d runs; drain %d items, latency %d/s for %d s, enqueue %.0f s per cell, history %d rows, edge %d s per variant.\n",
 		began.UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, cpuModel(),
 		o.runs, o.drainN, o.latencyRate, o.latencySeconds, o.enqueueSeconds, o.history, o.edgeSeconds)
+	if rev != nil {
+		fmt.Fprintf(&doc, "Column \"sidefx @%s\" is revision %s's sidefx (--against), measured by the same harness on the same server, run by run beside the working tree's (workloads 1–3).\n", rev.sha, rev.name)
+	}
 	if o.as == asOwner {
 		doc.WriteString("sidefx's producers and dispatchers connect as the schema's owner, a superuser (--as owner): no row-level security or definer check is paid.\n")
 	} else {
@@ -157,7 +183,7 @@ func run(ctx context.Context, o *options) error {
 			continue
 		}
 		logf("pass: %s", p.name)
-		t, err := runPass(ctx, o, p.settings, p.skip, &stmts, p.name)
+		t, err := runPass(ctx, o, p.settings, p.skip, &stmts, p.name, rev)
 		if err != nil {
 			return fmt.Errorf("pass %s: %w", p.name, err)
 		}
@@ -180,7 +206,7 @@ func run(ctx context.Context, o *options) error {
 	return nil
 }
 
-func runPass(ctx context.Context, o *options, settings string, skip []string, stmts *strings.Builder, pass string) (*table, error) {
+func runPass(ctx context.Context, o *options, settings string, skip []string, stmts *strings.Builder, pass string, rev *revision) (*table, error) {
 	// SIDEFX_BENCH_SETTINGS adds server settings for a profiling run (for
 	// example auto_explain's); SIDEFX_BENCH_LOG names a file the server's
 	// log is copied to before the cluster is removed.
@@ -204,7 +230,7 @@ func runPass(ctx context.Context, o *options, settings string, skip []string, st
 			logf("destroy cluster: %v", err)
 		}
 	}()
-	e := &env{c: c, o: o, t: newTable()}
+	e := &env{c: c, o: o, t: newTable(), rev: rev}
 	if err := e.templates(ctx); err != nil {
 		return nil, err
 	}
@@ -218,8 +244,15 @@ func runPass(ctx context.Context, o *options, settings string, skip []string, st
 		name string
 		run  func(context.Context) error
 	}{{"enqueue", e.enqueueAll}, {"drain", e.drainAll}, {"latency", e.latencyAll}, {"history", e.historyAll},
-		{"edge", e.edgeAll}, {"inbox", e.inboxAll}, {"backlog", e.backlogAll}, {"limits", e.limitsAll},
-		{"fleet", e.fleetAll}}
+		{"edge", e.edgeAll}, {"inbox", e.inboxAll}, {"backlog", e.backlogAll}}
+	for _, w := range []string{"limits", "fleet"} {
+		if f := newSteps[w]; f != nil {
+			steps = append(steps, struct {
+				name string
+				run  func(context.Context) error
+			}{w, func(ctx context.Context) error { return f(e, ctx) }})
+		}
+	}
 	for _, s := range steps {
 		if !o.selected(s.name) || slices.Contains(skip, s.name) {
 			continue
@@ -261,6 +294,10 @@ func cpuModel() string {
 	}
 	return "unknown CPU"
 }
+
+// newSteps are the workloads that need this wave's sidefx (limit scopes,
+// several databases): left out of a --against build of an older revision.
+var newSteps = map[string]func(*env, context.Context) error{}
 
 var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox", "backlog", "limits", "fleet"}
 

@@ -106,17 +106,35 @@ func ratio(a, b float64) string {
 // sidefx/River unique and sidefx/floor.
 func (t *table) markdown() string {
 	var b strings.Builder
-	b.WriteString("| Workload | Variant | Unit | sidefx | River | River unique | floor / baseline | sidefx/River | sidefx/River unique | sidefx/floor | sidefx µs extra per tx |\n")
-	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	// A --against revision's column, if any: its medians and the working
+	// tree's over them, at the end of each row.
+	revCol := ""
 	for _, r := range t.rows {
+		for c := range r.cells {
+			if strings.HasPrefix(c, "sidefx @") {
+				revCol = c
+			}
+		}
+	}
+	head, rule := "", ""
+	if revCol != "" {
+		head, rule = fmt.Sprintf(" %s | sidefx/%s |", revCol, revCol[len("sidefx "):]), "--:|--:|"
+	}
+	b.WriteString("| Workload | Variant | Unit | sidefx | River | River unique | floor / baseline | sidefx/River | sidefx/River unique | sidefx/floor | sidefx µs extra per tx |" + head + "\n")
+	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|" + rule + "\n")
+	for _, r := range t.rows {
+		tail := ""
+		if revCol != "" {
+			tail = fmt.Sprintf(" %s | %s |", num(r.median(revCol)), ratio(r.median(colSidefx), r.median(revCol)))
+		}
 		s, rv, ru, f := r.median(colSidefx), r.median(colRiver), r.median(colRiverU), r.median(colFloor)
 		extra := "–"
 		if r.perTx > 0 && !math.IsNaN(s) && !math.IsNaN(f) {
 			extra = fmt.Sprintf("%.0f", (r.perTx/s-r.perTx/f)*1e6)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |%s\n",
 			r.workload, r.variant, r.unit, num(s), num(rv), num(ru), num(f),
-			ratio(s, rv), ratio(s, ru), ratio(s, f), extra)
+			ratio(s, rv), ratio(s, ru), ratio(s, f), extra, tail)
 	}
 	for _, n := range t.notes {
 		b.WriteString("\n" + n + "\n")

@@ -106,11 +106,21 @@ func (e *env) enqueueAll(ctx context.Context) error {
 	}
 	contenders := []contender{
 		{colFloor, tmplPlain, baseline},
-		{colSidefx, tmplSidefx, sfx},
+		{colSidefx, e.sfxTmpl, sfx},
 		{colRiver, tmplRiver, riv(false)},
 		{colRiverU, tmplRiver, riv(true)},
 	}
+	if e.child {
+		contenders = contenders[1:2]
+	}
 	shapes := []struct{ producers, batch int }{{1, 1}, {8, 1}, {1, 100}, {8, 100}}
+	if e.o.shape != "" { // a --against child measures the shape it is given
+		var p, b int
+		if _, err := fmt.Sscanf(e.o.shape, "%d,%d", &p, &b); err != nil {
+			return fmt.Errorf("--shape %q: %w", e.o.shape, err)
+		}
+		shapes = []struct{ producers, batch int }{{p, b}}
+	}
 	dur := time.Duration(e.o.enqueueSeconds * float64(time.Second))
 	for run := 1; run <= e.o.runs; run++ {
 		for _, sh := range shapes {
@@ -122,6 +132,11 @@ func (e *env) enqueueAll(ctx context.Context) error {
 			}
 			e.t.row("1. enqueue", variant, unit).perTx = float64(sh.batch * sh.producers)
 			for _, c := range contenders {
+				if c.col == colSidefx {
+					if err := e.rev.measure(ctx, e, "enqueue", fmt.Sprintf("%d,%d", sh.producers, sh.batch)); err != nil {
+						return err
+					}
+				}
 				pool, db, drop, err := e.fresh(ctx, c.tmpl)
 				if err != nil {
 					return err
@@ -202,7 +217,13 @@ func (e *env) drainAll(ctx context.Context) error {
 	}
 	n := e.o.drainN
 	unit := "effects/s"
+	if e.child {
+		riv = nil
+	}
 	for run := 1; run <= e.o.runs; run++ {
+		if err := e.rev.measure(ctx, e, "drain", ""); err != nil {
+			return err
+		}
 		for i, t := range sfx {
 			rate, err := e.drainSidefx(ctx, nil, t, n)
 			if err != nil {
@@ -218,6 +239,9 @@ func (e *env) drainAll(ctx context.Context) error {
 			e.t.add("2. drain", drainVariant(i, t.name), unit, colRiver, rate)
 		}
 		for i, fl := range []floorTuning{floorDefault, floorTuned} {
+			if e.child {
+				break
+			}
 			rate, err := e.floor(ctx, nil, fl, n)
 			if err != nil {
 				return err
@@ -251,7 +275,7 @@ func (e *env) drainSidefx(ctx context.Context, pool *pgxpool.Pool, t sidefxTunin
 func (e *env) drainSidefxOpen(ctx context.Context, pool *pgxpool.Pool, t sidefxTuning, n int, open string) (float64, error) {
 	daemon := pool
 	if pool == nil {
-		p, db, drop, err := e.fresh(ctx, tmplSidefx)
+		p, db, drop, err := e.fresh(ctx, e.sfxTmpl)
 		if err != nil {
 			return 0, err
 		}
@@ -447,6 +471,9 @@ func (e *env) floor(ctx context.Context, pool *pgxpool.Pool, fl floorTuning, n i
 
 func (e *env) latencyAll(ctx context.Context) error {
 	for run := 1; run <= e.o.runs; run++ {
+		if err := e.rev.measure(ctx, e, "latency", ""); err != nil {
+			return err
+		}
 		if err := e.latencyRun(ctx, nil, nil, "3. latency"); err != nil {
 			return err
 		}
@@ -467,8 +494,12 @@ const longTxWorkload = "3. latency, one long transaction open"
 // latencyRun measures both contenders once, in fresh databases unless
 // sfxPool and rivPool are given.
 func (e *env) latencyRun(ctx context.Context, sfxPool, rivPool *pgxpool.Pool, workload string) error {
-	for _, col := range []string{colSidefx, colRiver} {
-		pool, tmpl := sfxPool, tmplSidefx
+	cols := []string{colSidefx, colRiver}
+	if e.child {
+		cols = cols[:1]
+	}
+	for _, col := range cols {
+		pool, tmpl := sfxPool, e.sfxTmpl
 		if col == colRiver {
 			pool, tmpl = rivPool, tmplRiver
 		}
@@ -542,7 +573,19 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string, longT
 		}
 		return res.Job.ID, nil
 	}
-	extra := 0 // items recorded but not counted: the long transaction's
+	// One item first, waited for: the run measures a contender that is
+	// running, not its start-up (which put every run's slowest item at its
+	// first instant).
+	if err := pgx.BeginFunc(ctx, producers, func(tx pgx.Tx) error {
+		_, err := enqueueOne(tx, prefix+"-warm")
+		return err
+	}); err != nil {
+		return [3]float64{}, fmt.Errorf("the first item: %w", err)
+	}
+	if err := waitUntil(ctx, time.Minute, func() bool { return rec.count() >= 1 }); err != nil {
+		return [3]float64{}, fmt.Errorf("the first item: %w", err)
+	}
+	extra := 1 // items recorded but not counted: the first, and the long transaction's
 	var long pgx.Tx
 	if longTx {
 		if long, err = producers.Begin(ctx); err != nil {
@@ -552,7 +595,7 @@ func (e *env) latency(ctx context.Context, pool *pgxpool.Pool, col string, longT
 		if _, err := enqueueOne(long, prefix+"-long"); err != nil {
 			return [3]float64{}, fmt.Errorf("the long transaction: %w", err)
 		}
-		extra = 1
+		extra++
 	}
 
 	type item struct {
