@@ -100,7 +100,7 @@ func buildRevision(ctx context.Context, rev string) (*revision, error) {
 	build.Dir = benchDir
 	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
 	if out, err := build.CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("--against %s: the working tree's bench does not build against that revision's sidefx (the workloads 1–3 need outbox, dispatcher, providertest, migrations and internal/roles as they are now): %w\n%s", rev, err, out))
+		return fail(fmt.Errorf("--against %s: the working tree's bench does not build against that revision's sidefx (the workloads 1–3 need outbox, dispatcher, providertest and migrations as they are now): %w\n%s", rev, err, out))
 	}
 	logf("--against %s: built %s's sidefx (%s)", rev, sha, r.bin)
 	return r, nil
@@ -169,7 +169,7 @@ func (r *revision) measure(ctx context.Context, e *env, workload, shape string) 
 // its log to this one's, and returns the cells it printed.
 func (r *revision) run(ctx context.Context, e *env, args ...string) ([]cell, error) {
 	o := e.o
-	all := append([]string{"--attach", e.c.ConnString("postgres"), "--as", o.as,
+	all := append([]string{"--attach", e.c.ConnString("postgres"), "--as", o.as, "--tree", r.dir,
 		"--drain-n", strconv.Itoa(o.drainN), "--latency-rate", strconv.Itoa(o.latencyRate),
 		"--latency-seconds", strconv.Itoa(o.latencySeconds),
 		"--enqueue-seconds", strconv.FormatFloat(o.enqueueSeconds, 'f', -1, 64),
@@ -227,6 +227,14 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 // attached is the server of a --against child: its parent's, by URL.
 type attached struct{ u *url.URL }
 
+func parseAttached(s string) (attached, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return attached{}, fmt.Errorf("--attach %q: want a postgres:// URL of the server", s)
+	}
+	return attached{u}, nil
+}
+
 func (a attached) ConnString(db string) string {
 	u := *a.u
 	u.Path = "/" + db
@@ -251,11 +259,11 @@ func (a attached) CreateDatabase(ctx context.Context, name string) error {
 // runChild is the child's whole run: --prepare migrates the template, else
 // it measures o.only's workload on clones of it and prints every cell.
 func runChild(ctx context.Context, o *options) error {
-	u, err := url.Parse(o.attach)
+	a, err := parseAttached(o.attach)
 	if err != nil {
-		return fmt.Errorf("--attach: %w", err)
+		return err
 	}
-	e := &env{c: attached{u}, o: o, t: newTable(), child: true, sfxTmpl: revTmpl}
+	e := &env{c: a, o: o, t: newTable(), child: true, sfxTmpl: revTmpl}
 	if o.prepare != "" {
 		pool, err := e.pool(ctx, o.prepare)
 		if err != nil {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -11,7 +13,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/sidefx/sidefx/internal/roles"
 	"github.com/sidefx/sidefx/migrations"
 )
 
@@ -116,20 +117,57 @@ const (
 	daemonRole   = "sidefx_daemon"
 )
 
-// grantRoles creates sidefx's roles as logins (once per cluster: roles are
-// the server's) and grants them, in the template pool is on, what
-// deploy/postgres's files grant; the producer may also write the business
-// table, as a service's role does.
+// grantRoles creates sidefx's producer and daemon roles as logins (once
+// per cluster: roles are the server's) and runs, in the template pool is
+// on, the grants of deploy/postgres/producer-role.sql and daemon-role.sql
+// of the tree measured (the working tree's, or a --against revision's);
+// the producer may also write the business table, as a service's role
+// does.
 func (e *env) grantRoles(ctx context.Context, pool *pgxpool.Pool) error {
-	script, err := roles.Script(roles.Options{Login: true})
+	dir, err := e.deployDir()
 	if err != nil {
 		return err
 	}
-	if _, err := pool.Exec(ctx, script); err != nil {
-		return fmt.Errorf("sidefx roles: %w", err)
+	if _, err := pool.Exec(ctx, `DO $$ BEGIN
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '`+producerRole+`') THEN CREATE ROLE `+producerRole+` LOGIN; END IF;
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '`+daemonRole+`') THEN CREATE ROLE `+daemonRole+` LOGIN; END IF;
+	END $$`); err != nil {
+		return fmt.Errorf("create the roles: %w", err)
+	}
+	for _, f := range []string{"producer-role.sql", "daemon-role.sql"} {
+		sql, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			return err
+		}
+		if _, err := pool.Exec(ctx, string(sql)); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
 	}
 	_, err = pool.Exec(ctx, "GRANT INSERT ON orders TO "+producerRole)
 	return err
+}
+
+// deployDir is the measured tree's deploy/postgres: --tree's, or the first
+// found from the working directory up (the bench runs in bench/).
+func (e *env) deployDir() (string, error) {
+	if e.o.tree != "" {
+		return filepath.Join(e.o.tree, "deploy", "postgres"), nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		d := filepath.Join(dir, "deploy", "postgres")
+		if _, err := os.Stat(filepath.Join(d, "producer-role.sql")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", fmt.Errorf("no deploy/postgres/producer-role.sql above the working directory: run the bench in a sidefx checkout's bench/, or pass --tree")
+		}
+		dir = up
+	}
 }
 
 // sidefxPools returns the pools sidefx's producers and dispatchers use on

@@ -57,6 +57,7 @@ type options struct {
 	// A --against child's (against.go): the parent's server, the template
 	// to migrate, the enqueue shape to measure.
 	attach, prepare, shape string
+	tree                   string
 }
 
 // The --as values: whom sidefx's producers and dispatchers connect as.
@@ -90,6 +91,7 @@ func main() {
 	flag.StringVar(&o.against, "against", "", "also measure this git revision's sidefx (a commit, tag or branch) beside the working tree's, on the same server in the same run, in workloads enqueue, drain and latency: a column \"sidefx @REV\" and the ratio to it")
 	flag.StringVar(&o.attach, "attach", "", "(internal: a --against child) the URL of the server to measure on")
 	flag.StringVar(&o.prepare, "prepare", "", "(internal: a --against child) migrate this template database and stop")
+	flag.StringVar(&o.tree, "tree", "", "the sidefx tree whose deploy/postgres grants the roles (default: found from the working directory up)")
 	flag.StringVar(&o.shape, "shape", "", "(internal: a --against child) the enqueue shape, producers,batch")
 	flag.BoolVar(&o.tune, "tune", false, "also drain with each candidate tuning and report every one (slow)")
 	flag.Parse()
