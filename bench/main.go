@@ -49,6 +49,7 @@ type options struct {
 	backlogParked  int
 	limitN         int
 	limitRate      int
+	idleSeconds    int
 	only           string
 	cpuProfile     string
 	statements     string
@@ -83,6 +84,7 @@ func main() {
 	flag.IntVar(&o.backlogN, "backlog-n", 2000, "effects drained in the backlog workload")
 	flag.IntVar(&o.backlogParked, "backlog-parked", 1000000, "pending effects of another kind parked in the backlog workload (0 skips it)")
 	flag.IntVar(&o.limitN, "limit-n", 3000, "effects drained in the limits workload (0 skips it)")
+	flag.IntVar(&o.idleSeconds, "idle-seconds", 20, "how long the idle workload counts an idle dispatcher's transactions (0 skips it)")
 	flag.IntVar(&o.limitRate, "limit-rate", 200, "the provider's calls per second in the limits workload, across 3 dispatchers")
 	flag.StringVar(&o.only, "only", "", "comma-separated workloads to run ("+strings.Join(workloads, ", ")+"); empty: all")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (dispatchers and River clients run in it) to the file")
@@ -106,7 +108,7 @@ func main() {
 	if o.quick { // smaller sizes, except where a flag sets one
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]string{"runs": "1", "drain-n": "5000", "latency-seconds": "3", "history": "20000", "enqueue-seconds": "1", "edge-seconds": "3", "limit-n": "1000"} {
+		for name, v := range map[string]string{"runs": "1", "drain-n": "5000", "latency-seconds": "3", "history": "20000", "enqueue-seconds": "1", "edge-seconds": "3", "limit-n": "1000", "idle-seconds": "5"} {
 			if !set[name] {
 				flag.Set(name, v) //nolint:errcheck // the names and values above are valid
 			}
@@ -162,7 +164,7 @@ func run(ctx context.Context, o *options) error {
 		if !o.edgeSyncOff {
 			skip = append(skip, "edge", "inbox")
 		}
-		skip = append(skip, "limits") // paced by the provider's limit, not the server
+		skip = append(skip, "limits", "idle") // paced by the provider's limit, and by the dispatcher's probes, not the server
 		passes = append(passes, pass{"synchronous_commit=off (fsync=on)", durable + "synchronous_commit = off\n", skip})
 	}
 	host, _ := os.Hostname()
@@ -247,7 +249,7 @@ func runPass(ctx context.Context, o *options, settings string, skip []string, st
 		run  func(context.Context) error
 	}{{"enqueue", e.enqueueAll}, {"drain", e.drainAll}, {"latency", e.latencyAll}, {"history", e.historyAll},
 		{"edge", e.edgeAll}, {"inbox", e.inboxAll}, {"backlog", e.backlogAll}}
-	for _, w := range []string{"limits", "fleet"} {
+	for _, w := range []string{"limits", "fleet", "idle"} {
 		if f := newSteps[w]; f != nil {
 			steps = append(steps, struct {
 				name string
@@ -301,7 +303,7 @@ func cpuModel() string {
 // several databases): left out of a --against build of an older revision.
 var newSteps = map[string]func(*env, context.Context) error{}
 
-var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox", "backlog", "limits", "fleet"}
+var workloads = []string{"enqueue", "drain", "latency", "history", "edge", "inbox", "backlog", "limits", "fleet", "idle"}
 
 // checkOnly refuses an --only naming no workload.
 func (o *options) checkOnly() error {

@@ -22,6 +22,7 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	failures := 0
+	woke := false // the last idle wait ended on a wake-up
 	for ctx.Err() == nil {
 		more, blocked, soon, claimed, err := d.claimOnce(ctx, hardCtx, calls, outcomes)
 		if err != nil {
@@ -48,47 +49,51 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 			}
 			continue
 		}
-		if !d.idle(ctx, timer, blocked, soon, claimed > 0) {
+		var ok bool
+		if ok, woke = d.idle(ctx, timer, blocked, soon, claimed > 0 || woke); !ok {
 			return
 		}
 	}
 }
 
-// idle waits until a claim may find something: a wake-up (an operator's
-// notification, a rescue, recording recovered), a freed slot when claims
-// were blocked, a paused or rate-limited provider's time, or a poll tick
-// whose probe finds an effect due. Producers notify nobody, so the probe,
-// one cheap index read every PollInterval, is how new effects are found.
-// After a claim that found effects (more are likely to follow), the first
-// probes come sooner: an eighth of PollInterval, doubling while they find
-// nothing. It reports false when ctx ends.
-func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, soon time.Duration, active bool) bool {
+// idle waits until a claim may find something: a wake-up (a commit that
+// enqueued, an operator's notification, a rescue, recording recovered), a
+// freed slot when claims were blocked, a paused or rate-limited provider's
+// time, or a poll tick whose probe finds an effect due. The probe, one
+// cheap index read, comes every PollInterval, or every ListenPollInterval
+// while commits wake this dispatcher (pollInterval). After a claim that
+// found effects, or a wake-up (more are likely to follow, and a commit
+// within 2 ms of a notified one sends no notification of its own), the
+// first probes come sooner: an eighth of PollInterval (at least 1 ms),
+// doubling while they find nothing. It reports false when ctx ends, and
+// woke when a wake-up ended the wait.
+func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, soon time.Duration, active bool) (ok, woke bool) {
 	var freed chan struct{}
 	if blocked {
 		freed = d.freed
 	}
-	probe := d.cfg.PollInterval
+	probe := d.pollInterval()
 	if active {
-		probe = max(d.cfg.PollInterval/8, time.Millisecond)
+		probe = min(max(d.cfg.PollInterval/8, time.Millisecond), probe)
 	}
 	for {
 		wait, byTime := probe, false
-		probe = min(2*probe, d.cfg.PollInterval)
+		probe = min(2*probe, d.pollInterval())
 		if soon > 0 && soon <= wait {
 			wait, byTime = soon, true
 		}
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-d.wake:
-			return true
+			return true, true
 		case <-freed:
-			return true
+			return true, false
 		case <-timer.C:
 		}
 		if byTime || d.stuck.Load() {
-			return true
+			return true, false
 		}
 		if soon > 0 {
 			soon -= wait
@@ -97,9 +102,19 @@ func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, 
 		due, err := d.engine.Due(pctx, d.activeServed())
 		cancel()
 		if err != nil || due {
-			return true // an error is the claim's to report and back off from
+			return true, false // an error is the claim's to report and back off from
 		}
 	}
+}
+
+// pollInterval is how often an idle dispatcher probes: ListenPollInterval
+// while commits wake it (side_effects_wake enabled, the listener
+// connected), else PollInterval.
+func (d *Dispatcher) pollInterval() time.Duration {
+	if d.wakeUps.Load() && d.listening.Load() {
+		return d.cfg.ListenPollInterval
+	}
+	return d.cfg.PollInterval
 }
 
 // claimOnce claims, for each provider, as many due effects as free worker

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sidefx/sidefx/effects"
+	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // serves reports whether kind is one of this dispatcher's.
@@ -53,6 +54,8 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		return err
 	}
 	d.succeeded(opListen)
+	d.listening.Store(true)
+	defer d.listening.Store(false)
 	// Notifications sent while not listening were missed: effects that came
 	// due, and pauses or resumes (read again, or a resume sent between
 	// Run's first reading and this LISTEN would wait for a heartbeat).
@@ -67,7 +70,7 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 			signal(d.pausesNow)
 			continue
 		}
-		if d.serves(n.Payload) {
+		if n.Payload == engine.WakePayload || d.serves(n.Payload) {
 			signal(d.wake)
 		}
 	}
