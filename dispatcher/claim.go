@@ -108,10 +108,10 @@ func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, 
 }
 
 // pollInterval is how often an idle dispatcher probes: ListenPollInterval
-// while commits wake it (side_effects_wake enabled, the listener
-// connected), else PollInterval.
+// while commits wake it (side_effects_wake enabled, the listener connected
+// and hearing its pings), else PollInterval.
 func (d *Dispatcher) pollInterval() time.Duration {
-	if d.wakeUps.Load() && d.listening.Load() {
+	if d.wakeUps.Load() && d.listening.Load() && d.hearing() {
 		return d.cfg.ListenPollInterval
 	}
 	return d.cfg.PollInterval

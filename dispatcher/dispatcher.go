@@ -72,6 +72,9 @@ type Dispatcher struct {
 	// PollInterval.
 	wakeUps, listening atomic.Bool
 	wakeSaid           atomic.Bool // the wake-ups' state was logged once
+	// heard is when the listener last heard this dispatcher's ping (unix
+	// nanoseconds; 0: never): notifications sent elsewhere reach it.
+	heard atomic.Int64
 
 	// windows holds, by kind, the provider's key window, and margins how
 	// long after a claim its call may still end: the lease, since a call

@@ -60,4 +60,6 @@ func SetKilled(d *Dispatcher) { d.noRetire = true }
 
 // WokenByCommits reports whether d's idle probe is the long one: commits
 // wake it (side_effects_wake enabled) and its listener is connected.
-func WokenByCommits(d *Dispatcher) bool { return d.wakeUps.Load() && d.listening.Load() }
+func WokenByCommits(d *Dispatcher) bool {
+	return d.wakeUps.Load() && d.listening.Load() && d.hearing()
+}

@@ -86,6 +86,9 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 		d.log.Warn("could not record this dispatcher's heartbeat; sidefx enqueue and status may not see its kinds as served", "err", err)
 	}
 	d.readWakeUps(hctx)
+	if d.listening.Load() {
+		d.ping(ctx)
+	}
 	// Its own statement: a daemon role granted before schema 21 may lack
 	// sidefx_kinds, and its heartbeat must not fail for it.
 	if err := d.engine.RegisterKinds(hctx, b); err != nil && ctx.Err() == nil && Classify(err) == ClassPrivilege {
