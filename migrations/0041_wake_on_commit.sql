@@ -23,7 +23,9 @@
 --    the last notification sends none: the dispatcher woken by it probes
 --    again after 1, 2, 4… ms and finds the effect. So at most ~500
 --    transactions a second take the notification lock, each for its own
---    commit, whatever the producers' rate.
+--    commit, whatever the producers' rate. Past half of the server's
+--    notification queue (a listener that stopped reading), it notifies
+--    nobody: a full queue would fail every commit that notifies.
 --
 -- 3. The owner turns wake-ups off with
 --    ALTER TABLE side_effects DISABLE TRIGGER side_effects_wake; dispatchers
@@ -43,7 +45,12 @@ DECLARE
 BEGIN
   -- The last notification was 2 ms ago or more (or never, or the clock went
   -- back a minute or more): this commit notifies, and is the last.
-  IF last_ms IS NULL OR now_ms - last_ms >= 2 OR now_ms < last_ms - 60000 THEN
+  -- A listener that stopped reading (a stopped process with its
+  -- connection open) fills the server's notification queue, and once it is
+  -- full every commit that notifies fails: past half of it, commits notify
+  -- nobody and the dispatchers' probes find their effects.
+  IF (last_ms IS NULL OR now_ms - last_ms >= 2 OR now_ms < last_ms - 60000)
+     AND pg_notification_queue_usage() < 0.5 THEN
     PERFORM setval('{{schema}}.sidefx_wake_gate'::regclass, now_ms);
     PERFORM pg_notify('{{channel}}', 'sidefx:commit');
   END IF;
