@@ -25,7 +25,10 @@
 --    transactions a second take the notification lock, each for its own
 --    commit, whatever the producers' rate. Past half of the server's
 --    notification queue (a listener that stopped reading), it notifies
---    nobody: a full queue would fail every commit that notifies.
+--    nobody: a full queue would fail every commit that notifies. Where
+--    two-phase commit is allowed (max_prepared_transactions above 0) it
+--    notifies nobody either: PREPARE TRANSACTION refuses a transaction
+--    that notified, and a producer's prepared transaction must not fail.
 --
 -- 3. The owner turns wake-ups off with
 --    ALTER TABLE side_effects DISABLE TRIGGER side_effects_wake; dispatchers
@@ -43,6 +46,12 @@ DECLARE
   now_ms bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
   last_ms bigint := pg_sequence_last_value('{{schema}}.sidefx_wake_gate'::regclass);
 BEGIN
+  -- A transaction that notifies cannot be prepared (PREPARE TRANSACTION
+  -- refuses it): where two-phase commit is allowed, commits notify nobody,
+  -- and the dispatchers probe every PollInterval (engine.WakeUps).
+  IF current_setting('max_prepared_transactions')::integer > 0 THEN
+    RETURN NULL;
+  END IF;
   -- The last notification was 2 ms ago or more (or never, or the clock went
   -- back a minute or more): this commit notifies, and is the last.
   -- A listener that stopped reading (a stopped process with its

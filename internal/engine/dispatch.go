@@ -971,12 +971,15 @@ const WakePayload = "sidefx:commit"
 
 // WakeUps reports whether commits that enqueue notify the dispatchers:
 // side_effects' trigger side_effects_wake exists (schema 41) and is
-// enabled (for ordinary sessions: ENABLE or ENABLE ALWAYS). Any role may
-// read it.
+// enabled (for ordinary sessions: ENABLE or ENABLE ALWAYS), and the server
+// allows no two-phase commit (max_prepared_transactions 0: a transaction
+// that notified could not be prepared, so sidefx_wake does not notify
+// where one may be). Any role may read it.
 func (s *Engine) WakeUps(ctx context.Context) (bool, error) {
 	var on bool
 	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger
-		WHERE tgrelid = to_regclass($1) AND tgname = 'side_effects_wake' AND tgenabled IN ('O', 'A'))`,
+		WHERE tgrelid = to_regclass($1) AND tgname = 'side_effects_wake' AND tgenabled IN ('O', 'A'))
+		AND current_setting('max_prepared_transactions')::integer = 0`,
 		s.table).Scan(&on)
 	if err != nil {
 		return false, fmt.Errorf("read whether commits wake the dispatchers: %w", noRow(err))

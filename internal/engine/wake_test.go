@@ -7,9 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sidefx/sidefx/effects"
 	"github.com/sidefx/sidefx/internal/engine"
+	"github.com/sidefx/sidefx/internal/lab/pgcluster"
+	"github.com/sidefx/sidefx/migrations"
 )
 
 // A commit that enqueued effects notifies the schema's channel once,
@@ -177,4 +180,59 @@ func TestWake_OneNotificationPerCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// Where two-phase commit is allowed, a producer's transaction that enqueued
+// is prepared and committed as before (a transaction that notified could
+// not be): sidefx_wake notifies nobody there, and WakeUps says commits do
+// not wake the dispatchers.
+func TestWake_TwoPhaseCommitPrepares(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgcluster.Start(ctx, &pgcluster.Options{Name: "sidefx-wake-2pc", Settings: "max_prepared_transactions = 4\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Destroy() //nolint:errcheck // a throwaway cluster
+	pool, err := pgxpool.New(ctx, c.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.Apply(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on, err := eng.WakeUps(ctx); err != nil || on {
+		t.Fatalf("WakeUps = %v, %v with two-phase commit allowed; want false", on, err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := engine.NewStore(conn.Conn(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Insert(ctx, []effects.NewEffect{{SourceID: "2pc-1", Kind: "email.receipt", Payload: []byte(`{}`)}}, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "PREPARE TRANSACTION 'sidefx-2pc'"); err != nil {
+		t.Fatalf("prepare a transaction that enqueued: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "COMMIT PREPARED 'sidefx-2pc'"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM side_effects WHERE source_id = '2pc-1'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d effects after COMMIT PREPARED (%v), want 1", n, err)
+	}
 }
