@@ -96,7 +96,7 @@ func (d *Dispatcher) pingPayload() string {
 func (d *Dispatcher) ping(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
 	defer cancel()
-	_, _ = d.pool.Exec(pctx, "SELECT pg_catalog.pg_notify($1, $2)", d.store.Channel(), d.pingPayload())
+	_ = d.engine.Ping(pctx, d.pingPayload())
 }
 
 // hearing reports whether this dispatcher heard its own ping within the

@@ -987,6 +987,15 @@ func (s *Engine) WakeUps(ctx context.Context) (bool, error) {
 	return on, nil
 }
 
+// Ping sends payload on the schema's channel: a dispatcher's own
+// notification, which its listener expects to hear.
+func (s *Engine) Ping(ctx context.Context, payload string) error {
+	if _, err := s.db.Exec(ctx, "SELECT pg_catalog.pg_notify($1, $2)", Channel(s.schema), payload); err != nil {
+		return fmt.Errorf("notify the schema's channel: %w", noRow(err))
+	}
+	return nil
+}
+
 // Analyze refreshes the planner's statistics of side_effects, so claims are
 // planned for the table as it is, unless they are fresh: the table is large
 // and less than a tenth of its rows changed since the last ANALYZE (by
