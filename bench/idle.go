@@ -2,8 +2,7 @@
 
 package main
 
-// Workload 10: what an idle dispatcher costs its database, with commits
-// waking it (schema 41's side_effects_wake, the default) and without.
+// Workload 10: what an idle dispatcher costs its database.
 
 import (
 	"context"
@@ -22,17 +21,11 @@ func (e *env) idleAll(ctx context.Context) error {
 		return nil
 	}
 	for run := 1; run <= e.o.runs; run++ {
-		for _, off := range []bool{false, true} {
-			rate, err := e.idleRate(ctx, off)
-			if err != nil {
-				return err
-			}
-			variant := "default settings, wake-ups on commit"
-			if off {
-				variant = "default settings, wake-ups off (side_effects_wake disabled)"
-			}
-			e.t.add(idleWorkload, variant, "transactions/s", colSidefx, rate)
+		rate, err := e.idleRate(ctx)
+		if err != nil {
+			return err
 		}
+		e.t.add(idleWorkload, "default settings", "transactions/s", colSidefx, rate)
 	}
 	e.t.note("10. idle dispatcher: one dispatcher with the default settings and nothing to do, on a database of its own: the transactions its database counts (`pg_stat_database`, every statement of the dispatcher is one) over --idle-seconds, after 3 s to start.")
 	return nil
@@ -40,17 +33,12 @@ func (e *env) idleAll(ctx context.Context) error {
 
 // idleRate returns the transactions per second a dispatcher with nothing
 // to do makes on its database.
-func (e *env) idleRate(ctx context.Context, off bool) (float64, error) {
+func (e *env) idleRate(ctx context.Context) (float64, error) {
 	pool, db, drop, err := e.fresh(ctx, e.sfxTmpl)
 	if err != nil {
 		return 0, err
 	}
 	defer drop()
-	if off {
-		if _, err := pool.Exec(ctx, "ALTER TABLE side_effects DISABLE TRIGGER side_effects_wake"); err != nil {
-			return 0, err
-		}
-	}
 	_, daemon, done, err := e.sidefxPools(ctx, db, pool)
 	if err != nil {
 		return 0, err

@@ -167,38 +167,10 @@ func (e *env) enqueueAll(ctx context.Context) error {
 				if err != nil {
 					return fmt.Errorf("enqueue %s: %w", c.col, err)
 				}
-				if c.col == colSidefx && sh.batch == 1 && !e.child {
-					// The same without wake-ups: what they cost producers.
-					rate, err := e.enqueueNoWake(ctx, fn, sh.producers, dur)
-					if err != nil {
-						return fmt.Errorf("enqueue %s, wake-ups off: %w", c.col, err)
-					}
-					e.t.add("1. enqueue", variant+", wake-ups off", unit, c.col, rate)
-				}
 			}
 		}
 	}
 	return nil
-}
-
-// enqueueNoWake is enqueueRate of fn, one effect per transaction, in a
-// fresh sidefx database whose side_effects_wake trigger is disabled:
-// commits wake no dispatcher.
-func (e *env) enqueueNoWake(ctx context.Context, fn enqueuer, producers int, dur time.Duration) (float64, error) {
-	pool, db, drop, err := e.fresh(ctx, e.sfxTmpl)
-	if err != nil {
-		return 0, err
-	}
-	defer drop()
-	if _, err := pool.Exec(ctx, "ALTER TABLE side_effects DISABLE TRIGGER side_effects_wake"); err != nil {
-		return 0, err
-	}
-	producer, _, done, err := e.sidefxPools(ctx, db, pool)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	return enqueueRate(ctx, producer, fn, producers, 1, dur)
 }
 
 // enqueueVariant names workload 1's row of one effect per transaction.

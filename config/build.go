@@ -200,7 +200,6 @@ func Build(cfg *Config, getenv func(string) string, logger *slog.Logger) (*Runti
 		MaxRescues:         d.MaxRescues,
 		Lease:              time.Duration(d.Lease),
 		PollInterval:       time.Duration(d.PollInterval),
-		ListenPollInterval: time.Duration(d.ListenPollInterval),
 		RescueInterval:     time.Duration(d.RescueInterval),
 		Retention:          time.Duration(d.Retention),
 		TombstoneRetention: time.Duration(d.TombstoneRetention),

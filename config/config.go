@@ -253,17 +253,9 @@ type DispatcherConfig struct {
 	Lease Duration `yaml:"lease"`
 
 	// PollInterval is how often an idle dispatcher looks for due effects
-	// (a cheap index probe; it claims only when one is due) when commits
-	// do not wake it (side_effects_wake disabled, or its listener not
-	// connected): it then bounds how long a new effect waits for an idle
-	// dispatcher. Default 10ms.
+	// (a cheap index probe; it claims only when one is due): it bounds how
+	// long a new effect waits for an idle dispatcher. Default 10ms.
 	PollInterval Duration `yaml:"poll_interval"`
-
-	// ListenPollInterval is how often an idle dispatcher probes while
-	// commits that enqueue wake it (schema 41): it bounds how late an
-	// effect that comes due later (a retry, a not_before) is claimed.
-	// Default 500ms; never below poll_interval.
-	ListenPollInterval Duration `yaml:"listen_poll_interval"`
 
 	// Retention is how long finished effects are kept whole before they
 	// are compacted into tombstones: the payload and stored answer go, the

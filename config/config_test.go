@@ -454,18 +454,17 @@ drift:
 		t.Errorf("top-level defaults: %+v", cfg)
 	}
 	wantD := config.DispatcherConfig{
-		Workers:            dispatcher.DefaultWorkers,
-		BatchSize:          dispatcher.DefaultBatchSize,
-		ClaimMaxBytes:      dispatcher.DefaultClaimMaxBytes,
-		MaxRescues:         dispatcher.DefaultMaxRescues,
-		ClaimLoops:         dispatcher.DefaultClaimLoops,
-		Lease:              config.Duration(60 * time.Second),
-		PollInterval:       config.Duration(10 * time.Millisecond),
-		ListenPollInterval: config.Duration(500 * time.Millisecond),
-		Retention:          config.Duration(720 * time.Hour),
-		RescueInterval:     config.Duration(15 * time.Second),
-		ReapInterval:       config.Duration(time.Hour),
-		ShutdownTimeout:    config.Duration(30 * time.Second),
+		Workers:         dispatcher.DefaultWorkers,
+		BatchSize:       dispatcher.DefaultBatchSize,
+		ClaimMaxBytes:   dispatcher.DefaultClaimMaxBytes,
+		MaxRescues:      dispatcher.DefaultMaxRescues,
+		ClaimLoops:      dispatcher.DefaultClaimLoops,
+		Lease:           config.Duration(60 * time.Second),
+		PollInterval:    config.Duration(10 * time.Millisecond),
+		Retention:       config.Duration(720 * time.Hour),
+		RescueInterval:  config.Duration(15 * time.Second),
+		ReapInterval:    config.Duration(time.Hour),
+		ShutdownTimeout: config.Duration(30 * time.Second),
 	}
 	if cfg.Dispatcher != wantD {
 		t.Errorf("dispatcher defaults:\n got %+v\nwant %+v", cfg.Dispatcher, wantD)

@@ -119,8 +119,8 @@ func (rt Runtime) String() string {
 			kind, provider, k.MaxAttempts, k.Timeout, k.BackoffBase, k.BackoffMax, k.AtLeastOnce)
 	}
 	d := rt.Dispatcher
-	fmt.Fprintf(&b, "] Limits:%+v Schema:%s Namespace:%q Workers:%d BatchSize:%d ClaimMaxBytes:%d MaxRescues:%d ClaimLoops:%d Lease:%s PollInterval:%s ListenPollInterval:%s RescueInterval:%s Retention:%s ReapInterval:%s ShutdownTimeout:%s HTTP:%+v Log:%+v Drift:%+v",
-		d.Limits, d.Schema, rt.Migrations.Namespace, d.Workers, d.BatchSize, d.ClaimMaxBytes, d.MaxRescues, d.ClaimLoops, d.Lease, d.PollInterval, d.ListenPollInterval, d.RescueInterval, d.Retention, d.ReapInterval, d.ShutdownTimeout,
+	fmt.Fprintf(&b, "] Limits:%+v Schema:%s Namespace:%q Workers:%d BatchSize:%d ClaimMaxBytes:%d MaxRescues:%d ClaimLoops:%d Lease:%s PollInterval:%s RescueInterval:%s Retention:%s ReapInterval:%s ShutdownTimeout:%s HTTP:%+v Log:%+v Drift:%+v",
+		d.Limits, d.Schema, rt.Migrations.Namespace, d.Workers, d.BatchSize, d.ClaimMaxBytes, d.MaxRescues, d.ClaimLoops, d.Lease, d.PollInterval, d.RescueInterval, d.Retention, d.ReapInterval, d.ShutdownTimeout,
 		rt.HTTP, rt.Log, rt.Drift)
 	fmt.Fprintf(&b, " Tracing:{OTLPEndpoint:%s SampleRatio:%v ServiceName:%s Headers:%v}}", rt.Tracing.OTLPEndpoint, rt.Tracing.SampleRatio, rt.Tracing.ServiceName, slices.Sorted(maps.Keys(rt.Tracing.Headers)))
 	return b.String()

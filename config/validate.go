@@ -77,7 +77,6 @@ func (c *Config) fillDefaults() {
 	}
 	defD(&d.Lease, dispatcher.DefaultLease)
 	defD(&d.PollInterval, dispatcher.DefaultPollInterval)
-	defD(&d.ListenPollInterval, dispatcher.DefaultListenPollInterval)
 	defD(&d.Retention, dispatcher.DefaultRetention)
 	defD(&d.RescueInterval, max(time.Duration(d.Lease)/4, time.Second))
 	defD(&d.ReapInterval, dispatcher.DefaultReapInterval)
@@ -312,7 +311,6 @@ func (d *DispatcherConfig) check(v *checker) {
 		d    Duration
 	}{
 		{"dispatcher.poll_interval", d.PollInterval},
-		{"dispatcher.listen_poll_interval", d.ListenPollInterval},
 		{"dispatcher.rescue_interval", d.RescueInterval},
 		{"dispatcher.reap_interval", d.ReapInterval},
 		{"dispatcher.tombstone_retention", d.TombstoneRetention},

@@ -22,7 +22,6 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	failures := 0
-	woke := false // the last idle wait ended on a wake-up
 	for ctx.Err() == nil {
 		more, blocked, soon, claimed, err := d.claimOnce(ctx, hardCtx, calls, outcomes)
 		if err != nil {
@@ -49,51 +48,47 @@ func (d *Dispatcher) claimLoop(ctx, hardCtx context.Context, calls *sync.WaitGro
 			}
 			continue
 		}
-		var ok bool
-		if ok, woke = d.idle(ctx, timer, blocked, soon, claimed > 0 || woke); !ok {
+		if !d.idle(ctx, timer, blocked, soon, claimed > 0) {
 			return
 		}
 	}
 }
 
-// idle waits until a claim may find something: a wake-up (a commit that
-// enqueued, an operator's notification, a rescue, recording recovered), a
-// freed slot when claims were blocked, a paused or rate-limited provider's
-// time, or a poll tick whose probe finds an effect due. The probe, one
-// cheap index read, comes every PollInterval, or every ListenPollInterval
-// while commits wake this dispatcher (pollInterval). After a claim that
-// found effects, or a wake-up (more are likely to follow, and a commit
-// within 2 ms of a notified one sends no notification of its own), the
-// first probes come sooner: an eighth of PollInterval (at least 1 ms),
-// doubling while they find nothing. It reports false when ctx ends, and
-// woke when a wake-up ended the wait.
-func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, soon time.Duration, active bool) (ok, woke bool) {
+// idle waits until a claim may find something: a wake-up (an operator's
+// notification, a rescue, recording recovered), a freed slot when claims
+// were blocked, a paused or rate-limited provider's time, or a poll tick
+// whose probe finds an effect due. Producers notify nobody, so the probe,
+// one cheap index read every PollInterval, is how new effects are found.
+// After a claim that found effects (more are likely to follow), the first
+// probes come sooner: an eighth of PollInterval, doubling while they find
+// nothing. It reports false when ctx ends.
+func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, soon time.Duration, active bool) bool {
 	var freed chan struct{}
 	if blocked {
 		freed = d.freed
 	}
-	probe := d.pollInterval()
+	probe := d.cfg.PollInterval
 	if active {
-		probe = min(max(d.cfg.PollInterval/8, time.Millisecond), probe)
+		probe = max(d.cfg.PollInterval/8, time.Millisecond)
 	}
 	for {
 		wait, byTime := probe, false
-		probe = min(2*probe, d.pollInterval())
+		probe = min(2*probe, d.cfg.PollInterval)
 		if soon > 0 && soon <= wait {
 			wait, byTime = soon, true
 		}
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
-			return false, false
+			return false
 		case <-d.wake:
-			return true, true
+			return true
 		case <-freed:
-			return true, false
+			return true
 		case <-timer.C:
 		}
 		if byTime || d.stuck.Load() {
-			return true, false
+			return true
 		}
 		if soon > 0 {
 			soon -= wait
@@ -102,19 +97,9 @@ func (d *Dispatcher) idle(ctx context.Context, timer *time.Timer, blocked bool, 
 		due, err := d.engine.Due(pctx, d.activeServed())
 		cancel()
 		if err != nil || due {
-			return true, false // an error is the claim's to report and back off from
+			return true // an error is the claim's to report and back off from
 		}
 	}
-}
-
-// pollInterval is how often an idle dispatcher probes: ListenPollInterval
-// while commits wake it (side_effects_wake enabled, the listener connected
-// and hearing its pings), else PollInterval.
-func (d *Dispatcher) pollInterval() time.Duration {
-	if d.wakeUps.Load() && d.listening.Load() && d.hearing() {
-		return d.cfg.ListenPollInterval
-	}
-	return d.cfg.PollInterval
 }
 
 // claimOnce claims, for each provider, as many due effects as free worker

@@ -87,26 +87,15 @@ type Config struct {
 	// steady (docs/benchmarks.md); a larger server may gain from 2.
 	ClaimLoops int
 
-	// PollInterval is how often an idle dispatcher looks for due effects
-	// when no commit wakes it (schema 41's wake-ups turned off, or its
-	// listener not connected): a cheap probe (one read of the pending
-	// index, no write), followed by a claim only when an effect is due. It
-	// then bounds how long a new effect waits for an idle dispatcher.
-	// Default 10ms: about 100 probes a second per idle dispatcher, each a
-	// few tens of microseconds of database time.
+	// PollInterval is how often an idle dispatcher looks for due effects:
+	// a cheap probe (one read of the pending index, no write), followed by
+	// a claim only when an effect is due. Producers notify nobody (NOTIFY
+	// would serialize their commits), so it bounds how long a new effect
+	// waits for an idle dispatcher. Default 10ms: about 100 probes a
+	// second per idle dispatcher, each a few tens of microseconds of
+	// database time; raise it where many replicas idle and a longer wait
+	// is fine.
 	PollInterval time.Duration
-
-	// ListenPollInterval is how often an idle dispatcher probes while
-	// commits wake it: side_effects_wake enabled (schema 41) and its
-	// listener connected. A commit that enqueued notifies (at most once
-	// every 2 ms per database); the probe then finds what notifications do
-	// not: an effect that comes due later (a retry, a not_before), which
-	// waits up to this long, and the commits within 2 ms of a notified one,
-	// which the probes after a wake-up (1 ms, then doubling) find. Default
-	// 500ms: 2 probes a second per idle dispatcher (with the heartbeat and
-	// the failover check, about 3.5 statements a second). Never below
-	// PollInterval.
-	ListenPollInterval time.Duration
 
 	// RescueInterval is how often expired leases are rescued (by one replica
 	// at a time). Default Lease/4, at least 1s.
@@ -304,23 +293,22 @@ func (l Limit) burst() int {
 
 // Defaults.
 const (
-	DefaultWorkers            = 200
-	DefaultBatchSize          = 200
-	DefaultClaimMaxBytes      = 16 << 20
-	DefaultMaxRescues         = 3
-	DefaultLease              = 60 * time.Second
-	DefaultPollInterval       = 10 * time.Millisecond
-	DefaultListenPollInterval = 500 * time.Millisecond
-	DefaultClaimLoops         = 1
-	DefaultRetention          = 30 * 24 * time.Hour
-	DefaultReapInterval       = time.Hour
-	DefaultHeartbeatInterval  = 10 * time.Second
-	DefaultShutdownTimeout    = 30 * time.Second
-	DefaultMaxAttempts        = 25
-	DefaultTimeout            = 30 * time.Second
-	DefaultBackoffBase        = time.Second
-	DefaultBackoffMax         = time.Hour
-	DefaultFailureLogEvery    = 100
+	DefaultWorkers           = 200
+	DefaultBatchSize         = 200
+	DefaultClaimMaxBytes     = 16 << 20
+	DefaultMaxRescues        = 3
+	DefaultLease             = 60 * time.Second
+	DefaultPollInterval      = 10 * time.Millisecond
+	DefaultClaimLoops        = 1
+	DefaultRetention         = 30 * 24 * time.Hour
+	DefaultReapInterval      = time.Hour
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultMaxAttempts       = 25
+	DefaultTimeout           = 30 * time.Second
+	DefaultBackoffBase       = time.Second
+	DefaultBackoffMax        = time.Hour
+	DefaultFailureLogEvery   = 100
 )
 
 // ErrConfig is wrapped by every configuration error.
@@ -359,8 +347,6 @@ func withDefaults(cfg *Config) (Config, error) {
 	}
 	def(&c.Lease, DefaultLease)
 	def(&c.PollInterval, DefaultPollInterval)
-	def(&c.ListenPollInterval, DefaultListenPollInterval)
-	c.ListenPollInterval = max(c.ListenPollInterval, c.PollInterval)
 	if c.ClaimLoops == 0 {
 		c.ClaimLoops = DefaultClaimLoops
 	}
@@ -394,7 +380,7 @@ func withDefaults(cfg *Config) (Config, error) {
 		return c, configErr("TombstoneRetention is %s: want 0 (keep tombstones forever) or a positive duration", c.TombstoneRetention)
 	case c.ClaimLoops < 0:
 		return c, configErr("ClaimLoops is %d: want at least 1 (0: the default, %d)", c.ClaimLoops, DefaultClaimLoops)
-	case c.PollInterval < 0 || c.ListenPollInterval < 0 || c.RescueInterval < 0 || c.ReapInterval < 0 || c.ShutdownTimeout < 0 || c.HeartbeatInterval < 0:
+	case c.PollInterval < 0 || c.RescueInterval < 0 || c.ReapInterval < 0 || c.ShutdownTimeout < 0 || c.HeartbeatInterval < 0:
 		return c, configErr("intervals and timeouts must not be negative")
 	case len(c.Kinds) == 0:
 		return c, configErr("Kinds is empty: a dispatcher serves at least one kind")

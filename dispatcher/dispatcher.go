@@ -66,15 +66,6 @@ type Dispatcher struct {
 	// stuck: the completer holds outcomes it failed to record; no claim is
 	// made until they are recorded.
 	stuck atomic.Bool
-	// wakeUps: commits that enqueue notify (side_effects_wake enabled),
-	// read at each heartbeat; listening: the listener is connected. Both
-	// true, an idle dispatcher probes every ListenPollInterval, else every
-	// PollInterval.
-	wakeUps, listening atomic.Bool
-	wakeSaid           atomic.Bool // the wake-ups' state was logged once
-	// heard is when the listener last heard this dispatcher's ping (unix
-	// nanoseconds; 0: never): notifications sent elsewhere reach it.
-	heard atomic.Int64
 
 	// windows holds, by kind, the provider's key window, and margins how
 	// long after a claim its call may still end: the lease, since a call

@@ -27,19 +27,12 @@
 //     worker whose lease was rescued and whose effect was claimed again
 //     cannot overwrite the newer attempt.
 //
-// Replicas share one table without coordination. From schema 41 a commit
-// that enqueued effects wakes them: a deferred trigger, once per
-// transaction at its commit, notifies the schema's channel at most once
-// every 2 ms per database (a NOTIFY in every transaction would serialize
-// their commits). While that trigger is enabled and its listener
-// connected, an idle dispatcher probes for due effects every
-// ListenPollInterval (500ms: effects that come due later, retries and
-// not_before); otherwise every PollInterval (10 ms). A probe is one read
-// of the pending index; it claims when one is due. After a claim that
-// found effects, or a wake-up, the probes come sooner (from an eighth of
-// PollInterval, doubling): they find the commits within 2 ms of a notified
-// one, which send no notification. A NOTIFY on its channel wakes it at
-// once. Per provider, Limits bound calls in flight and calls per second;
+// Replicas share one table without coordination. Enqueue notifies nobody
+// (NOTIFY serializes the commits of the transactions that send it): an
+// idle dispatcher probes for due effects every PollInterval (10 ms by
+// default; one read of the pending index) and claims when one is due, and
+// sooner after a claim that found effects. A NOTIFY on its channel still
+// wakes it at once. Per provider, Limits bound calls in flight and calls per second;
 // the claim takes no more than that capacity, so claimed effects do not wait
 // out their lease in a queue.
 //

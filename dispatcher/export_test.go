@@ -57,9 +57,3 @@ func FleetShareOf(provider string, whole engine.Share, worker string, peers []en
 // SetKilled makes Run leave d's registry row behind when it stops, as a
 // killed process would. Call it before Run.
 func SetKilled(d *Dispatcher) { d.noRetire = true }
-
-// WokenByCommits reports whether d's idle probe is the long one: commits
-// wake it (side_effects_wake enabled) and its listener is connected.
-func WokenByCommits(d *Dispatcher) bool {
-	return d.wakeUps.Load() && d.listening.Load() && d.hearing()
-}

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sidefx/sidefx/effects"
-	"github.com/sidefx/sidefx/internal/engine"
 )
 
 // serves reports whether kind is one of this dispatcher's.
@@ -54,11 +53,6 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		return err
 	}
 	d.succeeded(opListen)
-	d.listening.Store(true)
-	defer d.listening.Store(false)
-	// Whether notifications sent elsewhere reach this connection (through
-	// a pooler in transaction mode they do not): a ping through the pool.
-	go d.ping(ctx)
 	// Notifications sent while not listening were missed: effects that came
 	// due, and pauses or resumes (read again, or a resume sent between
 	// Run's first reading and this LISTEN would wait for a heartbeat).
@@ -73,35 +67,8 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 			signal(d.pausesNow)
 			continue
 		}
-		if n.Payload == d.pingPayload() {
-			d.heard.Store(d.now().UnixNano())
-			continue
-		}
-		if n.Payload == engine.WakePayload || d.serves(n.Payload) {
+		if d.serves(n.Payload) {
 			signal(d.wake)
 		}
 	}
-}
-
-// pingPayload is this dispatcher's ping: a notification it sends through
-// its pool and expects to hear on its listener.
-func (d *Dispatcher) pingPayload() string {
-	return "sidefx:ping:" + d.cfg.WorkerID
-}
-
-// ping notifies the schema's channel through the pool, at each heartbeat
-// and when the listener connects: hearing it says that commits made
-// elsewhere reach the listener (pollInterval). Its errors are the
-// heartbeat's and the claims' to report.
-func (d *Dispatcher) ping(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, d.dbTimeout())
-	defer cancel()
-	_ = d.engine.Ping(pctx, d.pingPayload())
-}
-
-// hearing reports whether this dispatcher heard its own ping within the
-// last three heartbeats: its listener hears commits made elsewhere.
-func (d *Dispatcher) hearing() bool {
-	heard := d.heard.Load()
-	return heard != 0 && d.now().Sub(time.Unix(0, heard)) < 3*d.cfg.HeartbeatInterval
 }

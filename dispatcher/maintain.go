@@ -85,10 +85,6 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		d.log.Warn("could not record this dispatcher's heartbeat; sidefx enqueue and status may not see its kinds as served", "err", err)
 	}
-	d.readWakeUps(hctx)
-	if d.listening.Load() {
-		d.ping(ctx)
-	}
 	// Its own statement: a daemon role granted before schema 21 may lack
 	// sidefx_kinds, and its heartbeat must not fail for it.
 	if err := d.engine.RegisterKinds(hctx, b); err != nil && ctx.Err() == nil && Classify(err) == ClassPrivilege {
@@ -309,24 +305,4 @@ func (d *Dispatcher) heldOff(ctx context.Context, job string, interval time.Dura
 	}
 	d.heldWarned[job] = d.now()
 	d.log.Warn("a maintenance job could not run: another session holds its lock", "job", job, "holder", who, "held_for", held.Round(time.Second), "interval", interval)
-}
-
-// readWakeUps reads whether commits that enqueue wake the dispatchers
-// (schema 41's side_effects_wake enabled), and says so when it changes: it
-// sets how often an idle dispatcher probes. Unreadable, the last reading
-// stands (at first: off, the short interval).
-func (d *Dispatcher) readWakeUps(ctx context.Context) {
-	on, err := d.engine.WakeUps(ctx)
-	if err != nil {
-		return
-	}
-	if d.wakeUps.Swap(on) != on || !d.wakeSaid.Swap(true) {
-		if on {
-			d.log.Info("commits that enqueue wake this dispatcher (side_effects_wake): an idle dispatcher probes every ListenPollInterval while its listener is connected",
-				"listen_poll_interval", d.cfg.ListenPollInterval, "poll_interval", d.cfg.PollInterval)
-		} else {
-			d.log.Info("commits that enqueue do not wake the dispatchers (side_effects_wake disabled, or schema before 41): an idle dispatcher probes every PollInterval",
-				"poll_interval", d.cfg.PollInterval)
-		}
-	}
 }

@@ -244,7 +244,7 @@ func Cancel(ctx context.Context, db any, sourceID, kind string) error {
 // rows e is about, in one round trip. db is a DB (pgx.Tx, *pgxpool.Pool,
 // *pgx.Conn) or an SQLDB (*sql.Tx, *sql.DB, *sql.Conn); any other value is
 // refused with an error naming its type. It becomes visible to dispatchers
-// (the commit wakes them, schema 41) when that transaction commits;
+// (an idle one finds it at its next probe) when that transaction commits;
 // if it rolls back, the effect was never enqueued.
 //
 // Enqueuing the same (SourceID, Kind) again with the same payload is a no-op

@@ -953,47 +953,15 @@ func (s *Engine) TrimEdge(ctx context.Context, limit int) (int64, error) {
 
 // Due reports whether an effect of one of kinds is pending and due: the
 // cheap probe an idle dispatcher runs every poll interval, claiming only
-// when it finds one. From schema 41 a commit that enqueued notifies (at
-// most once every 2 ms per database, WakePayload) while side_effects_wake
-// is enabled (WakeUps); the probe finds what the notifications do not:
-// effects that come due later, and commits within 2 ms of a notified one.
+// when it finds one. Enqueue notifies nobody (NOTIFY would serialize the
+// commits of the transactions that enqueue), so this probe is how a
+// dispatcher learns of new effects.
 func (s *Engine) Due(ctx context.Context, kinds []string) (bool, error) {
 	var due bool
 	if err := s.db.QueryRow(ctx, s.q.due, kinds).Scan(&due); err != nil {
 		return false, fmt.Errorf("look for due effects: %w", noRow(err))
 	}
 	return due, nil
-}
-
-// WakePayload is the notification a commit that enqueued effects sends on
-// the schema's channel (schema 41's side_effects_wake).
-const WakePayload = "sidefx:commit"
-
-// WakeUps reports whether commits that enqueue notify the dispatchers:
-// side_effects' trigger side_effects_wake exists (schema 41) and is
-// enabled (for ordinary sessions: ENABLE or ENABLE ALWAYS), and the server
-// allows no two-phase commit (max_prepared_transactions 0: a transaction
-// that notified could not be prepared, so sidefx_wake does not notify
-// where one may be). Any role may read it.
-func (s *Engine) WakeUps(ctx context.Context) (bool, error) {
-	var on bool
-	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger
-		WHERE tgrelid = to_regclass($1) AND tgname = 'side_effects_wake' AND tgenabled IN ('O', 'A'))
-		AND current_setting('max_prepared_transactions')::integer = 0`,
-		s.table).Scan(&on)
-	if err != nil {
-		return false, fmt.Errorf("read whether commits wake the dispatchers: %w", noRow(err))
-	}
-	return on, nil
-}
-
-// Ping sends payload on the schema's channel: a dispatcher's own
-// notification, which its listener expects to hear.
-func (s *Engine) Ping(ctx context.Context, payload string) error {
-	if _, err := s.db.Exec(ctx, "SELECT pg_catalog.pg_notify($1, $2)", Channel(s.schema), payload); err != nil {
-		return fmt.Errorf("notify the schema's channel: %w", noRow(err))
-	}
-	return nil
 }
 
 // Analyze refreshes the planner's statistics of side_effects, so claims are
