@@ -78,7 +78,7 @@ fmt-check:
 
 ## bench: sidefx side by side with River and the SQL floor (bench/, its own
 ## module; method and latest table in docs/benchmarks.md), every workload at
-## sizes that finish within 15 minutes on 2 cores. bench-full: the sizes of
+## sizes that finish in 15–20 minutes on 2 cores. bench-full: the sizes of
 ## the method (100,000 drained, 30 s latency, 5,000,000 history rows), about
 ## 40 minutes. gobench: the main module's Go benchmarks.
 BENCHFLAGS ?= --runs 3 --drain-n 20000 --latency-rate 1000 --latency-seconds 10 --enqueue-seconds 2 --history 1000000
