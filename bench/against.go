@@ -21,8 +21,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sidefx/sidefx/migrations"
 )
 
@@ -128,18 +126,11 @@ func (r *revision) close() {
 // prepare creates, on e's server, the revision's template: the business
 // table, then its migrations and roles, applied by its child.
 func (r *revision) prepare(ctx context.Context, e *env) error {
-	if err := e.c.CreateDatabase(ctx, revTmpl); err != nil {
-		return err
-	}
-	conn, err := pgx.Connect(ctx, e.c.ConnString(revTmpl))
+	pool, err := e.template(ctx, revTmpl)
 	if err != nil {
 		return err
 	}
-	_, err = conn.Exec(ctx, businessTable)
-	conn.Close(ctx)
-	if err != nil {
-		return err
-	}
+	pool.Close()
 	_, err = r.run(ctx, e, "--prepare", revTmpl)
 	return err
 }
@@ -246,16 +237,6 @@ func (a attached) Port() int {
 	return p
 }
 
-func (a attached) CreateDatabase(ctx context.Context, name string) error {
-	conn, err := pgx.Connect(ctx, a.ConnString("postgres"))
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	return err
-}
-
 // runChild is the child's whole run: --prepare migrates the template, else
 // it measures o.only's workload on clones of it and prints every cell.
 func runChild(ctx context.Context, o *options) error {
@@ -263,7 +244,7 @@ func runChild(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	e := &env{c: a, o: o, t: newTable(), child: true, sfxTmpl: revTmpl}
+	e := &env{c: a, o: o, t: newTable(), child: true}
 	if o.prepare != "" {
 		pool, err := e.pool(ctx, o.prepare)
 		if err != nil {

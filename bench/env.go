@@ -36,10 +36,6 @@ const businessTable = `CREATE TABLE orders (
 // env is one settings pass: its cluster, options and results.
 type env struct {
 	c server
-	// sfxTmpl is the template sidefx's enqueue, drain and latency
-	// workloads clone: tmplSidefx, or in a --against child the older
-	// revision's (revTmpl).
-	sfxTmpl string
 	// rev runs the --against revision's sidefx beside this one (nil: no
 	// --against); child: this process is that revision's, measuring
 	// sidefx alone and printing each cell (against.go).
@@ -57,15 +53,38 @@ type env struct {
 // started, or in a --against child the parent's (attached).
 type server interface {
 	ConnString(db string) string
-	CreateDatabase(ctx context.Context, name string) error
 	Port() int
+}
+
+// sidefxTemplate is the template sidefx's enqueue, drain, latency and idle
+// workloads clone: tmplSidefx, or in a --against child the older
+// revision's (revTmpl).
+func (e *env) sidefxTemplate() string {
+	if e.child {
+		return revTmpl
+	}
+	return tmplSidefx
+}
+
+// template creates database name with the business table in it, and
+// returns a pool on it.
+func (e *env) template(ctx context.Context, name string) (*pgxpool.Pool, error) {
+	if err := e.admin(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return nil, err
+	}
+	pool, err := e.pool(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, businessTable); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return pool, nil
 }
 
 // templates creates the migrated template databases.
 func (e *env) templates(ctx context.Context) error {
-	if e.sfxTmpl == "" {
-		e.sfxTmpl = tmplSidefx
-	}
 	if e.child {
 		return nil // the parent made this revision's (prepareChild)
 	}
@@ -75,18 +94,12 @@ func (e *env) templates(ctx context.Context) error {
 		}
 	}
 	for _, name := range []string{tmplPlain, tmplSidefx, tmplRiver} {
-		if err := e.c.CreateDatabase(ctx, name); err != nil {
-			return err
-		}
-		pool, err := e.pool(ctx, name)
+		pool, err := e.template(ctx, name)
 		if err != nil {
 			return err
 		}
 		err = func() error {
 			defer pool.Close()
-			if _, err := pool.Exec(ctx, businessTable); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
 			switch name {
 			case tmplSidefx:
 				if err := migrations.Apply(ctx, pool, nil); err != nil {
@@ -187,13 +200,16 @@ func (e *env) sidefxPools(ctx context.Context, db string, owner *pgxpool.Pool) (
 	return producer, daemon, func() { producer.Close(); daemon.Close() }, nil
 }
 
-// poolAs is a pool of n connections at most on db, as role.
+// poolAs is a pool of n connections at most on db, as role ("": the
+// server URL's, the owner).
 func (e *env) poolAs(ctx context.Context, db, role string, n int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(e.c.ConnString(db))
 	if err != nil {
 		return nil, err
 	}
-	cfg.ConnConfig.User = role
+	if role != "" {
+		cfg.ConnConfig.User = role
+	}
 	cfg.MaxConns = n
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
@@ -205,12 +221,7 @@ func (e *env) pool(ctx context.Context, db string) (*pgxpool.Pool, error) {
 // poolN is pool with n connections at most: the edge's, where every
 // concurrent request holds one for its handler's whole work.
 func (e *env) poolN(ctx context.Context, db string, n int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(e.c.ConnString(db))
-	if err != nil {
-		return nil, err
-	}
-	cfg.MaxConns = n
-	return pgxpool.NewWithConfig(ctx, cfg)
+	return e.poolAs(ctx, db, "", n)
 }
 
 // fresh clones tmpl into a new database and returns a pool on it and a

@@ -34,7 +34,7 @@ func (e *env) idleAll(ctx context.Context) error {
 // idleRate returns the transactions per second a dispatcher with nothing
 // to do makes on its database.
 func (e *env) idleRate(ctx context.Context) (float64, error) {
-	pool, db, drop, err := e.fresh(ctx, e.sfxTmpl)
+	pool, db, drop, err := e.fresh(ctx, e.sidefxTemplate())
 	if err != nil {
 		return 0, err
 	}

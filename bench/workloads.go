@@ -106,7 +106,7 @@ func (e *env) enqueueAll(ctx context.Context) error {
 	}
 	contenders := []contender{
 		{colFloor, tmplPlain, baseline},
-		{colSidefx, e.sfxTmpl, sfx},
+		{colSidefx, e.sidefxTemplate(), sfx},
 		{colRiver, tmplRiver, riv(false)},
 		{colRiverU, tmplRiver, riv(true)},
 	}
@@ -275,7 +275,7 @@ func (e *env) drainSidefx(ctx context.Context, pool *pgxpool.Pool, t sidefxTunin
 func (e *env) drainSidefxOpen(ctx context.Context, pool *pgxpool.Pool, t sidefxTuning, n int, open string) (float64, error) {
 	daemon := pool
 	if pool == nil {
-		p, db, drop, err := e.fresh(ctx, e.sfxTmpl)
+		p, db, drop, err := e.fresh(ctx, e.sidefxTemplate())
 		if err != nil {
 			return 0, err
 		}
@@ -499,7 +499,7 @@ func (e *env) latencyRun(ctx context.Context, sfxPool, rivPool *pgxpool.Pool, wo
 		cols = cols[:1]
 	}
 	for _, col := range cols {
-		pool, tmpl := sfxPool, e.sfxTmpl
+		pool, tmpl := sfxPool, e.sidefxTemplate()
 		if col == colRiver {
 			pool, tmpl = rivPool, tmplRiver
 		}
