@@ -206,13 +206,7 @@ func TestEngine_APromotionFromASynchronousPrimaryHoldsNothing(t *testing.T) {
 func daemonBundle(t *testing.T) bundle {
 	t.Helper()
 	owner, daemon, _ := pgtest.DaemonRole(t)
-	st, err := engine.NewStore(owner, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(daemon, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bundle{ctx: t.Context(), pool: owner, store: st, eng: eng}
+	b := bundleOn(t, owner, daemon)
+	b.ctx = t.Context()
+	return b
 }

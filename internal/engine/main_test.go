@@ -24,15 +24,22 @@ type bundle struct {
 func setup(t *testing.T) bundle {
 	t.Helper()
 	pool := pgtest.DB(t)
+	return bundleOn(t, pool, pool)
+}
+
+// bundleOn is the bundle whose pool and store are on pool and whose engine
+// is on eng.
+func bundleOn(t *testing.T, pool, eng *pgxpool.Pool) bundle {
+	t.Helper()
 	st, err := engine.NewStore(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(pool, "")
+	e, err := engine.New(eng, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle{ctx: context.Background(), pool: pool, store: st, eng: eng}
+	return bundle{ctx: context.Background(), pool: pool, store: st, eng: e}
 }
 
 func insert(t *testing.T, b bundle, items ...effects.NewEffect) []effects.Inserted {
